@@ -1,0 +1,26 @@
+"""Automatic differentiation: the ``training`` flag, ``backward`` and every operation.
+
+Set ``sonnx.autograd.training = True`` before a forward pass whose gradients you want; the
+gradients come from torch autograd. Each operation is an :class:`Operator` named as its ONNX
+operator, plus a lower-case function with SINGA's name (``relu``, ``conv2d``, …).
+"""
+
+# ruff: noqa: F403
+from sonnx.autograd.activations import *
+from sonnx.autograd.attention import *
+from sonnx.autograd.backward import backward, gradients, trainable_tensors
+from sonnx.autograd.cast import *
+from sonnx.autograd.conv import *
+from sonnx.autograd.elementwise import *
+from sonnx.autograd.indexing import *
+from sonnx.autograd.legacy_layers import *
+from sonnx.autograd.linalg import *
+from sonnx.autograd.loss import *
+from sonnx.autograd.normalization import *
+from sonnx.autograd.operator import Operator
+from sonnx.autograd.pooling import *
+from sonnx.autograd.reduce import *
+from sonnx.autograd.resize import *
+from sonnx.autograd.shape import *
+
+training = False

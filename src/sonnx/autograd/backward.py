@@ -1,0 +1,77 @@
+"""``backward(loss)``: gradients of every parameter that ``loss`` depends on.
+
+The gradients themselves come from torch autograd; this module only finds which sonnx tensors
+are parameters (``stores_grad``) by walking the recorded creator graph from ``loss`` back to
+its leaves, then asks torch for their gradients in one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from sonnx.errors import BadInputError
+from sonnx.tensor import Tensor
+
+
+def trainable_tensors(y: Tensor) -> list[Tensor]:
+    """The tensors with ``stores_grad`` and ``requires_grad`` that ``y`` was computed from.
+
+    Order: first reached in a depth-first walk from ``y``; each tensor once.
+    """
+    found: list[Tensor] = []
+    seen_tensors: set[int] = set()
+    seen_ops: set[int] = set()
+    stack = [y]
+    while stack:
+        t = stack.pop()
+        if id(t) in seen_tensors:
+            continue
+        seen_tensors.add(id(t))
+        if t.is_param and t.data.requires_grad:
+            found.append(t)
+        op = t.creator
+        if op is None or id(op) in seen_ops:
+            continue
+        seen_ops.add(id(op))
+        stack.extend(x for x in reversed(op.inputs) if x is not None and x.requires_grad)
+    return found
+
+
+def gradients(y: Tensor, dy: Tensor | torch.Tensor | None = None) -> list[tuple[Tensor, Tensor]]:
+    """``[(param, grad), …]`` for every trainable tensor ``y`` depends on."""
+    if not y.data.requires_grad:
+        raise BadInputError(
+            "backward: the loss carries no gradient graph; set sonnx.autograd.training = True "
+            "(or call model.train()) before the forward pass, and check that some parameter "
+            "has requires_grad and stores_grad"
+        )
+    params = trainable_tensors(y)
+    if not params:
+        return []
+    if dy is None:
+        grad_out = torch.ones_like(y.data)
+    else:
+        grad_out = dy.data if isinstance(dy, Tensor) else dy
+        if tuple(grad_out.shape) != y.shape:
+            raise BadInputError(
+                f"backward: dy must have the loss shape {y.shape}, "
+                f"received {tuple(grad_out.shape)}"
+            )
+    grads = torch.autograd.grad(
+        y.data, [p.data for p in params], grad_outputs=grad_out, allow_unused=True
+    )
+    return [
+        (p, Tensor(data=g, requires_grad=False))
+        for p, g in zip(params, grads, strict=True)
+        if g is not None
+    ]
+
+
+def backward(y: Tensor, dy: Tensor | torch.Tensor | None = None) -> Iterator[tuple[Tensor, Tensor]]:
+    """Yield ``(param, grad)`` for every parameter with ``stores_grad`` that ``y`` depends on.
+
+    ``dy`` is the gradient of the final objective with respect to ``y`` (ones by default).
+    """
+    yield from gradients(y, dy)

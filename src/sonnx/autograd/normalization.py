@@ -1,0 +1,5 @@
+"""Normalization: BatchNormalization, InstanceNormalization, LayerNormalization,
+GroupNormalization, RMSNormalization, LRN, LpNormalization, MeanVarianceNormalization; Dropout.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,163 @@
+"""The operator contract: one class per ONNX operator, which knows how to run and to export.
+
+An :class:`Operator` subclass is named exactly as its ONNX operator (``Conv``, ``MaxPool``) and
+holds that operator's attributes under their ONNX names in ``self.attrs``. Calling it on sonnx
+tensors runs :meth:`Operator.forward` on the wrapped torch tensors (torch autograd records the
+gradient), wraps the results and records the operator as their ``creator`` with its inputs, so
+that :func:`sonnx.to_onnx` can later walk from outputs back to inputs and call
+:meth:`Operator.export` on each operator.
+
+``version`` is the ONNX since-version whose semantics the instance follows (``None``: the newest);
+the importer passes the version it matched, framework code leaves it unset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+
+from sonnx import dtypes
+from sonnx.errors import BadInputError
+from sonnx.onnx.attributes import schema_defaults
+from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.onnx.graph_builder import GraphBuilder
+
+TorchOutputs = torch.Tensor | Sequence[torch.Tensor | None]
+
+
+def is_training() -> bool:
+    """The module flag ``sonnx.autograd.training`` (read at call time, so users may set it)."""
+    import sonnx.autograd as autograd_module
+
+    return autograd_module.training
+
+
+class Operator:
+    """Base class of every recorded operation.
+
+    Subclasses set ``op_type`` (and ``domain`` outside the default ONNX domain) and implement
+    :meth:`forward`. Override :meth:`export` only when the ONNX form differs from "one node of
+    ``op_type`` with ``self.attrs``" (a decomposition, or an older opset's spelling).
+    """
+
+    op_type: ClassVar[str] = ""
+    domain: ClassVar[str] = ""
+
+    def __init__(self, version: int | None = None, **attrs: Any) -> None:
+        self.version = version
+        self.attrs: dict[str, Any] = attrs
+        self.inputs: tuple[Tensor | None, ...] = ()
+        self.num_outputs = 0
+        # Set by the importer to the number of outputs the ONNX node names (Split needs it).
+        self.requested_outputs: int | None = None
+        self.name: str | None = None
+
+    def attr(self, name: str) -> Any:
+        """Attribute ``name``: its set value, else the ONNX schema default, else None."""
+        if name in self.attrs:
+            return self.attrs[name]
+        return schema_defaults(self.op_type, self.version, self.domain).get(name)
+
+    # ---- the part a subclass writes -------------------------------------------------------
+    def forward(self, *xs: torch.Tensor | None) -> TorchOutputs:
+        """Compute the outputs from the inputs' torch tensors (``None`` for absent inputs)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        """Emit this operator as ONNX node(s) into ``g`` (``""`` names an absent input)."""
+        g.add_node(self.op_type, inputs, outputs, domain=self.domain, **self.export_attrs(g))
+
+    def export_attrs(self, g: GraphBuilder) -> dict[str, Any]:
+        """Attributes written on export: every attribute that has a value."""
+        return {k: v for k, v in self.attrs.items() if v is not None}
+
+    # ---- running and recording ------------------------------------------------------------
+    def __call__(self, *inputs: Any) -> Any:
+        """Run on sonnx tensors (numbers and arrays become constants); record and wrap.
+
+        Returns one :class:`Tensor`, or a tuple when the operator has several outputs.
+        """
+        args = self._as_tensors(inputs)
+        raw = [None if a is None else a.data for a in args]
+        with torch.set_grad_enabled(is_training()):
+            result = self.forward(*raw)
+        self.inputs = tuple(args)
+        needs_grad = any(a is not None and a.requires_grad for a in args)
+        if isinstance(result, torch.Tensor):
+            self.num_outputs = 1
+            return _wrap(result, self, 0, needs_grad)
+        outs = tuple(
+            None if r is None else _wrap(r, self, i, needs_grad) for i, r in enumerate(result)
+        )
+        self.num_outputs = len(outs)
+        return outs
+
+    def _as_tensors(self, inputs: Sequence[Any]) -> list[Tensor | None]:
+        reference = next((x for x in inputs if isinstance(x, Tensor)), None)
+        args: list[Tensor | None] = []
+        for position, x in enumerate(inputs):
+            if x is None or isinstance(x, Tensor):
+                args.append(x)
+            else:
+                args.append(_constant(x, reference, self.op_type, position))
+        present = [a for a in args if a is not None]
+        if present:
+            first = present[0].data.device
+            for position, a in enumerate(args):
+                if a is not None and a.data.device != first:
+                    raise BadInputError(
+                        f"{self.op_type}: all inputs must be on one device; input 0 is on "
+                        f"{first}, input {position} is on {a.data.device}"
+                    )
+        return args
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.attrs.items() if v is not None)
+        return f"{type(self).__name__}({shown})"
+
+
+def _wrap(data: torch.Tensor, creator: Operator, index: int, needs_grad: bool) -> Tensor:
+    out = Tensor.__new__(Tensor)
+    out.data = data
+    out.creator = creator
+    out.output_index = index
+    out.name = None
+    out._requires_grad = needs_grad and data.requires_grad
+    out._stores_grad = False
+    return out
+
+
+def _constant(value: Any, reference: Tensor | None, op_type: str, position: int) -> Tensor:
+    """A Python number, list or NumPy array used as an operator input becomes a constant.
+
+    A bare Python number takes the element type of the operator's first tensor input, so
+    ``x * 2`` keeps ``x``'s dtype as ONNX's same-type rule requires.
+    """
+    device = reference.device if reference is not None else None
+    if isinstance(value, (bool, int, float)) and reference is not None:
+        dtype = reference.dtype
+        if isinstance(value, float) and not dtypes.is_float(dtype):
+            dtype = torch.float32
+        return Tensor(data=torch.tensor(value, dtype=dtype), device=device, requires_grad=False)
+    if isinstance(value, (bool, int, float, list, tuple, np.ndarray, np.generic, torch.Tensor)):
+        return Tensor(
+            data=np.asarray(value) if isinstance(value, (list, tuple)) else value,
+            device=device,
+            requires_grad=False,
+        )
+    raise BadInputError(
+        f"{op_type}: input {position} must be a sonnx Tensor, a number or an array, "
+        f"received {type(value).__name__}"
+    )
+
+
+def host_ints(x: torch.Tensor | None) -> list[int] | None:
+    """An integer tensor input (a shape, axes, pads) as a Python list; None stays None."""
+    if x is None:
+        return None
+    return [int(v) for v in x.reshape(-1).tolist()]

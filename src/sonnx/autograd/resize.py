@@ -1,0 +1,3 @@
+"""Spatial resampling: Resize, Upsample, GridSample, AffineGrid, RoiAlign."""
+
+__all__: list[str] = []

@@ -1,0 +1,113 @@
+"""Devices: a thin, SINGA-named layer over :class:`torch.device`.
+
+All code paths are device-agnostic: a :class:`Device` only carries the torch device and the
+random generator seed; every tensor operation runs wherever its torch data lives.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from sonnx.errors import BadInputError
+
+
+class Device:
+    """Where tensors live and computation runs (CPU or one CUDA GPU)."""
+
+    def __init__(self, torch_device: torch.device | str) -> None:
+        self.torch_device = torch.device(torch_device)
+
+    @property
+    def lang(self) -> str:
+        """``"cpp"`` for the CPU and ``"cuda"`` for a GPU, as SINGA named them."""
+        return "cuda" if self.torch_device.type == "cuda" else "cpp"
+
+    def id(self) -> int:
+        """The GPU ordinal, or -1 for the CPU (SINGA's convention)."""
+        return -1 if self.torch_device.type == "cpu" else (self.torch_device.index or 0)
+
+    def is_cuda(self) -> bool:
+        return self.torch_device.type == "cuda"
+
+    def SetRandSeed(self, seed: int) -> None:
+        """Seed every random generator that can affect this device (SINGA's spelling)."""
+        set_seed(seed)
+
+    def set_rand_seed(self, seed: int) -> None:
+        set_seed(seed)
+
+    def synchronize(self) -> None:
+        """Wait for queued GPU work; a no-op on the CPU."""
+        if self.is_cuda():
+            torch.cuda.synchronize(self.torch_device)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and other.torch_device == self.torch_device
+
+    def __hash__(self) -> int:
+        return hash(self.torch_device)
+
+    def __repr__(self) -> str:
+        return f"Device({str(self.torch_device)!r})"
+
+
+_cpu = Device("cpu")
+_default: Device = _cpu
+
+
+def create_cpu_device() -> Device:
+    """The host CPU device."""
+    return _cpu
+
+
+def _require_cuda(device_id: int) -> None:
+    if not torch.cuda.is_available():
+        raise BadInputError(
+            f"cannot create CUDA device {device_id}: torch.cuda.is_available() is False "
+            "(no GPU or a CPU-only torch build); use device.create_cpu_device()"
+        )
+    count = torch.cuda.device_count()
+    if not 0 <= device_id < count:
+        raise BadInputError(f"CUDA device id must be in [0, {count}), received {device_id}")
+
+
+def create_cuda_gpu() -> Device:
+    """The first CUDA GPU; a clear error where there is none."""
+    return create_cuda_gpu_on(0)
+
+
+def create_cuda_gpu_on(device_id: int) -> Device:
+    """CUDA GPU number ``device_id``."""
+    _require_cuda(device_id)
+    return Device(torch.device("cuda", device_id))
+
+
+def get_default_device() -> Device:
+    """The device used when none is given (the CPU unless changed by set_default_device)."""
+    return _default
+
+
+def set_default_device(dev: Device) -> None:
+    global _default
+    _default = as_device(dev)
+
+
+def as_device(dev: Device | torch.device | str | None) -> Device:
+    """Normalise ``None`` (default device), a torch device or a string into a :class:`Device`."""
+    if dev is None:
+        return _default
+    if isinstance(dev, Device):
+        return dev
+    if isinstance(dev, (torch.device, str)):
+        return Device(dev)
+    raise BadInputError(f"expected a sonnx Device, torch.device or str, received {type(dev)}")
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and every GPU) for reproducible runs."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)

@@ -1,0 +1,102 @@
+"""One table of element types: ONNX ``TensorProto`` codes <-> torch dtypes <-> NumPy dtypes.
+
+sonnx never narrows types silently: an int64 stays int64 and a float64 stays float64.
+ONNX types torch cannot hold (strings, 4-bit types) are reported by name where they are used.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from onnx import TensorProto
+
+from sonnx.errors import BadInputError
+
+# (ONNX code, torch dtype, numpy dtype or None where NumPy has no such type)
+_TABLE: list[tuple[int, torch.dtype, np.dtype | None]] = [
+    (TensorProto.FLOAT, torch.float32, np.dtype(np.float32)),
+    (TensorProto.DOUBLE, torch.float64, np.dtype(np.float64)),
+    (TensorProto.FLOAT16, torch.float16, np.dtype(np.float16)),
+    (TensorProto.BFLOAT16, torch.bfloat16, None),
+    (TensorProto.INT8, torch.int8, np.dtype(np.int8)),
+    (TensorProto.INT16, torch.int16, np.dtype(np.int16)),
+    (TensorProto.INT32, torch.int32, np.dtype(np.int32)),
+    (TensorProto.INT64, torch.int64, np.dtype(np.int64)),
+    (TensorProto.UINT8, torch.uint8, np.dtype(np.uint8)),
+    (TensorProto.UINT16, torch.uint16, np.dtype(np.uint16)),
+    (TensorProto.UINT32, torch.uint32, np.dtype(np.uint32)),
+    (TensorProto.UINT64, torch.uint64, np.dtype(np.uint64)),
+    (TensorProto.BOOL, torch.bool, np.dtype(np.bool_)),
+    (TensorProto.COMPLEX64, torch.complex64, np.dtype(np.complex64)),
+    (TensorProto.COMPLEX128, torch.complex128, np.dtype(np.complex128)),
+    (TensorProto.FLOAT8E4M3FN, torch.float8_e4m3fn, None),
+    (TensorProto.FLOAT8E4M3FNUZ, torch.float8_e4m3fnuz, None),
+    (TensorProto.FLOAT8E5M2, torch.float8_e5m2, None),
+    (TensorProto.FLOAT8E5M2FNUZ, torch.float8_e5m2fnuz, None),
+]
+
+_ONNX_TO_TORCH = {code: t for code, t, _ in _TABLE}
+_TORCH_TO_ONNX = {t: code for code, t, _ in _TABLE}
+_NUMPY_TO_TORCH = {n: t for _, t, n in _TABLE if n is not None}
+_TORCH_TO_NUMPY = {t: n for _, t, n in _TABLE if n is not None}
+
+FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def onnx_type_name(code: int) -> str:
+    return TensorProto.DataType.Name(code)
+
+
+def onnx_to_torch(code: int) -> torch.dtype:
+    """The torch dtype for an ONNX element-type code."""
+    try:
+        return _ONNX_TO_TORCH[code]
+    except KeyError:
+        raise BadInputError(
+            f"ONNX element type {onnx_type_name(code)} has no torch equivalent; supported: "
+            + ", ".join(onnx_type_name(c) for c in _ONNX_TO_TORCH)
+        ) from None
+
+
+def torch_to_onnx(dtype: torch.dtype) -> int:
+    """The ONNX element-type code for a torch dtype."""
+    try:
+        return _TORCH_TO_ONNX[dtype]
+    except KeyError:
+        raise BadInputError(f"torch dtype {dtype} has no ONNX element type") from None
+
+
+def numpy_to_torch(dtype: np.dtype | type) -> torch.dtype:
+    np_dtype = np.dtype(dtype)
+    try:
+        return _NUMPY_TO_TORCH[np_dtype]
+    except KeyError:
+        raise BadInputError(f"NumPy dtype {np_dtype} has no torch equivalent") from None
+
+
+def torch_to_numpy(dtype: torch.dtype) -> np.dtype | None:
+    """The NumPy dtype for a torch dtype, or None where NumPy has none (bfloat16, float8)."""
+    return _TORCH_TO_NUMPY.get(dtype)
+
+
+def as_torch_dtype(dtype: object) -> torch.dtype:
+    """Accept a torch dtype, a NumPy dtype/type, a type name (``"float32"``) or an ONNX code."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        return onnx_to_torch(dtype)
+    if (
+        isinstance(dtype, str)
+        and hasattr(torch, dtype)
+        and isinstance(getattr(torch, dtype), torch.dtype)
+    ):
+        return getattr(torch, dtype)
+    try:
+        return numpy_to_torch(np.dtype(dtype))
+    except TypeError:
+        raise BadInputError(f"not a data type: {dtype!r}") from None
+
+
+def is_float(dtype: torch.dtype) -> bool:
+    """True for the floating types that carry gradients."""
+    return dtype in FLOAT_DTYPES

@@ -1,0 +1,31 @@
+"""The exceptions sonnx raises for user-facing problems.
+
+Every message names the thing that is wrong (node, input, dtype, shape, file) and what was
+expected, ending in what was received.
+"""
+
+from __future__ import annotations
+
+
+class SonnxError(Exception):
+    """Base class of every error sonnx raises on purpose."""
+
+
+class BadInputError(SonnxError, ValueError):
+    """A value given to sonnx (tensor, shape, dtype, device, hyper-parameter) is not acceptable."""
+
+
+class BadModelError(SonnxError, ValueError):
+    """An ONNX model, or a file given as one, is malformed or inconsistent."""
+
+
+class UnsupportedOperatorError(SonnxError, NotImplementedError):
+    """One or more ONNX operators have no converter (import) or no export at the requested opset."""
+
+
+class ExportError(SonnxError, ValueError):
+    """A recorded graph cannot be written as ONNX."""
+
+
+class DistributedError(SonnxError, RuntimeError):
+    """Distributed training failed: a peer died, timed out, or the group is misconfigured."""

@@ -1,0 +1,1 @@
+"""Importer registrations for activations: see sonnx.autograd.activations."""

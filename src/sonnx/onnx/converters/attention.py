@@ -1,0 +1,1 @@
+"""Importer registrations for attention: see sonnx.autograd.attention."""

@@ -1,0 +1,1 @@
+"""Importer registrations for cast: see sonnx.autograd.cast."""

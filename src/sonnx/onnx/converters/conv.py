@@ -1,0 +1,1 @@
+"""Importer registrations for conv: see sonnx.autograd.conv."""

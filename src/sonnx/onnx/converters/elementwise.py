@@ -1,0 +1,1 @@
+"""Importer registrations for elementwise: see sonnx.autograd.elementwise."""

@@ -1,0 +1,1 @@
+"""Importer registrations for indexing: see sonnx.autograd.indexing."""

@@ -1,0 +1,1 @@
+"""Importer registrations for linalg: see sonnx.autograd.linalg."""

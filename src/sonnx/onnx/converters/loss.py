@@ -1,0 +1,1 @@
+"""Importer registrations for loss: see sonnx.autograd.loss."""

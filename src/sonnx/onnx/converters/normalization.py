@@ -1,0 +1,1 @@
+"""Importer registrations for normalization: see sonnx.autograd.normalization."""

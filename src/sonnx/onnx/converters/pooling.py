@@ -1,0 +1,1 @@
+"""Importer registrations for pooling: see sonnx.autograd.pooling."""

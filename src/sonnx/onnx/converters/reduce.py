@@ -1,0 +1,1 @@
+"""Importer registrations for reduce: see sonnx.autograd.reduce."""

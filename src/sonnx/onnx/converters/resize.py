@@ -1,0 +1,1 @@
+"""Importer registrations for resize: see sonnx.autograd.resize."""

@@ -1,0 +1,1 @@
+"""Importer registrations for shape: see sonnx.autograd.shape."""

@@ -1,0 +1,401 @@
+"""``Tensor``: a torch tensor plus the operation that created it.
+
+The wrapped ``torch.Tensor`` lives in ``.data`` and does all the math; the wrapper adds what
+sonnx needs on top: ``creator`` (the :class:`~sonnx.autograd.operator.Operator` that produced
+this tensor, so the exporter can walk from outputs back to inputs), ``stores_grad`` (this tensor
+is a parameter whose gradient :func:`sonnx.autograd.backward` yields) and a ``name``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from sonnx import dtypes
+from sonnx.device import Device, as_device
+from sonnx.errors import BadInputError
+
+if TYPE_CHECKING:
+    from sonnx.autograd.operator import Operator
+
+float16 = torch.float16
+bfloat16 = torch.bfloat16
+float32 = torch.float32
+float64 = torch.float64
+int8 = torch.int8
+int16 = torch.int16
+int32 = torch.int32
+int64 = torch.int64
+uint8 = torch.uint8
+bool_ = torch.bool
+
+_UNSET: Any = object()
+
+
+def _to_torch(data: Any, device: Device, dtype: torch.dtype | None) -> torch.Tensor:
+    """Turn user data into a torch tensor on ``device``; zero-copy where torch allows it."""
+    if isinstance(data, Tensor):
+        t = data.data
+    elif isinstance(data, torch.Tensor):
+        t = data
+    elif isinstance(data, np.ndarray):
+        if data.dtype.kind in "biufc":
+            t = torch.from_numpy(np.ascontiguousarray(data))
+        else:
+            raise BadInputError(
+                f"cannot make a tensor from a NumPy array of dtype {data.dtype}; expected a "
+                "boolean, integer, float or complex array"
+            )
+    else:
+        t = torch.as_tensor(data)
+    if dtype is not None and t.dtype != dtype:
+        t = t.to(dtype)
+    if t.device != device.torch_device:
+        t = t.to(device.torch_device)
+    return t
+
+
+class Tensor:
+    """An n-dimensional array on a device that remembers how it was made.
+
+    ``dtype`` defaults to the data's own dtype (float32 when there is no data): nothing is
+    narrowed silently. ``requires_grad`` says whether gradients may flow through this tensor;
+    ``stores_grad`` marks a parameter whose gradient :func:`~sonnx.autograd.backward` yields.
+    """
+
+    def __init__(
+        self,
+        shape: Sequence[int] = (),
+        device: Device | None = None,
+        dtype: Any = _UNSET,
+        data: Any = None,
+        requires_grad: bool = True,
+        stores_grad: bool = False,
+        creator: Operator | None = None,
+        name: str | None = None,
+    ) -> None:
+        torch_dtype = None if dtype is _UNSET or dtype is None else dtypes.as_torch_dtype(dtype)
+        if data is None:
+            dev = as_device(device)
+            shape = _check_shape(shape)
+            t = torch.zeros(shape, dtype=torch_dtype or torch.float32, device=dev.torch_device)
+        else:
+            if device is None and isinstance(data, (Tensor, torch.Tensor)):
+                dev = Device(data.device if isinstance(data, torch.Tensor) else data.data.device)
+            else:
+                dev = as_device(device)
+            t = _to_torch(data, dev, torch_dtype)
+        self.data: torch.Tensor = t
+        self.creator = creator
+        self.output_index = 0
+        self.name = name
+        self._requires_grad = bool(requires_grad)
+        self._stores_grad = bool(stores_grad)
+        self._sync_torch_grad()
+
+    # ---- gradient flags -------------------------------------------------------------------
+    def _sync_torch_grad(self) -> None:
+        """A leaf parameter's torch tensor tracks gradients exactly when it is trainable."""
+        if self.creator is None and self.data.is_leaf:
+            want = self._requires_grad and self._stores_grad and dtypes.is_float(self.data.dtype)
+            if self.data.requires_grad != want:
+                self.data.requires_grad_(want)
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self._requires_grad = bool(value)
+        self._sync_torch_grad()
+
+    @property
+    def stores_grad(self) -> bool:
+        return self._stores_grad
+
+    @stores_grad.setter
+    def stores_grad(self, value: bool) -> None:
+        self._stores_grad = bool(value)
+        self._sync_torch_grad()
+
+    @property
+    def is_param(self) -> bool:
+        """A trainable leaf: ``backward`` yields its gradient."""
+        return self._requires_grad and self._stores_grad
+
+    # ---- shape, dtype, device -------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.data.dtype
+
+    @property
+    def device(self) -> Device:
+        return Device(self.data.device)
+
+    def ndim(self) -> int:
+        return self.data.dim()
+
+    def size(self) -> int:
+        """The number of elements (SINGA's meaning of ``size``)."""
+        return self.data.numel()
+
+    def __len__(self) -> int:
+        if self.data.dim() == 0:
+            raise BadInputError("len() of a 0-d tensor")
+        return self.data.shape[0]
+
+    def is_empty(self) -> bool:
+        return self.data.numel() == 0
+
+    # ---- moving and copying data ----------------------------------------------------------
+    def to_device(self, device: Device) -> Tensor:
+        """Move this tensor's data to ``device`` in place; returns self."""
+        dev = as_device(device)
+        self.data = self.data.detach().to(dev.torch_device)
+        self._sync_torch_grad()
+        return self
+
+    def to_host(self) -> Tensor:
+        return self.to_device(Device("cpu"))
+
+    def to_type(self, dtype: Any) -> Tensor:
+        """Convert the element type in place; returns self."""
+        self.data = self.data.detach().to(dtypes.as_torch_dtype(dtype))
+        self._sync_torch_grad()
+        return self
+
+    def as_type(self, dtype: Any) -> Tensor:
+        """A new tensor with the element type converted (recorded as an ONNX Cast)."""
+        from sonnx.autograd import cast
+
+        return cast(self, dtype)
+
+    def copy_from_numpy(self, array: np.ndarray, offset: int = 0) -> None:
+        """Overwrite this tensor's elements (from element ``offset``) with ``array``'s."""
+        src = torch.from_numpy(np.ascontiguousarray(array)).reshape(-1)
+        flat = self.data.detach().view(-1)
+        if offset + src.numel() > flat.numel():
+            raise BadInputError(
+                f"copy_from_numpy: {src.numel()} elements at offset {offset} do not fit in a "
+                f"tensor of shape {self.shape}"
+            )
+        with torch.no_grad():
+            flat[offset : offset + src.numel()].copy_(src.to(flat.dtype))
+
+    def copy_data(self, other: Tensor) -> None:
+        """Overwrite this tensor's values with ``other``'s (same shape)."""
+        if other.shape != self.shape:
+            raise BadInputError(
+                f"copy_data: expected a tensor of shape {self.shape}, received {other.shape}"
+            )
+        with torch.no_grad():
+            self.data.copy_(other.data)
+
+    def set_value(self, value: float) -> Tensor:
+        with torch.no_grad():
+            self.data.fill_(value)
+        return self
+
+    def gaussian(self, mean: float, std: float) -> Tensor:
+        """Fill in place with samples from N(mean, std^2)."""
+        with torch.no_grad():
+            self.data.normal_(mean, std)
+        return self
+
+    def uniform(self, low: float, high: float) -> Tensor:
+        """Fill in place with samples from U(low, high)."""
+        with torch.no_grad():
+            self.data.uniform_(low, high)
+        return self
+
+    def bernoulli(self, p: float) -> Tensor:
+        with torch.no_grad():
+            self.data.bernoulli_(p)
+        return self
+
+    def clone(self) -> Tensor:
+        """A detached copy with the same flags and name (no creator)."""
+        return Tensor(
+            data=self.data.detach().clone(),
+            requires_grad=self._requires_grad,
+            stores_grad=self._stores_grad,
+            name=self.name,
+        )
+
+    def item(self) -> float | int | bool:
+        return self.data.item()
+
+    def numpy(self) -> np.ndarray:
+        return to_numpy(self)
+
+    def torch(self) -> torch.Tensor:
+        """The wrapped torch tensor (shares memory)."""
+        return self.data
+
+    # ---- operators, all recorded so they can be exported ----------------------------------
+    def __add__(self, other: Any) -> Tensor:
+        from sonnx.autograd import add
+
+        return add(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        from sonnx.autograd import add
+
+        return add(other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        from sonnx.autograd import sub
+
+        return sub(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        from sonnx.autograd import sub
+
+        return sub(other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        from sonnx.autograd import mul
+
+        return mul(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        from sonnx.autograd import mul
+
+        return mul(other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        from sonnx.autograd import div
+
+        return div(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        from sonnx.autograd import div
+
+        return div(other, self)
+
+    def __pow__(self, other: Any) -> Tensor:
+        from sonnx.autograd import pow
+
+        return pow(self, other)
+
+    def __neg__(self) -> Tensor:
+        from sonnx.autograd import neg
+
+        return neg(self)
+
+    def __matmul__(self, other: Tensor) -> Tensor:
+        from sonnx.autograd import matmul
+
+        return matmul(self, other)
+
+    def __lt__(self, other: Any) -> Tensor:
+        from sonnx.autograd import less
+
+        return less(self, other)
+
+    def __le__(self, other: Any) -> Tensor:
+        from sonnx.autograd import less_equal
+
+        return less_equal(self, other)
+
+    def __gt__(self, other: Any) -> Tensor:
+        from sonnx.autograd import greater
+
+        return greater(self, other)
+
+    def __ge__(self, other: Any) -> Tensor:
+        from sonnx.autograd import greater_equal
+
+        return greater_equal(self, other)
+
+    def reshape(self, shape: Sequence[int]) -> Tensor:
+        from sonnx.autograd import reshape
+
+        return reshape(self, shape)
+
+    def transpose(self, axes: Sequence[int] | None = None) -> Tensor:
+        from sonnx.autograd import transpose
+
+        return transpose(self, axes)
+
+    @property
+    def T(self) -> Tensor:
+        return self.transpose()
+
+    def __repr__(self) -> str:
+        label = f" name={self.name!r}" if self.name else ""
+        made = f" creator={self.creator.op_type}" if self.creator is not None else ""
+        return f"Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device}{label}{made})"
+
+
+class PlaceHolder(Tensor):
+    """A tensor that stands for a model input whose values arrive later (used by ``compile``)."""
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        device: Device | None = None,
+        dtype: Any = float32,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(shape=shape, device=device, dtype=dtype, requires_grad=False, name=name)
+
+
+def _check_shape(shape: Sequence[int] | int) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise BadInputError(f"a shape must be a sequence of integers, received {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise BadInputError(f"a shape must have non-negative dimensions, received {dims}")
+    return dims
+
+
+def from_numpy(array: np.ndarray, dev: Device | None = None) -> Tensor:
+    """A tensor holding ``array``'s values with its dtype (zero-copy on the CPU)."""
+    if not isinstance(array, np.ndarray):
+        raise BadInputError(f"from_numpy expects a NumPy array, received {type(array).__name__}")
+    return Tensor(data=array, device=dev, requires_grad=False)
+
+
+def from_torch(t: torch.Tensor, requires_grad: bool = False) -> Tensor:
+    """Wrap a torch tensor without copying it."""
+    return Tensor(data=t, device=Device(t.device), requires_grad=requires_grad)
+
+
+def to_numpy(t: Tensor) -> np.ndarray:
+    """The tensor's values as a NumPy array on the host.
+
+    bfloat16 and float8 have no NumPy type and come back widened to float32 (exactly).
+    """
+    data = t.data.detach()
+    if dtypes.torch_to_numpy(data.dtype) is None:
+        data = data.to(torch.float32)
+    return data.cpu().numpy()
+
+
+def to_host(t: Tensor) -> Tensor:
+    return Tensor(data=t.data.detach().cpu(), requires_grad=False, name=t.name)
+
+
+def zeros(shape: Sequence[int], dev: Device | None = None, dtype: Any = float32) -> Tensor:
+    return Tensor(shape=shape, device=dev, dtype=dtype, requires_grad=False)
+
+
+def ones(shape: Sequence[int], dev: Device | None = None, dtype: Any = float32) -> Tensor:
+    return zeros(shape, dev, dtype).set_value(1)
+
+
+def random(shape: Sequence[int], dev: Device | None = None) -> Tensor:
+    """Uniform samples from [0, 1)."""
+    return zeros(shape, dev).uniform(0.0, 1.0)
