@@ -6,18 +6,19 @@ ONNX types torch cannot hold (strings, 4-bit types) are reported by name where t
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import torch
 from onnx import TensorProto
 
 from sonnx.errors import BadInputError
 
-# (ONNX code, torch dtype, numpy dtype or None where NumPy has no such type)
+# (ONNX code, torch dtype, NumPy dtype: ml_dtypes' types where NumPy itself has none)
 _TABLE: list[tuple[int, torch.dtype, np.dtype | None]] = [
     (TensorProto.FLOAT, torch.float32, np.dtype(np.float32)),
     (TensorProto.DOUBLE, torch.float64, np.dtype(np.float64)),
     (TensorProto.FLOAT16, torch.float16, np.dtype(np.float16)),
-    (TensorProto.BFLOAT16, torch.bfloat16, None),
+    (TensorProto.BFLOAT16, torch.bfloat16, np.dtype(ml_dtypes.bfloat16)),
     (TensorProto.INT8, torch.int8, np.dtype(np.int8)),
     (TensorProto.INT16, torch.int16, np.dtype(np.int16)),
     (TensorProto.INT32, torch.int32, np.dtype(np.int32)),
@@ -29,10 +30,10 @@ _TABLE: list[tuple[int, torch.dtype, np.dtype | None]] = [
     (TensorProto.BOOL, torch.bool, np.dtype(np.bool_)),
     (TensorProto.COMPLEX64, torch.complex64, np.dtype(np.complex64)),
     (TensorProto.COMPLEX128, torch.complex128, np.dtype(np.complex128)),
-    (TensorProto.FLOAT8E4M3FN, torch.float8_e4m3fn, None),
-    (TensorProto.FLOAT8E4M3FNUZ, torch.float8_e4m3fnuz, None),
-    (TensorProto.FLOAT8E5M2, torch.float8_e5m2, None),
-    (TensorProto.FLOAT8E5M2FNUZ, torch.float8_e5m2fnuz, None),
+    (TensorProto.FLOAT8E4M3FN, torch.float8_e4m3fn, np.dtype(ml_dtypes.float8_e4m3fn)),
+    (TensorProto.FLOAT8E4M3FNUZ, torch.float8_e4m3fnuz, np.dtype(ml_dtypes.float8_e4m3fnuz)),
+    (TensorProto.FLOAT8E5M2, torch.float8_e5m2, np.dtype(ml_dtypes.float8_e5m2)),
+    (TensorProto.FLOAT8E5M2FNUZ, torch.float8_e5m2fnuz, np.dtype(ml_dtypes.float8_e5m2fnuz)),
 ]
 
 _ONNX_TO_TORCH = {code: t for code, t, _ in _TABLE}
@@ -75,8 +76,39 @@ def numpy_to_torch(dtype: np.dtype | type) -> torch.dtype:
 
 
 def torch_to_numpy(dtype: torch.dtype) -> np.dtype | None:
-    """The NumPy dtype for a torch dtype, or None where NumPy has none (bfloat16, float8)."""
+    """The NumPy dtype for a torch dtype (ml_dtypes' for bfloat16 and float8), or None."""
     return _TORCH_TO_NUMPY.get(dtype)
+
+
+def _bits_view(itemsize: int) -> tuple[np.dtype, torch.dtype]:
+    return {1: (np.dtype(np.uint8), torch.uint8), 2: (np.dtype(np.uint16), torch.uint16)}[itemsize]
+
+
+def array_to_torch(array: np.ndarray) -> torch.Tensor:
+    """A torch tensor with ``array``'s values and exact type; zero-copy where possible.
+
+    ml_dtypes arrays (bfloat16, float8) are reinterpreted bit for bit, since torch cannot read
+    them directly.
+    """
+    array = np.ascontiguousarray(array)
+    target = _NUMPY_TO_TORCH.get(array.dtype)
+    if target is None:
+        raise BadInputError(f"NumPy dtype {array.dtype} has no torch equivalent")
+    if array.dtype.kind in "biufc" and array.dtype.type.__module__ == "numpy":
+        return torch.from_numpy(array)
+    np_bits, torch_bits = _bits_view(array.dtype.itemsize)
+    return torch.from_numpy(array.view(np_bits)).view(torch_bits).view(target)
+
+
+def torch_to_array(t: torch.Tensor) -> np.ndarray:
+    """The values of a (host) torch tensor as a NumPy array of the exact same type."""
+    target = _TORCH_TO_NUMPY.get(t.dtype)
+    if target is None:
+        raise BadInputError(f"torch dtype {t.dtype} has no NumPy equivalent")
+    if target.type.__module__ == "numpy":
+        return t.numpy()
+    np_bits, torch_bits = _bits_view(target.itemsize)
+    return t.contiguous().view(torch_bits).numpy().view(np_bits).view(target)
 
 
 def as_torch_dtype(dtype: object) -> torch.dtype:

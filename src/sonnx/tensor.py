@@ -42,13 +42,7 @@ def _to_torch(data: Any, device: Device, dtype: torch.dtype | None) -> torch.Ten
     elif isinstance(data, torch.Tensor):
         t = data
     elif isinstance(data, np.ndarray):
-        if data.dtype.kind in "biufc":
-            t = torch.from_numpy(np.ascontiguousarray(data))
-        else:
-            raise BadInputError(
-                f"cannot make a tensor from a NumPy array of dtype {data.dtype}; expected a "
-                "boolean, integer, float or complex array"
-            )
+        t = dtypes.array_to_torch(data)
     else:
         t = torch.as_tensor(data)
     if dtype is not None and t.dtype != dtype:
@@ -374,14 +368,11 @@ def from_torch(t: torch.Tensor, requires_grad: bool = False) -> Tensor:
 
 
 def to_numpy(t: Tensor) -> np.ndarray:
-    """The tensor's values as a NumPy array on the host.
+    """The tensor's values as a NumPy array on the host, of exactly the same element type.
 
-    bfloat16 and float8 have no NumPy type and come back widened to float32 (exactly).
+    bfloat16 and float8 come back as ml_dtypes arrays (NumPy itself has no such types).
     """
-    data = t.data.detach()
-    if dtypes.torch_to_numpy(data.dtype) is None:
-        data = data.to(torch.float32)
-    return data.cpu().numpy()
+    return dtypes.torch_to_array(t.data.detach().cpu())
 
 
 def to_host(t: Tensor) -> Tensor:

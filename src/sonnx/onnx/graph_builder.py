@@ -19,10 +19,8 @@ from sonnx.errors import ExportError
 
 def _attribute_value(value: Any) -> Any:
     """NumPy/torch tensors become TensorProto; everything else goes to onnx.helper as is."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    if isinstance(value, np.ndarray):
-        return numpy_helper.from_array(value)
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return tensor_proto(value, "")
     if isinstance(value, tuple):
         return list(value)
     return value
@@ -31,18 +29,7 @@ def _attribute_value(value: Any) -> Any:
 def tensor_proto(value: np.ndarray | torch.Tensor, name: str) -> onnx.TensorProto:
     """An ONNX tensor holding ``value`` exactly, bfloat16 and float8 included."""
     if isinstance(value, torch.Tensor):
-        t = value.detach().cpu()
-        if dtypes.torch_to_numpy(t.dtype) is None:
-            code = dtypes.torch_to_onnx(t.dtype)
-            proto = helper.make_tensor(
-                name,
-                code,
-                list(t.shape),
-                t.contiguous().view(torch.uint8).numpy().tobytes(),
-                raw=True,
-            )
-            return proto
-        value = t.numpy()
+        value = dtypes.torch_to_array(value.detach().cpu())
     return numpy_helper.from_array(np.asarray(value), name=name)
 
 

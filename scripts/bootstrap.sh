@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sourced by demo.sh and test.sh: creates .venv on a fresh machine and installs what sonnx needs.
+# torch==2.13.0 is installed first: it is the CPU build these machines hold locally; any other torch
+# request would download a multi-GB CUDA build. pyproject.toml itself only asks for torch>=2.4.
+set -euo pipefail
+extras="${1:-demo}"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+python -m pip install --quiet --disable-pip-version-check --upgrade pip
+python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
+python -m pip install --quiet --disable-pip-version-check -e ".[${extras}]"
+# The default demo data: Debian's real Fashion-MNIST. Where apt-get is missing (or we are not
+# root) sonnx falls back to scikit-learn's bundled digits.
+if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null 2>&1 \
+   && [ "$(id -u)" = "0" ]; then
+  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null) \
+    || echo "dataset-fashion-mnist not installed; sonnx will use scikit-learn's digits"
+fi

@@ -1,0 +1,11 @@
+"""sonnx: a deep-learning system in which ONNX is a first-class citizen.
+
+Load any ONNX model (:func:`prepare`), run it, re-train it, cut it and extend it; build models
+with the framework API (``device``, ``tensor``, ``autograd``, ``layer``, ``model``, ``opt``); and
+export anything back to ONNX (:func:`to_onnx`).
+"""
+
+from sonnx import autograd, device, tensor
+from sonnx.onnx.importer import SingaRep, prepare
+
+__all__ = ["SingaRep", "autograd", "device", "prepare", "tensor"]

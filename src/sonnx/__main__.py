@@ -1,0 +1,3 @@
+from sonnx.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""The ``sonnx`` console command: thin subcommands over the library.
+
+sonnx demo [--epochs N] [--limit N] [--data DIR] [--out DIR]   the walkthrough (main job)
+sonnx info MODEL.onnx                                         layers, inputs, outputs, params
+sonnx run MODEL.onnx INPUT.npy [...] [--last-layers K]        run a model on .npy inputs
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from sonnx.errors import SonnxError
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from sonnx.walkthrough import format_table, run_walkthrough
+
+    results = run_walkthrough(
+        Path(args.out),
+        epochs=args.epochs,
+        limit=args.limit,
+        data_dir=args.data,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        progress=not args.no_progress,
+    )
+    print()
+    print(format_table(results))
+    print(f"\nwrote {args.out}/mnist.onnx, {args.out}/transfer.onnx, {args.out}/curves.png")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from sonnx.onnx.importer import prepare
+
+    rep = prepare(args.model)
+    print(f"inputs:  {', '.join(f'{s.name}: {s.describe()}' for s in rep.input_specs)}")
+    print(f"outputs: {', '.join(rep.outputs)}")
+    params = rep.params
+    count = sum(t.size() for t in params.values())
+    print(f"parameters: {len(params)} tensors, {count:,} values\n")
+    print(rep.summary())
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from sonnx.onnx.importer import prepare
+    from sonnx.tensor import to_numpy
+
+    rep = prepare(args.model)
+    arrays = [np.load(p, allow_pickle=False) for p in args.inputs]
+    outputs = rep.run(arrays, last_layers=args.last_layers)
+    for i, t in enumerate(outputs):
+        array = to_numpy(t)
+        print(f"output {i} ({t.name}): {array.dtype} {array.shape}")
+        if args.save:
+            np.save(f"{args.save}_{i}.npy", array)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sonnx", description="ONNX as a first-class citizen.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="train -> export -> re-import -> re-train -> transfer")
+    demo.add_argument("--epochs", type=int, default=1, help="epochs per training stage")
+    demo.add_argument("--limit", type=int, default=None, help="use only the first N images")
+    demo.add_argument("--data", default=None, help="a directory of MNIST-format idx files")
+    demo.add_argument("--out", default="out", help="where to write the models and curves")
+    demo.add_argument("--batch-size", type=int, default=64)
+    demo.add_argument("--lr", type=float, default=0.05)
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
+    demo.set_defaults(func=_demo)
+    info = sub.add_parser("info", help="describe an ONNX model as sonnx imports it")
+    info.add_argument("model")
+    info.set_defaults(func=_info)
+    run = sub.add_parser("run", help="run an ONNX model on .npy inputs")
+    run.add_argument("model")
+    run.add_argument("inputs", nargs="+", help=".npy files, one per model input")
+    run.add_argument("--last-layers", type=int, default=-1)
+    run.add_argument("--save", default=None, help="prefix for .npy files of the outputs")
+    run.set_defaults(func=_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SonnxError as e:
+        print(f"sonnx: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

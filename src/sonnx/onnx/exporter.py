@@ -1,0 +1,297 @@
+"""``to_onnx``: write the recorded creator graph between some inputs and outputs as ONNX.
+
+The walk starts at every output and follows ``creator.inputs`` back to leaves. A leaf that is
+one of the given ``inputs`` becomes a graph input; a parameter (``stores_grad``) or a constant
+(``requires_grad=False``) becomes an initializer, stored once however often it is used; any
+other leaf is an error, because silently baking user data into the model as a constant is never
+what was meant. Each operator writes its own node(s) through :meth:`Operator.export`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+import onnx
+import onnx.defs
+from onnx import helper
+
+from sonnx import dtypes
+from sonnx.autograd.operator import Operator
+from sonnx.errors import ExportError
+from sonnx.onnx.graph_builder import GraphBuilder
+from sonnx.tensor import Tensor
+
+# Below 2 GiB protobuf can hold the whole model; above it, weights go to external data.
+_PROTOBUF_LIMIT = 2**31 - 1
+OLDEST_EXPORT_OPSET = 11
+
+
+@cache
+def default_opset() -> int:
+    """The newest opset both onnx and the installed onnxruntime accept (onnx's if no ORT)."""
+    newest = onnx.defs.onnx_opset_version()
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return newest
+    for opset in range(newest, OLDEST_EXPORT_OPSET - 1, -1):
+        probe = helper.make_model(
+            helper.make_graph(
+                [helper.make_node("Identity", ["x"], ["y"])],
+                "probe",
+                [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+            ),
+            opset_imports=[helper.make_opsetid("", opset)],
+            ir_version=helper.find_min_ir_version_for([helper.make_opsetid("", opset)]),
+        )
+        try:
+            ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+            return opset
+        except Exception:  # this onnxruntime does not know that opset; try an older one
+            continue
+    return OLDEST_EXPORT_OPSET
+
+
+def _topological_ops(outputs: Sequence[Tensor]) -> list[Operator]:
+    """Every operator the outputs depend on, each after the operators it reads from."""
+    order: list[Operator] = []
+    done: set[int] = set()
+    for out in outputs:
+        if out.creator is None or id(out.creator) in done:
+            continue
+        stack: list[tuple[Operator, int]] = [(out.creator, 0)]
+        on_stack = {id(out.creator)}
+        while stack:
+            op, k = stack.pop()
+            if k < len(op.inputs):
+                stack.append((op, k + 1))
+                x = op.inputs[k]
+                parent = None if x is None else x.creator
+                if parent is not None and id(parent) not in done and id(parent) not in on_stack:
+                    on_stack.add(id(parent))
+                    stack.append((parent, 0))
+                continue
+            on_stack.discard(id(op))
+            done.add(id(op))
+            order.append(op)
+    return order
+
+
+def _value_info(name: str, t: Tensor, dynamic_batch: bool) -> onnx.ValueInfoProto:
+    shape: list[int | str] = list(t.shape)
+    if dynamic_batch and shape:
+        shape[0] = "batch"
+    return helper.make_tensor_value_info(name, dtypes.torch_to_onnx(t.dtype), shape)
+
+
+class _Namer:
+    """Names for tensors: the user's name where given and free, else a generated one."""
+
+    def __init__(self, g: GraphBuilder) -> None:
+        self.g = g
+        self.by_leaf: dict[int, str] = {}
+        self.by_output: dict[tuple[int, int], str] = {}
+
+    def of(self, t: Tensor) -> str:
+        if t.creator is None:
+            return self.by_leaf[id(t)]
+        key = (id(t.creator), t.output_index)
+        if key not in self.by_output:
+            self.by_output[key] = (
+                self.g.reserve(t.name) if t.name else self.g.fresh_name(t.creator.op_type.lower())
+            )
+        return self.by_output[key]
+
+    def outputs_of(self, op: Operator, known: dict[tuple[int, int], Tensor]) -> list[str]:
+        names = []
+        for i in range(op.num_outputs):
+            t = known.get((id(op), i))
+            names.append(
+                self.of(t) if t is not None else self.g.fresh_name(f"{op.op_type.lower()}_unused")
+            )
+        return names
+
+
+def to_onnx(
+    inputs: Sequence[Tensor],
+    outputs: Sequence[Tensor],
+    model_name: str = "sonnx",
+    opset: int | None = None,
+    dynamic_batch: bool = True,
+    doc_string: str | None = None,
+) -> onnx.ModelProto:
+    """An ONNX model computing ``outputs`` from ``inputs`` as recorded when they were run."""
+    inputs, outputs = list(inputs), list(outputs)
+    if not outputs:
+        raise ExportError("to_onnx: no outputs given")
+    for kind, seq in (("inputs", inputs), ("outputs", outputs)):
+        for i, t in enumerate(seq):
+            if not isinstance(t, Tensor):
+                raise ExportError(
+                    f"to_onnx: {kind}[{i}] must be a sonnx Tensor, received {type(t).__name__}"
+                )
+    target = default_opset() if opset is None else int(opset)
+    if not OLDEST_EXPORT_OPSET <= target <= onnx.defs.onnx_opset_version():
+        raise ExportError(
+            f"to_onnx: opset must be in [{OLDEST_EXPORT_OPSET}, "
+            f"{onnx.defs.onnx_opset_version()}], received {target}"
+        )
+    g = GraphBuilder(target)
+    namer = _Namer(g)
+    graph_inputs = []
+    for i, t in enumerate(inputs):
+        if t.creator is not None:
+            raise ExportError(
+                f"to_onnx: inputs[{i}] was computed by {t.creator.op_type}; "
+                "graph inputs must be leaf tensors"
+            )
+        name = g.reserve(t.name or f"input_{i}")
+        namer.by_leaf[id(t)] = name
+        graph_inputs.append(_value_info(name, t, dynamic_batch))
+    ops = _topological_ops(outputs)
+    produced = _reachable_tensors(ops, outputs)
+    _name_leaves(ops, outputs, namer, g, inputs)
+    _check_connected(outputs, inputs)
+    for op in ops:
+        ins = ["" if x is None else namer.of(x) for x in op.inputs]
+        first = len(g.nodes)
+        op.export(g, ins, namer.outputs_of(op, produced))
+        _check_nodes_exist(g, first, op)
+    graph_outputs = []
+    for i, t in enumerate(outputs):
+        name = namer.of(t) if t.creator is not None else namer.by_leaf[id(t)]
+        if name in {o.name for o in graph_outputs} or t.creator is None:
+            alias = g.reserve(f"output_{i}")
+            g.add_node("Identity", [name], [alias])
+            name = alias
+        graph_outputs.append(_value_info(name, t, dynamic_batch))
+    graph = helper.make_graph(g.nodes, model_name, graph_inputs, graph_outputs, g.initializers)
+    opsets = [helper.make_opsetid("", target)]
+    opsets += [helper.make_opsetid(d, v) for d, v in g.extra_opsets.items()]
+    model = helper.make_model(
+        graph,
+        opset_imports=opsets,
+        producer_name="sonnx",
+        ir_version=helper.find_min_ir_version_for(opsets),
+        doc_string=doc_string or "",
+    )
+    try:
+        onnx.checker.check_model(model if model.ByteSize() < _PROTOBUF_LIMIT else _stub(model))
+    except onnx.checker.ValidationError as e:
+        raise ExportError(f"to_onnx produced a model the ONNX checker rejects: {e}") from e
+    return model
+
+
+def _reachable_tensors(
+    ops: list[Operator], outputs: Sequence[Tensor]
+) -> dict[tuple[int, int], Tensor]:
+    """Non-leaf tensors the export needs, by (creator id, output index)."""
+    found: dict[tuple[int, int], Tensor] = {}
+    for t in [*outputs, *(x for op in ops for x in op.inputs if x is not None)]:
+        if t.creator is not None:
+            found.setdefault((id(t.creator), t.output_index), t)
+    return found
+
+
+def _name_leaves(ops, outputs, namer: _Namer, g: GraphBuilder, inputs) -> None:
+    """Give every leaf a name: graph inputs already have one; others become initializers."""
+    leaves = [x for op in ops for x in op.inputs if x is not None and x.creator is None]
+    leaves += [t for t in outputs if t.creator is None]
+    for t in leaves:
+        if id(t) in namer.by_leaf:
+            continue
+        if t.requires_grad and not t.stores_grad:
+            raise ExportError(
+                f"to_onnx: tensor {t.name or ''!r} of shape {t.shape} ({t.dtype}) is a leaf that "
+                "is neither among the given inputs nor a parameter (stores_grad); pass it in "
+                "`inputs`, or set requires_grad=False to embed it as a constant"
+            )
+        hint = t.name or ("param" if t.stores_grad else "const")
+        namer.by_leaf[id(t)] = g.add_initializer(t.data, hint)
+
+
+def _check_connected(outputs: Sequence[Tensor], inputs: Sequence[Tensor]) -> None:
+    """Each output computed by an operator must depend on at least one graph input."""
+    wanted = {id(t) for t in inputs}
+    for i, out in enumerate(outputs):
+        if out.creator is None:
+            if id(out) not in wanted:
+                raise ExportError(
+                    f"to_onnx: outputs[{i}] ({out.name or 'unnamed'}, shape {out.shape}) is not "
+                    "connected to the inputs: it is a leaf tensor, not computed from them"
+                )
+            continue
+        if not inputs:
+            continue
+        stack, seen, hit = [out], set(), False
+        while stack and not hit:
+            t = stack.pop()
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            hit = id(t) in wanted
+            if t.creator is not None:
+                stack.extend(x for x in t.creator.inputs if x is not None)
+        if not hit:
+            raise ExportError(
+                f"to_onnx: outputs[{i}] ({out.name or out.creator.op_type}, shape {out.shape}) is "
+                "not connected to any of the given inputs"
+            )
+
+
+def _check_nodes_exist(g: GraphBuilder, first: int, op: Operator) -> None:
+    for node in g.nodes[first:]:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, g.opset, "")
+        except onnx.defs.SchemaError:
+            raise ExportError(
+                f"to_onnx: {op.op_type} exports as ONNX {node.op_type}, which does not exist at "
+                f"opset {g.opset}; choose a newer opset"
+            ) from None
+        if schema.deprecated:
+            raise ExportError(
+                f"to_onnx: {op.op_type} exports as ONNX {node.op_type}, deprecated at opset "
+                f"{g.opset}"
+            )
+
+
+def _stub(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model without initializer data, for checking a model too large for protobuf."""
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    for init in light.graph.initializer:
+        init.ClearField("raw_data")
+    return light
+
+
+def save(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
+    """Write ``model`` atomically; weights go to external data when the model exceeds 2 GiB."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    large = model.ByteSize() >= _PROTOBUF_LIMIT
+    fd, tmp = tempfile.mkstemp(prefix=target.name, suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        if large:
+            onnx.save_model(
+                model,
+                tmp,
+                save_as_external_data=True,
+                all_tensors_to_one_file=True,
+                location=target.name + ".data",
+                size_threshold=1024,
+            )
+        else:
+            onnx.save_model(model, tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target

@@ -1,0 +1,347 @@
+"""``prepare`` and ``SingaRep``: an ONNX model as a runnable, trainable sonnx graph.
+
+``prepare`` validates the model, turns initializers into tensors (float ones into trainable
+parameters), evaluates ``Constant`` nodes once, and resolves every node to a converter before
+anything runs. ``SingaRep.run`` then executes the nodes in order on sonnx tensors, so every
+operation is recorded: the result can be trained with :func:`sonnx.autograd.backward` and
+exported again with :func:`sonnx.to_onnx`.
+
+``SONNX_DEBUG=1`` in the environment prints, per node, its op, its inputs' shapes and dtypes
+and the time it took.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+import sonnx.onnx.converters  # noqa: F401  (registers every converter)
+from sonnx import dtypes
+from sonnx.device import Device, as_device
+from sonnx.errors import BadInputError, BadModelError
+from sonnx.onnx.model_loading import (
+    ModelSource,
+    ResolvedNode,
+    check_graph_order,
+    load_model,
+    opset_versions,
+    resolve_nodes,
+)
+from sonnx.onnx.registry import NodeInfo, node_attributes
+from sonnx.tensor import Tensor
+
+
+@dataclass
+class _Step:
+    """One node ready to run: converter, decoded attributes and wiring."""
+
+    info: NodeInfo
+    attrs: dict[str, Any]
+    inputs: list[str]
+    outputs: list[str]
+    convert: Any
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A graph input's declared element type and shape (None or a name for a free dim)."""
+
+    name: str
+    dtype: Any
+    shape: tuple[int | str | None, ...] | None
+
+    def describe(self) -> str:
+        dims = (
+            "?"
+            if self.shape is None
+            else "(" + ", ".join("?" if d is None else str(d) for d in self.shape) + ")"
+        )
+        return f"{self.dtype} {dims}"
+
+
+@dataclass
+class SingaRep:
+    """A prepared ONNX model. Run it with :meth:`run`; its weights are in :attr:`params`.
+
+    ``steps`` are the model's layers in execution order: every node except ``Constant`` nodes,
+    whose values were computed once by :func:`prepare` and live in ``tensor_map``.
+    """
+
+    model: onnx.ModelProto
+    device: Device
+    tensor_map: dict[str, Tensor]
+    input_specs: list[InputSpec]
+    outputs: list[str]
+    steps: list[_Step]
+    shapes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> list[str]:
+        """Names of the inputs to feed (graph inputs that are not initializers)."""
+        return [s.name for s in self.input_specs]
+
+    @property
+    def params(self) -> dict[str, Tensor]:
+        """The trainable weights by name (float initializers)."""
+        return {k: t for k, t in self.tensor_map.items() if t.stores_grad}
+
+    # ---- running --------------------------------------------------------------------------
+    def run(
+        self,
+        inputs: Any,
+        last_layers: int = -1,
+        all_outputs: bool = False,
+        aux_output: Sequence[str] = (),
+        output: str | None = None,
+    ) -> list[Tensor] | dict[str, Tensor]:
+        """Run the model on ``inputs`` (tensors, arrays, a dict by name, or one tensor).
+
+        ``last_layers=-1`` runs the whole model and returns its outputs; ``-k`` drops the last
+        ``k - 1`` layers (nodes other than Constant) and returns the outputs of the last layer
+        run. ``output="name"`` stops once tensor ``name`` is computed and returns it.
+        ``all_outputs=True`` returns every computed tensor by name; ``aux_output`` names extra
+        tensors appended to the returned list.
+        """
+        values = dict(self.tensor_map)
+        values.update(self._bind_inputs(inputs))
+        stop, wanted = self._plan_stop(last_layers, output)
+        debug = os.environ.get("SONNX_DEBUG", "") not in ("", "0")
+        computed: dict[str, Tensor] = {}
+        for step in self.steps[:stop]:
+            args = [values[n] if n else None for n in step.inputs]
+            started = time.perf_counter() if debug else 0.0
+            result = step.convert(step.info, args, step.attrs)
+            outs = (result,) if isinstance(result, Tensor) or result is None else tuple(result)
+            for name, t in zip(step.outputs, outs, strict=False):
+                if name and t is not None:
+                    t.name = name
+                    values[name] = t
+                    computed[name] = t
+            if debug:
+                _trace(step, args, time.perf_counter() - started)
+        if all_outputs:
+            return computed
+        if wanted is not None:
+            names = wanted
+        elif stop < len(self.steps):
+            names = [n for n in self.steps[stop - 1].outputs if n]
+        else:
+            names = list(self.outputs)
+        missing = [n for n in [*names, *aux_output] if n not in values]
+        if missing:
+            raise BadInputError(f"run: tensor(s) {missing} were not computed by this run")
+        return [values[n] for n in names] + [values[n] for n in aux_output]
+
+    def _plan_stop(self, last_layers: int, output: str | None) -> tuple[int, list[str] | None]:
+        """How many steps to run, and which tensor names to return (None: the default)."""
+        if output is not None:
+            for i, step in enumerate(self.steps):
+                if output in step.outputs:
+                    return i + 1, [output]
+            if output in self.tensor_map:
+                return 0, [output]
+            raise BadInputError(
+                f"run: no node produces a tensor named {output!r}; layer outputs are e.g. "
+                f"{[s.outputs[0] for s in self.steps[-5:] if s.outputs]}"
+            )
+        n = len(self.steps)
+        if not isinstance(last_layers, int) or last_layers >= 0 or last_layers < -n:
+            raise BadInputError(
+                f"run: last_layers must be an int in [-{n}, -1] (-1 runs the whole model, -k "
+                f"drops the last k-1 of its {n} layers), received {last_layers!r}"
+            )
+        if last_layers == -1:
+            return len(self.steps), None
+        return n + last_layers + 1, None
+
+    def _bind_inputs(self, inputs: Any) -> dict[str, Tensor]:
+        specs = self.input_specs
+        if isinstance(inputs, Mapping):
+            unknown = set(inputs) - {s.name for s in specs}
+            if unknown:
+                raise BadInputError(
+                    f"run: unknown input name(s) {sorted(unknown)}; the model's inputs are "
+                    f"{self.inputs}"
+                )
+            pairs = [(s, inputs[s.name]) for s in specs if s.name in inputs]
+            missing = [s.name for s in specs if s.name not in inputs]
+        else:
+            if isinstance(inputs, (Tensor, np.ndarray)):
+                inputs = [inputs]
+            inputs = list(inputs)
+            if len(inputs) > len(specs):
+                raise BadInputError(
+                    f"run: the model takes {len(specs)} input(s) {self.inputs}, received "
+                    f"{len(inputs)}"
+                )
+            pairs = list(zip(specs, inputs, strict=False))
+            missing = [s.name for s in specs[len(inputs) :]]
+        if missing:
+            raise BadInputError(f"run: no value given for input(s) {missing}")
+        return {spec.name: self._check_input(spec, value) for spec, value in pairs}
+
+    def _check_input(self, spec: InputSpec, value: Any) -> Tensor:
+        if isinstance(value, Tensor):
+            t = value
+            if t.data.device != self.device.torch_device:
+                raise BadInputError(
+                    f"run: input {spec.name!r} is on {t.device}, the model on {self.device}; "
+                    "move it with Tensor.to_device"
+                )
+        else:
+            t = Tensor(data=np.asarray(value), device=self.device, requires_grad=False)
+        if spec.dtype is not None and t.dtype != spec.dtype:
+            raise BadInputError(
+                f"run: input {spec.name!r} expects {spec.describe()}, received {t.dtype} "
+                f"with shape {t.shape}"
+            )
+        if spec.shape is not None:
+            ok = len(spec.shape) == t.ndim() and all(
+                not isinstance(d, int) or d == r for d, r in zip(spec.shape, t.shape, strict=True)
+            )
+            if not ok:
+                raise BadInputError(
+                    f"run: input {spec.name!r} expects {spec.describe()}, received shape {t.shape}"
+                )
+        return t
+
+    # ---- describing -----------------------------------------------------------------------
+    def summary(self) -> str:
+        """A table of layers: index, the ``last_layers`` value that stops after it, op, name,
+        output shape."""
+        n = len(self.steps)
+        rows = [f"{'#':>4}  {'cut':>5}  {'op':<22} {'name':<32} output shape"]
+        for k, step in enumerate(self.steps):
+            out = step.outputs[0] if step.outputs else ""
+            rows.append(
+                f"{k:>4}  {k - n:>5}  {step.info.op_type:<22} {step.info.name[:32]:<32} "
+                f"{self.shapes.get(out, '?')}"
+            )
+        return "\n".join(rows)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _trace(step: _Step, args: list[Tensor | None], seconds: float) -> None:
+    shapes = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
+    print(
+        f"[sonnx] {step.info.op_type:<20} {step.info.name:<30} ({shapes}) {seconds * 1e3:.3f} ms",
+        file=sys.stderr,
+    )
+
+
+def prepare(model: ModelSource, device: Device | None = None, **options: Any) -> SingaRep:
+    """Load and check an ONNX model and make it runnable on ``device``.
+
+    Accepts a ModelProto, a path or serialized bytes. Unsupported nodes are all reported in one
+    :class:`~sonnx.errors.UnsupportedOperatorError` before anything runs.
+    """
+    if options:
+        raise BadInputError(f"prepare: unknown option(s) {sorted(options)}")
+    proto = load_model(model)
+    dev = as_device(device)
+    graph = proto.graph
+    versions = opset_versions(proto)
+    tensor_map = _initializers(graph, dev)
+    input_specs = [_input_spec(v) for v in graph.input if v.name not in tensor_map]
+    known = set(tensor_map) | {s.name for s in input_specs} | {""}
+    order = check_graph_order(graph, known)
+    by_index = {r.index: r for r in resolve_nodes(graph, versions)}
+    steps: list[_Step] = []
+    for i in order:
+        step = _make_step(by_index[i])
+        if step.info.op_type == "Constant" and step.info.domain == "":
+            value = step.convert(step.info, [], step.attrs)
+            value.name = step.outputs[0]
+            value.creator = None
+            tensor_map[step.outputs[0]] = value
+            continue
+        steps.append(step)
+    for out in graph.output:
+        if out.name not in known and not any(out.name in s.outputs for s in steps):
+            raise BadModelError(f"graph output {out.name!r} is not produced by any node")
+    return SingaRep(
+        model=proto,
+        device=dev,
+        tensor_map=tensor_map,
+        input_specs=input_specs,
+        outputs=[o.name for o in graph.output],
+        steps=steps,
+        shapes=_inferred_shapes(proto),
+    )
+
+
+def _make_step(r: ResolvedNode) -> _Step:
+    node = r.node
+    info = NodeInfo(
+        op_type=node.op_type,
+        domain=node.domain if node.domain != "ai.onnx" else "",
+        name=node.name or f"{node.op_type}_{r.index}",
+        since_version=r.since_version,
+        opset=r.opset,
+        num_outputs=len(node.output),
+    )
+    try:
+        attrs = node_attributes(node, r.since_version)
+    except Exception as e:  # a malformed attribute in the protobuf
+        raise BadModelError(f"node {info.name!r} ({node.op_type}): bad attribute: {e}") from e
+    return _Step(info, attrs, list(node.input), list(node.output), r.convert)
+
+
+def _initializers(graph: onnx.GraphProto, dev: Device) -> dict[str, Tensor]:
+    from onnx import numpy_helper
+
+    tensors: dict[str, Tensor] = {}
+    for init in graph.initializer:
+        try:
+            array = numpy_helper.to_array(init)
+        except Exception as e:
+            raise BadModelError(f"initializer {init.name!r} cannot be decoded: {e}") from e
+        t = Tensor(data=np.array(array), device=dev, requires_grad=False, name=init.name)
+        if dtypes.is_float(t.dtype):
+            t.requires_grad = True
+            t.stores_grad = True
+        tensors[init.name] = t
+    for sparse in graph.sparse_initializer:
+        from sonnx.onnx.attributes import densify
+
+        name = sparse.values.name
+        tensors[name] = Tensor(data=densify(sparse), device=dev, requires_grad=False, name=name)
+    return tensors
+
+
+def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
+    kind = value.type.WhichOneof("value")
+    if kind != "tensor_type":
+        return InputSpec(value.name, None, None)
+    tt = value.type.tensor_type
+    dtype = dtypes.onnx_to_torch(tt.elem_type) if tt.elem_type else None
+    if not tt.HasField("shape"):
+        return InputSpec(value.name, dtype, None)
+    dims: list[int | str | None] = []
+    for d in tt.shape.dim:
+        which = d.WhichOneof("value")
+        dims.append(d.dim_value if which == "dim_value" else (d.dim_param or None))
+    return InputSpec(value.name, dtype, tuple(dims))
+
+
+def _inferred_shapes(model: onnx.ModelProto) -> dict[str, str]:
+    """Output shapes by tensor name from ONNX shape inference, for :meth:`SingaRep.summary`."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # shape inference is only a display aid here
+        return {}
+    shapes = {}
+    for v in [*inferred.graph.value_info, *inferred.graph.output]:
+        spec = _input_spec(v)
+        if spec.shape is not None:
+            shapes[v.name] = "(" + ", ".join("?" if d is None else str(d) for d in spec.shape) + ")"
+    return shapes
