@@ -90,7 +90,9 @@ def array_to_torch(array: np.ndarray) -> torch.Tensor:
     ml_dtypes arrays (bfloat16, float8) are reinterpreted bit for bit, since torch cannot read
     them directly.
     """
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array)
+    if not array.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
+        array = array.copy(order="C")
     target = _NUMPY_TO_TORCH.get(array.dtype)
     if target is None:
         raise BadInputError(f"NumPy dtype {array.dtype} has no torch equivalent")

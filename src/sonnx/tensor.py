@@ -41,8 +41,8 @@ def _to_torch(data: Any, device: Device, dtype: torch.dtype | None) -> torch.Ten
         t = data.data
     elif isinstance(data, torch.Tensor):
         t = data
-    elif isinstance(data, np.ndarray):
-        t = dtypes.array_to_torch(data)
+    elif isinstance(data, (np.ndarray, np.generic)):
+        t = dtypes.array_to_torch(np.asarray(data))
     else:
         t = torch.as_tensor(data)
     if dtype is not None and t.dtype != dtype:

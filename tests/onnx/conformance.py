@@ -17,6 +17,7 @@ from onnx.backend.test.case.test_case import TestCase
 
 import sonnx
 from sonnx.errors import SonnxError
+from sonnx.onnx.values import OptionalValue
 from sonnx.tensor import Tensor, to_numpy
 
 
@@ -28,12 +29,17 @@ def all_cases() -> dict[str, TestCase]:
         return {c.name: c for c in collect_testcases(None)}
 
 
-def _as_array(value: object) -> np.ndarray:
+def _as_value(value: object) -> object:
+    """A case's input/output as arrays: tensors, lists of them (sequences) or None."""
     if isinstance(value, onnx.TensorProto):
         return numpy_helper.to_array(value)
-    if isinstance(value, np.ndarray):
-        return value
-    raise TypeError(f"non-tensor value of type {type(value).__name__} (sequence or optional)")
+    if isinstance(value, (np.ndarray, np.generic)):
+        return np.asarray(value)
+    if isinstance(value, list):
+        return [_as_value(v) for v in value]
+    if value is None:
+        return None
+    raise TypeError(f"unsupported test value of type {type(value).__name__}")
 
 
 def _comparable(a: np.ndarray) -> np.ndarray:
@@ -43,25 +49,49 @@ def _comparable(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def check_outputs(case: TestCase, expected: list, actual: list[Tensor]) -> str | None:
+def _compare_tensor(case: TestCase, k: str, ref: np.ndarray, out: object) -> str | None:
+    if not isinstance(out, Tensor):
+        return f"output {k}: expected a tensor, received {type(out).__name__}"
+    got = to_numpy(out)
+    if ref.dtype != got.dtype:
+        return f"output {k}: dtype {got.dtype}, expected {ref.dtype}"
+    if ref.shape != got.shape:
+        return f"output {k}: shape {got.shape}, expected {ref.shape}"
+    ref_c, got_c = _comparable(ref), _comparable(got)
+    if ref_c.dtype.kind in "fc":
+        close = np.isclose(got_c, ref_c, rtol=case.rtol, atol=case.atol, equal_nan=True)
+        if not close.all():
+            worst = np.max(np.abs(got_c.astype(np.float64) - ref_c.astype(np.float64)))
+            return f"output {k}: {int((~close).sum())} values differ (max abs diff {worst:.3g})"
+    elif not np.array_equal(got_c, ref_c):
+        return f"output {k}: {int((got_c != ref_c).sum())} values differ"
+    return None
+
+
+def _compare_value(case: TestCase, k: str, ref: object, out: object) -> str | None:
+    if isinstance(out, OptionalValue):
+        out = out.value
+    if ref is None:
+        return None if out is None else f"output {k}: expected an empty optional"
+    if isinstance(ref, list):
+        if not isinstance(out, list) or len(out) != len(ref):
+            return f"output {k}: expected a sequence of {len(ref)} tensors"
+        for i, (r, o) in enumerate(zip(ref, out, strict=True)):
+            problem = _compare_value(case, f"{k}[{i}]", r, o)
+            if problem:
+                return problem
+        return None
+    return _compare_tensor(case, k, ref, out)
+
+
+def check_outputs(case: TestCase, expected: list, actual: list) -> str | None:
     """None when every output matches (dtype, shape, values within the case's tolerance)."""
     if len(actual) < len(expected):
         return f"produced {len(actual)} outputs, expected {len(expected)}"
     for k, (ref, out) in enumerate(zip(expected, actual, strict=False)):
-        ref = _as_array(ref)
-        got = to_numpy(out)
-        if ref.dtype != got.dtype:
-            return f"output {k}: dtype {got.dtype}, expected {ref.dtype}"
-        if ref.shape != got.shape:
-            return f"output {k}: shape {got.shape}, expected {ref.shape}"
-        ref_c, got_c = _comparable(ref), _comparable(got)
-        if ref_c.dtype.kind in "fc":
-            close = np.isclose(got_c, ref_c, rtol=case.rtol, atol=case.atol, equal_nan=True)
-            if not close.all():
-                worst = np.max(np.abs(got_c.astype(np.float64) - ref_c.astype(np.float64)))
-                return f"output {k}: {int((~close).sum())} values differ (max abs diff {worst:.3g})"
-        elif not np.array_equal(got_c, ref_c):
-            return f"output {k}: {int((got_c != ref_c).sum())} values differ"
+        problem = _compare_value(case, str(k), _as_value(ref), out)
+        if problem:
+            return problem
     return None
 
 
@@ -71,7 +101,7 @@ def run_case(case: TestCase) -> str | None:
         rep = sonnx.prepare(case.model)
         names = rep.inputs
         for inputs, expected in case.data_sets:
-            feeds = {name: _as_array(v) for name, v in zip(names, inputs, strict=False)}
+            feeds = {name: _as_value(v) for name, v in zip(names, inputs, strict=False)}
             outputs = rep.run(feeds)
             problem = check_outputs(case, expected, outputs)
             if problem:

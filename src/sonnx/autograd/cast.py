@@ -1,5 +1,152 @@
-"""Element-type conversion: Cast and CastLike across every ONNX type torch holds, the 8-bit floats
-and the 4-bit types included.
+"""Element-type conversion: Cast and CastLike across every ONNX type torch holds (the four 8-bit
+float types included, with ONNX's ``saturate`` rules) and BitCast.
+
+ONNX also casts to and from strings and the 2-, 4- and 6-bit types; torch has no tensors of
+those, so such casts raise a :class:`~sonnx.errors.BadInputError` naming the type.
+Float-to-float casts are differentiable (the gradient is cast back); the others are not.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from onnx import TensorProto
+
+from sonnx import dtypes
+from sonnx.autograd.operator import Operator
+from sonnx.errors import BadInputError, ExportError
+from sonnx.onnx.graph_builder import GraphBuilder
+from sonnx.tensor import Tensor
+
+__all__ = ["BitCast", "Cast", "CastLike", "bitcast", "cast", "cast_like"]
+
+FLOAT8 = frozenset(
+    {torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz}
+)
+
+# torch's conversion to float8_e4m3fn saturates; without saturation ONNX wants NaN for values
+# whose rounding exceeds the largest finite value 448, i.e. beyond the midpoint to 480 (464
+# itself rounds to even, which is 448).
+_E4M3FN_NAN_ABOVE = 464.0
+
+
+def onnx_dtype(op: str, code: int, what: str) -> torch.dtype:
+    """The torch dtype for ONNX type ``code``, or an error saying torch cannot hold it."""
+    try:
+        return dtypes.onnx_to_torch(code)
+    except BadInputError:
+        name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
+        raise BadInputError(
+            f"{op}: {what} {name} is not supported: torch has no tensors of that element type "
+            "(strings and 2-, 4- and 6-bit types cannot be represented)"
+        ) from None
+
+
+def _to_float8(x: torch.Tensor, target: torch.dtype, saturate: bool) -> torch.Tensor:
+    """Round to nearest even into a float8 type, saturating or not as ONNX's tables say."""
+    source = x if x.dtype.is_floating_point and x.dtype not in FLOAT8 else x.to(torch.float32)
+    if saturate:
+        limit = torch.finfo(target).max
+        return torch.clamp(source, -limit, limit).to(target)
+    out = source.to(target)
+    if target == torch.float8_e4m3fn:
+        overflow = torch.abs(source) > _E4M3FN_NAN_ABOVE
+        out = torch.where(overflow, torch.full_like(out, float("nan")), out)
+    return out
+
+
+def convert(x: torch.Tensor, target: torch.dtype, saturate: bool) -> torch.Tensor:
+    """``x`` converted to ``target`` following ONNX Cast's rules."""
+    if x.dtype == target:
+        return x.clone()
+    if not (dtypes.is_float(x.dtype) and dtypes.is_float(target)):
+        x = x.detach()  # only float-to-float casts carry a gradient
+    if target in FLOAT8:
+        return _to_float8(x, target, saturate)
+    if x.dtype in FLOAT8:
+        x = x.to(torch.float32)  # exact; torch converts float8 to few types directly
+    return x.to(target)
+
+
+class Cast(Operator):
+    """Attribute ``to``: the ONNX element-type code; ``saturate`` (opset 19+) governs float8
+    overflow; ``round_mode`` (opset 24+) only concerns FLOAT8E8M0, which torch lacks."""
+
+    op_type = "Cast"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        target = onnx_dtype(self.op_type, self.attr("to"), "target type (attribute to)")
+        return convert(x, target, self.attr("saturate") != 0)
+
+    def export_attrs(self, g: GraphBuilder) -> dict[str, Any]:
+        return _cast_attrs(self, g, dtypes.onnx_to_torch(self.attr("to")))
+
+
+def _cast_attrs(op: Operator, g: GraphBuilder, target: torch.dtype) -> dict[str, Any]:
+    """``to`` plus the attributes that exist at ``g.opset`` (saturate 19+, round_mode 24+)."""
+    if target in FLOAT8 and g.opset < 19:
+        raise ExportError(
+            f"{op.op_type} to {target} needs opset 19 or later, exporting at {g.opset}"
+        )
+    attrs: dict[str, Any] = {"to": dtypes.torch_to_onnx(target)}
+    if g.opset >= 19 and op.attrs.get("saturate") is not None:
+        attrs["saturate"] = op.attrs["saturate"]
+    if g.opset >= 24 and op.attrs.get("round_mode") is not None:
+        attrs["round_mode"] = op.attrs["round_mode"]
+    return attrs
+
+
+class CastLike(Operator):
+    """Cast ``input`` to the element type of ``target_type`` (whose values are ignored)."""
+
+    op_type = "CastLike"
+
+    def forward(self, x: torch.Tensor, target_type: torch.Tensor) -> torch.Tensor:
+        return convert(x, target_type.dtype, self.attr("saturate") != 0)
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        """Before opset 15 (no CastLike) the target type is known here, so write a Cast."""
+        target = self.inputs[1]
+        if target is None:
+            raise ExportError("CastLike: input target_type is missing")
+        if g.opset >= 15:
+            attrs = {k: v for k, v in _cast_attrs(self, g, target.dtype).items() if k != "to"}
+            g.add_node(self.op_type, inputs, outputs, **attrs)
+        else:
+            g.add_node("Cast", inputs[:1], outputs, **_cast_attrs(self, g, target.dtype))
+
+
+class BitCast(Operator):
+    """Reinterpret the bits as type ``to`` (same element width; little-endian, as torch)."""
+
+    op_type = "BitCast"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        target = onnx_dtype(self.op_type, self.attr("to"), "target type (attribute to)")
+        if x.dtype.itemsize != target.itemsize:
+            raise BadInputError(
+                f"BitCast: the target type must have the input's bit width; input is {x.dtype} "
+                f"({8 * x.dtype.itemsize} bits), received to={target} "
+                f"({8 * target.itemsize} bits)"
+            )
+        return x.detach().view(target).clone()
+
+
+def _onnx_code(dtype: Any) -> int:
+    return dtypes.torch_to_onnx(dtypes.as_torch_dtype(dtype))
+
+
+def cast(x: Tensor, to: Any) -> Tensor:
+    """``x`` converted to ``to``: a torch or NumPy dtype, a name (``"float16"``) or ONNX code."""
+    return Cast(to=_onnx_code(to))(x)
+
+
+def cast_like(x: Tensor, target: Tensor, saturate: int = 1) -> Tensor:
+    """``x`` converted to ``target``'s element type."""
+    return CastLike(saturate=saturate)(x, target)
+
+
+def bitcast(x: Tensor, to: Any) -> Tensor:
+    """``x``'s bits reinterpreted as type ``to`` of the same width."""
+    return BitCast(to=_onnx_code(to))(x)

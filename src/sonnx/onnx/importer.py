@@ -12,9 +12,6 @@ and the time it took.
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,28 +22,11 @@ import onnx
 import sonnx.onnx.converters  # noqa: F401  (registers every converter)
 from sonnx import dtypes
 from sonnx.device import Device, as_device
-from sonnx.errors import BadInputError, BadModelError
-from sonnx.onnx.model_loading import (
-    ModelSource,
-    ResolvedNode,
-    check_graph_order,
-    load_model,
-    opset_versions,
-    resolve_nodes,
-)
-from sonnx.onnx.registry import NodeInfo, node_attributes
+from sonnx.errors import BadInputError
+from sonnx.onnx.graph_program import GraphProgram, compile_graph
+from sonnx.onnx.model_loading import ModelSource, load_model, opset_versions
+from sonnx.onnx.values import GraphValue, OptionalValue, TensorSequence
 from sonnx.tensor import Tensor
-
-
-@dataclass
-class _Step:
-    """One node ready to run: converter, decoded attributes and wiring."""
-
-    info: NodeInfo
-    attrs: dict[str, Any]
-    inputs: list[str]
-    outputs: list[str]
-    convert: Any
 
 
 @dataclass(frozen=True)
@@ -56,6 +36,7 @@ class InputSpec:
     name: str
     dtype: Any
     shape: tuple[int | str | None, ...] | None
+    kind: str = "tensor_type"
 
     def describe(self) -> str:
         dims = (
@@ -70,8 +51,9 @@ class InputSpec:
 class SingaRep:
     """A prepared ONNX model. Run it with :meth:`run`; its weights are in :attr:`params`.
 
-    ``steps`` are the model's layers in execution order: every node except ``Constant`` nodes,
-    whose values were computed once by :func:`prepare` and live in ``tensor_map``.
+    ``program.steps`` are the model's layers in execution order: every node except ``Constant``
+    nodes, whose values were computed once by :func:`prepare` and live in ``tensor_map`` with
+    the initializers.
     """
 
     model: onnx.ModelProto
@@ -79,8 +61,13 @@ class SingaRep:
     tensor_map: dict[str, Tensor]
     input_specs: list[InputSpec]
     outputs: list[str]
-    steps: list[_Step]
+    program: GraphProgram
     shapes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> list:
+        """The layers in execution order (see :meth:`summary`)."""
+        return self.program.steps
 
     @property
     def inputs(self) -> list[str]:
@@ -112,20 +99,8 @@ class SingaRep:
         values = dict(self.tensor_map)
         values.update(self._bind_inputs(inputs))
         stop, wanted = self._plan_stop(last_layers, output)
-        debug = os.environ.get("SONNX_DEBUG", "") not in ("", "0")
         computed: dict[str, Tensor] = {}
-        for step in self.steps[:stop]:
-            args = [values[n] if n else None for n in step.inputs]
-            started = time.perf_counter() if debug else 0.0
-            result = step.convert(step.info, args, step.attrs)
-            outs = (result,) if isinstance(result, Tensor) or result is None else tuple(result)
-            for name, t in zip(step.outputs, outs, strict=False):
-                if name and t is not None:
-                    t.name = name
-                    values[name] = t
-                    computed[name] = t
-            if debug:
-                _trace(step, args, time.perf_counter() - started)
+        self.program.execute(values, stop, computed)
         if all_outputs:
             return computed
         if wanted is not None:
@@ -152,13 +127,13 @@ class SingaRep:
                 f"{[s.outputs[0] for s in self.steps[-5:] if s.outputs]}"
             )
         n = len(self.steps)
+        if last_layers == -1:
+            return n, None
         if not isinstance(last_layers, int) or last_layers >= 0 or last_layers < -n:
             raise BadInputError(
                 f"run: last_layers must be an int in [-{n}, -1] (-1 runs the whole model, -k "
                 f"drops the last k-1 of its {n} layers), received {last_layers!r}"
             )
-        if last_layers == -1:
-            return len(self.steps), None
         return n + last_layers + 1, None
 
     def _bind_inputs(self, inputs: Any) -> dict[str, Tensor]:
@@ -187,21 +162,34 @@ class SingaRep:
             raise BadInputError(f"run: no value given for input(s) {missing}")
         return {spec.name: self._check_input(spec, value) for spec, value in pairs}
 
-    def _check_input(self, spec: InputSpec, value: Any) -> Tensor:
+    def _as_tensor(self, name: str, value: Any) -> Tensor:
         if isinstance(value, Tensor):
-            t = value
-            if t.data.device != self.device.torch_device:
+            if value.data.device != self.device.torch_device:
                 raise BadInputError(
-                    f"run: input {spec.name!r} is on {t.device}, the model on {self.device}; "
+                    f"run: input {name!r} is on {value.device}, the model on {self.device}; "
                     "move it with Tensor.to_device"
                 )
-        else:
-            t = Tensor(data=np.asarray(value), device=self.device, requires_grad=False)
+            return value
+        return Tensor(data=np.asarray(value), device=self.device, requires_grad=False)
+
+    def _check_input(self, spec: InputSpec, value: Any) -> GraphValue:
+        if spec.kind == "sequence_type":
+            return TensorSequence([self._as_tensor(spec.name, v) for v in value])
+        if spec.kind == "optional_type":
+            if value is None:
+                return OptionalValue(None)
+            if isinstance(value, list):
+                return OptionalValue(TensorSequence([self._as_tensor(spec.name, v) for v in value]))
+            return OptionalValue(self._as_tensor(spec.name, value))
+        t = self._as_tensor(spec.name, value)
         if spec.dtype is not None and t.dtype != spec.dtype:
             raise BadInputError(
                 f"run: input {spec.name!r} expects {spec.describe()}, received {t.dtype} "
                 f"with shape {t.shape}"
             )
+        if spec.shape == () and t.size() == 1 and t.ndim() > 0:
+            # A one-element tensor is accepted for a scalar input (official cases feed them).
+            t = Tensor(data=t.data.reshape(()), requires_grad=t.requires_grad, name=t.name)
         if spec.shape is not None:
             ok = len(spec.shape) == t.ndim() and all(
                 not isinstance(d, int) or d == r for d, r in zip(spec.shape, t.shape, strict=True)
@@ -230,14 +218,6 @@ class SingaRep:
         return self.summary()
 
 
-def _trace(step: _Step, args: list[Tensor | None], seconds: float) -> None:
-    shapes = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
-    print(
-        f"[sonnx] {step.info.op_type:<20} {step.info.name:<30} ({shapes}) {seconds * 1e3:.3f} ms",
-        file=sys.stderr,
-    )
-
-
 def prepare(model: ModelSource, device: Device | None = None, **options: Any) -> SingaRep:
     """Load and check an ONNX model and make it runnable on ``device``.
 
@@ -249,79 +229,24 @@ def prepare(model: ModelSource, device: Device | None = None, **options: Any) ->
     proto = load_model(model)
     dev = as_device(device)
     graph = proto.graph
-    versions = opset_versions(proto)
-    tensor_map = _initializers(graph, dev)
-    input_specs = [_input_spec(v) for v in graph.input if v.name not in tensor_map]
-    known = set(tensor_map) | {s.name for s in input_specs} | {""}
-    order = check_graph_order(graph, known)
-    by_index = {r.index: r for r in resolve_nodes(graph, versions)}
-    steps: list[_Step] = []
-    for i in order:
-        step = _make_step(by_index[i])
-        if step.info.op_type == "Constant" and step.info.domain == "":
-            value = step.convert(step.info, [], step.attrs)
-            value.name = step.outputs[0]
-            value.creator = None
-            tensor_map[step.outputs[0]] = value
-            continue
-        steps.append(step)
-    for out in graph.output:
-        if out.name not in known and not any(out.name in s.outputs for s in steps):
-            raise BadModelError(f"graph output {out.name!r} is not produced by any node")
+    initializer_names = {i.name for i in graph.initializer}
+    input_specs = [_input_spec(v) for v in graph.input if v.name not in initializer_names]
+    program = compile_graph(graph, opset_versions(proto), dev, [s.name for s in input_specs])
     return SingaRep(
         model=proto,
         device=dev,
-        tensor_map=tensor_map,
+        tensor_map=program.constants,
         input_specs=input_specs,
-        outputs=[o.name for o in graph.output],
-        steps=steps,
+        outputs=list(program.output_names),
+        program=program,
         shapes=_inferred_shapes(proto),
     )
-
-
-def _make_step(r: ResolvedNode) -> _Step:
-    node = r.node
-    info = NodeInfo(
-        op_type=node.op_type,
-        domain=node.domain if node.domain != "ai.onnx" else "",
-        name=node.name or f"{node.op_type}_{r.index}",
-        since_version=r.since_version,
-        opset=r.opset,
-        num_outputs=len(node.output),
-    )
-    try:
-        attrs = node_attributes(node, r.since_version)
-    except Exception as e:  # a malformed attribute in the protobuf
-        raise BadModelError(f"node {info.name!r} ({node.op_type}): bad attribute: {e}") from e
-    return _Step(info, attrs, list(node.input), list(node.output), r.convert)
-
-
-def _initializers(graph: onnx.GraphProto, dev: Device) -> dict[str, Tensor]:
-    from onnx import numpy_helper
-
-    tensors: dict[str, Tensor] = {}
-    for init in graph.initializer:
-        try:
-            array = numpy_helper.to_array(init)
-        except Exception as e:
-            raise BadModelError(f"initializer {init.name!r} cannot be decoded: {e}") from e
-        t = Tensor(data=np.array(array), device=dev, requires_grad=False, name=init.name)
-        if dtypes.is_float(t.dtype):
-            t.requires_grad = True
-            t.stores_grad = True
-        tensors[init.name] = t
-    for sparse in graph.sparse_initializer:
-        from sonnx.onnx.attributes import densify
-
-        name = sparse.values.name
-        tensors[name] = Tensor(data=densify(sparse), device=dev, requires_grad=False, name=name)
-    return tensors
 
 
 def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
     kind = value.type.WhichOneof("value")
     if kind != "tensor_type":
-        return InputSpec(value.name, None, None)
+        return InputSpec(value.name, None, None, kind or "tensor_type")
     tt = value.type.tensor_type
     dtype = dtypes.onnx_to_torch(tt.elem_type) if tt.elem_type else None
     if not tt.HasField("shape"):

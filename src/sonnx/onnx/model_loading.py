@@ -121,7 +121,7 @@ def check_graph_order(graph: onnx.GraphProto, known: set[str]) -> list[int]:
     for start in range(len(graph.node)):
         if state[start]:
             continue
-        stack = [(start, iter(_needed_inputs(graph.node[start])))]
+        stack = [(start, iter(needed_inputs(graph.node[start])))]
         state[start] = 1
         while stack:
             i, pending = stack[-1]
@@ -147,11 +147,11 @@ def check_graph_order(graph: onnx.GraphProto, known: set[str]) -> list[int]:
                 )
             if state[j] == 0:
                 state[j] = 1
-                stack.append((j, iter(_needed_inputs(graph.node[j]))))
+                stack.append((j, iter(needed_inputs(graph.node[j]))))
     return order
 
 
-def _needed_inputs(node: onnx.NodeProto) -> list[str]:
+def needed_inputs(node: onnx.NodeProto) -> list[str]:
     """Input names of a node, including the outer-scope names its subgraphs read."""
     names = [n for n in node.input if n]
     for attr in node.attribute:
@@ -166,5 +166,5 @@ def _outer_names(graph: onnx.GraphProto) -> list[str]:
     local |= {o for n in graph.node for o in n.output}
     outer = []
     for node in graph.node:
-        outer.extend(n for n in _needed_inputs(node) if n not in local)
+        outer.extend(n for n in needed_inputs(node) if n not in local)
     return outer

@@ -1,1 +1,32 @@
 """Importer registrations for cast: see sonnx.autograd.cast."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnx import TensorProto
+
+from sonnx.autograd.cast import BitCast, Cast, CastLike
+from sonnx.errors import BadModelError
+from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.tensor import Tensor
+
+register_operator(Cast, 6, 9, 13, 19, 21, 23, 24, 25, 28)
+register_operator(CastLike, 15, 19, 21, 23, 24, 25)
+register_operator(BitCast, 26)
+
+
+@converter("Cast", 1)
+def cast_with_type_name(
+    node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]
+) -> Tensor:
+    """Cast-1 named the target type with a string (``"FLOAT"``); later versions use the code."""
+    name = attrs.get("to")
+    if not isinstance(name, str) or name.upper() not in set(TensorProto.DataType.keys()):
+        raise BadModelError(
+            f"Cast node {node.name!r}: attribute to must name an ONNX type such as 'FLOAT', "
+            f"received {name!r}"
+        )
+    op = Cast(to=TensorProto.DataType.Value(name.upper()))
+    op.name = node.name
+    return op(*inputs)

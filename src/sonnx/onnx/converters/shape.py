@@ -1,1 +1,151 @@
-"""Importer registrations for shape: see sonnx.autograd.shape."""
+"""Importer registrations for shape manipulation (operators in :mod:`sonnx.autograd.shape`).
+
+Older versions that held shapes, axes, pads or split sizes as attributes (Reshape-1, Split-1..11,
+Slice-1, Squeeze/Unsqueeze-1..11, Pad-1..2, Tile-1) are converted here into the modern operator
+with constant int64 inputs, so the recorded graph is always in the modern form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from sonnx.autograd.shape import (
+    CenterCropPad,
+    Concat,
+    Constant,
+    ConstantOfShape,
+    DepthToSpace,
+    Expand,
+    EyeLike,
+    Flatten,
+    Identity,
+    Pad,
+    Range,
+    Reshape,
+    ReverseSequence,
+    Shape,
+    Size,
+    Slice,
+    SpaceToDepth,
+    Split,
+    Squeeze,
+    Tile,
+    Transpose,
+    Trilu,
+    Unsqueeze,
+)
+from sonnx.errors import BadModelError
+from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.tensor import Tensor
+
+register_operator(Reshape, 5, 13, 14, 19, 21, 23, 24, 25)
+register_operator(Flatten, 1, 9, 11, 13, 21, 23, 24, 25)
+register_operator(Transpose, 1, 13, 21, 23, 24, 25)
+register_operator(Concat, 1, 4, 11, 13)
+register_operator(Split, 13, 18)
+register_operator(Slice, 10, 11, 13)
+register_operator(Squeeze, 13, 21, 23, 24, 25)
+register_operator(Unsqueeze, 13, 21, 23, 24, 25)
+register_operator(Tile, 6, 13)
+register_operator(Expand, 8, 13)
+register_operator(Pad, 11, 13, 18, 19, 21, 23, 24, 25)
+register_operator(Shape, 1, 13, 15, 19, 21, 23, 24, 25)
+register_operator(Size, 1, 13, 19, 21, 23, 24, 25)
+register_operator(Constant, 1, 9, 11, 12, 13, 19, 21, 23, 24, 25)
+register_operator(ConstantOfShape, 9, 20, 21, 23, 24, 25)
+register_operator(Range, 11, 27)
+register_operator(Identity, 1, 13, 14, 16, 19, 21, 23, 24, 25)
+register_operator(EyeLike, 9, 22)
+register_operator(Trilu, 14)
+register_operator(DepthToSpace, 1, 11, 13, 28)
+register_operator(SpaceToDepth, 1, 13, 28)
+register_operator(CenterCropPad, 18)
+register_operator(ReverseSequence, 10, 28)
+
+
+def _ints(values: Sequence[int], like: Tensor) -> Tensor:
+    """A constant int64 input built from an old attribute."""
+    data = torch.tensor([int(v) for v in values], dtype=torch.int64)
+    return Tensor(data=data, device=like.device, requires_grad=False)
+
+
+def _required(node: NodeInfo, attrs: dict[str, Any], name: str) -> Any:
+    value = attrs.get(name)
+    if value is None:
+        raise BadModelError(
+            f"node {node.name!r} ({node.op_type}-{node.since_version}) lacks required attribute "
+            f"{name!r}"
+        )
+    return value
+
+
+def _named(op: Any, node: NodeInfo) -> Any:
+    op.name = node.name
+    op.requested_outputs = node.num_outputs
+    return op
+
+
+@converter("Reshape", 1)
+def reshape_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
+    x = inputs[0]
+    return _named(Reshape(), node)(x, _ints(_required(node, attrs, "shape"), x))
+
+
+@converter("Split", 1, 2, 11)
+def split_v1(
+    node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]
+) -> tuple[Tensor, ...]:
+    """Split-1 took sizes as an optional second input or an attribute; 2 and 11 the attribute."""
+    x = inputs[0]
+    sizes = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
+    if sizes is None and attrs.get("split"):
+        sizes = _ints(attrs["split"], x)
+    axis = attrs.get("axis")
+    return _named(Split(axis=0 if axis is None else axis), node)(x, sizes)
+
+
+@converter("Slice", 1)
+def slice_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
+    x = inputs[0]
+    starts = _ints(_required(node, attrs, "starts"), x)
+    ends = _ints(_required(node, attrs, "ends"), x)
+    axes = None if attrs.get("axes") is None else _ints(attrs["axes"], x)
+    return _named(Slice(), node)(x, starts, ends, axes)
+
+
+@converter("Squeeze", 1, 11)
+def squeeze_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
+    x = inputs[0]
+    axes = None if attrs.get("axes") is None else _ints(attrs["axes"], x)
+    return _named(Squeeze(), node)(x, axes)
+
+
+@converter("Unsqueeze", 1, 11)
+def unsqueeze_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
+    x = inputs[0]
+    return _named(Unsqueeze(), node)(x, _ints(_required(node, attrs, "axes"), x))
+
+
+@converter("Pad", 1, 2)
+def pad_v2(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
+    """Pad-1 named its pads ``paddings``; both held pads and the fill ``value`` as attributes."""
+    x = inputs[0]
+    pads = _required(node, attrs, "pads" if node.since_version >= 2 else "paddings")
+    mode = attrs.get("mode") or "constant"
+    value = None
+    if mode == "constant":
+        fill = torch.tensor(attrs.get("value") or 0.0).to(x.dtype)
+        value = Tensor(data=fill, device=x.device, requires_grad=False)
+    return _named(Pad(version=11, mode=mode), node)(x, _ints(pads, x), value)
+
+
+@converter("Tile", 1)
+def tile_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
+    """Tile-1 repeated along one axis: inputs (input, tiles, axis) as scalars."""
+    x, tiles, axis = inputs[0], inputs[1], inputs[2]
+    repeats = [1] * x.ndim()
+    repeats[int(axis.data.reshape(-1)[0])] = int(tiles.data.reshape(-1)[0])
+    return _named(Tile(), node)(x, _ints(repeats, x))

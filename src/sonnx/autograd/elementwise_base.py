@@ -1,0 +1,124 @@
+"""Shared machinery of the element-wise operators: input checks and the unsigned types torch has
+few kernels for.
+
+torch implements almost nothing for ``uint16``/``uint32``/``uint64`` (only ``*``, ``==`` and the
+bitwise and/or/xor). ONNX allows them everywhere, so the ops compute on an ``int64`` stand-in
+and convert back:
+
+* ``uint16``/``uint32`` widen to ``int64`` exactly; converting back discards the high bits, which
+  is the wrap-around ONNX integer arithmetic has.
+* ``uint64`` is reinterpreted bit for bit as ``int64``. Two's-complement add, subtract, multiply,
+  negate and bitwise ops give the same bits, so :func:`modular` is exact. Order is not preserved,
+  so :func:`ordered` flips the top bit, which maps unsigned order onto signed order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import cache
+
+import onnx.defs
+import torch
+
+from sonnx import dtypes
+from sonnx.errors import BadInputError
+
+WIDENED_UINTS = frozenset({torch.uint16, torch.uint32})
+NO_KERNEL_UINTS = frozenset({torch.uint16, torch.uint32, torch.uint64})
+UNSIGNED = frozenset({torch.uint8, torch.uint16, torch.uint32, torch.uint64})
+INT64_MIN = torch.iinfo(torch.int64).min
+
+
+def is_integer(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
+
+def modular(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Tensor:
+    """``fn`` on tensors of one dtype, with wrap-around for the kernel-less uints.
+
+    Only for operations whose low bits do not depend on the high bits (add, sub, mul, neg,
+    bitwise ops, left shift); other dtypes go to ``fn`` unchanged.
+    """
+    dtype = xs[0].dtype
+    if dtype in WIDENED_UINTS:
+        return fn(*(x.to(torch.int64) for x in xs)).to(dtype)
+    if dtype == torch.uint64:
+        return fn(*(x.view(torch.int64) for x in xs)).view(torch.uint64)
+    return fn(*xs)
+
+
+def to_ordered(x: torch.Tensor) -> torch.Tensor:
+    """A tensor whose signed order is ``x``'s order (identity for types torch can compare)."""
+    if x.dtype in WIDENED_UINTS:
+        return x.to(torch.int64)
+    if x.dtype == torch.uint64:
+        return x.view(torch.int64) ^ INT64_MIN
+    return x
+
+
+def from_ordered(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Undo :func:`to_ordered` for a result made of (selected) ordered values."""
+    if dtype in WIDENED_UINTS:
+        return y.to(dtype)
+    if dtype == torch.uint64:
+        return (y ^ INT64_MIN).view(torch.uint64)
+    return y
+
+
+def ordered(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Tensor:
+    """``fn`` that selects among or compares its inputs (max, min, clamp) for any dtype."""
+    dtype = xs[0].dtype
+    if dtype not in NO_KERNEL_UINTS:
+        return fn(*xs)
+    out = fn(*(to_ordered(x) for x in xs))
+    return out if out.dtype == torch.bool else from_ordered(out, dtype)
+
+
+def logical_shift_right(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``x >> s`` filling with zeros, for int64 bit patterns of uint64 values, 0 <= s < 64."""
+    shifted = torch.bitwise_right_shift(x, s)
+    mask = torch.bitwise_left_shift(torch.ones_like(s), 64 - s.clamp(min=1)) - 1
+    return torch.where(s == 0, x, shifted & mask)
+
+
+def require_float(op: str, name: str, x: torch.Tensor) -> None:
+    if not dtypes.is_float(x.dtype):
+        raise BadInputError(
+            f"{op}: input {name} must be a floating-point tensor (float16, bfloat16, float32, "
+            f"float64), received {x.dtype}"
+        )
+
+
+def require(op: str, name: str, x: torch.Tensor, allowed: str, ok: bool) -> None:
+    """Raise the standard message when ``ok`` is false: ``allowed`` describes the valid dtypes."""
+    if not ok:
+        raise BadInputError(f"{op}: input {name} must be {allowed}, received {x.dtype}")
+
+
+def same_dtype(op: str, names: Sequence[str], xs: Sequence[torch.Tensor]) -> None:
+    """ONNX's single type variable ``T``: every input has the first input's element type."""
+    first = xs[0].dtype
+    for name, x in zip(names[1:], xs[1:], strict=False):
+        if x.dtype != first:
+            raise BadInputError(
+                f"{op}: input {name} must have the element type of input {names[0]} ({first}), "
+                f"received {x.dtype}"
+            )
+
+
+def broadcast_shape(op: str, names: Sequence[str], xs: Sequence[torch.Tensor]) -> torch.Size:
+    """NumPy-style broadcast shape of the inputs, or a clear error naming both shapes."""
+    try:
+        return torch.broadcast_shapes(*(x.shape for x in xs))
+    except RuntimeError:
+        shown = ", ".join(f"{n} {tuple(x.shape)}" for n, x in zip(names, xs, strict=False))
+        raise BadInputError(
+            f"{op}: inputs must be broadcastable to one shape (NumPy rules), received {shown}"
+        ) from None
+
+
+@cache
+def onnx_input_name(op_type: str, index: int) -> str:
+    """The name ONNX gives input ``index`` of ``op_type`` (for error messages)."""
+    formal = onnx.defs.get_schema(op_type).inputs
+    return formal[min(index, len(formal) - 1)].name

@@ -1,0 +1,223 @@
+"""A graph compiled into steps: the part of the importer that runs nodes.
+
+:func:`compile_graph` turns a ``GraphProto`` into a :class:`GraphProgram`: initializers and
+``Constant`` values as tensors, and every other node as a :class:`Step` (converter, decoded
+attributes, wiring) in execution order. The same machinery compiles the subgraphs of ``If``,
+``Loop`` and ``Scan``: their graph attributes become :class:`Subgraph` objects, bound to the
+enclosing scope's values when the node runs, so converters only call ``branch.run(inputs)``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from sonnx import dtypes
+from sonnx.device import Device
+from sonnx.errors import BadInputError, BadModelError
+from sonnx.onnx.attributes import densify
+from sonnx.onnx.model_loading import (
+    ResolvedNode,
+    check_graph_order,
+    needed_inputs,
+    resolve_nodes,
+)
+from sonnx.onnx.registry import NodeInfo, node_attributes
+from sonnx.onnx.values import is_single_value
+from sonnx.tensor import Tensor
+
+
+@dataclass
+class Step:
+    """One node ready to run: converter, decoded attributes and wiring."""
+
+    info: NodeInfo
+    attrs: dict[str, Any]
+    inputs: list[str]
+    outputs: list[str]
+    convert: Callable[..., Any]
+    has_subgraphs: bool = False
+
+
+@dataclass
+class GraphProgram:
+    """A compiled graph: constant tensors by name and the steps that compute the rest."""
+
+    constants: dict[str, Tensor]
+    input_names: list[str]
+    output_names: list[str]
+    steps: list[Step]
+
+    def execute(
+        self,
+        values: dict[str, Tensor],
+        stop: int | None = None,
+        computed: dict[str, Tensor] | None = None,
+    ) -> dict[str, Tensor]:
+        """Run steps ``[:stop]``, adding each named output to ``values`` (and ``computed``)."""
+        debug = os.environ.get("SONNX_DEBUG", "") not in ("", "0")
+        for step in self.steps[:stop]:
+            try:
+                args = [values[n] if n else None for n in step.inputs]
+            except KeyError as e:
+                raise BadInputError(
+                    f"node {step.info.name!r} ({step.info.op_type}) needs tensor {e.args[0]!r}, "
+                    "which was not computed (an optional input left out, or a cut too early?)"
+                ) from None
+            attrs = step.attrs
+            if step.has_subgraphs:
+                attrs = {
+                    k: v.bind(values) if isinstance(v, Subgraph) else v for k, v in attrs.items()
+                }
+            started = time.perf_counter() if debug else 0.0
+            result = step.convert(step.info, args, attrs)
+            outs = (result,) if is_single_value(result) else tuple(result)
+            for name, t in zip(step.outputs, outs, strict=False):
+                if name and t is not None:
+                    if isinstance(t, Tensor):
+                        t.name = name
+                    values[name] = t
+                    if computed is not None:
+                        computed[name] = t
+            if debug:
+                _trace(step, args, time.perf_counter() - started)
+        return values
+
+
+class Subgraph:
+    """A compiled graph attribute (a branch or loop body) that reads its enclosing scope."""
+
+    def __init__(self, program: GraphProgram, name: str) -> None:
+        self.program = program
+        self.name = name
+
+    def bind(self, scope: dict[str, Tensor]) -> BoundSubgraph:
+        return BoundSubgraph(self, scope)
+
+
+class BoundSubgraph:
+    """A subgraph with the enclosing scope's values: call :meth:`run` with its inputs."""
+
+    def __init__(self, subgraph: Subgraph, scope: dict[str, Tensor]) -> None:
+        self.subgraph = subgraph
+        self.scope = scope
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.subgraph.program.input_names)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.subgraph.program.output_names)
+
+    def run(self, inputs: list[Tensor | None]) -> list[Tensor]:
+        program = self.subgraph.program
+        values = dict(self.scope)
+        values.update(program.constants)
+        for name, t in zip(program.input_names, inputs, strict=False):
+            if t is not None:
+                values[name] = t
+        program.execute(values)
+        try:
+            return [values[n] for n in program.output_names]
+        except KeyError as e:
+            raise BadModelError(
+                f"subgraph {self.subgraph.name!r} does not compute its output {e.args[0]!r}"
+            ) from None
+
+
+def _trace(step: Step, args: list[Tensor | None], seconds: float) -> None:
+    shapes = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
+    print(
+        f"[sonnx] {step.info.op_type:<20} {step.info.name:<30} ({shapes}) {seconds * 1e3:.3f} ms",
+        file=sys.stderr,
+    )
+
+
+def initializer_tensors(graph: onnx.GraphProto, dev: Device) -> dict[str, Tensor]:
+    """Initializers as tensors: float ones are trainable parameters, the rest constants."""
+    tensors: dict[str, Tensor] = {}
+    for init in graph.initializer:
+        try:
+            array = numpy_helper.to_array(init)
+        except Exception as e:  # malformed or unreadable initializer data
+            raise BadModelError(f"initializer {init.name!r} cannot be decoded: {e}") from e
+        t = Tensor(data=np.array(array), device=dev, requires_grad=False, name=init.name)
+        if dtypes.is_float(t.dtype):
+            t.requires_grad = True
+            t.stores_grad = True
+        tensors[init.name] = t
+    for sparse in graph.sparse_initializer:
+        name = sparse.values.name
+        tensors[name] = Tensor(data=densify(sparse), device=dev, requires_grad=False, name=name)
+    return tensors
+
+
+def compile_graph(
+    graph: onnx.GraphProto,
+    versions: dict[str, int],
+    dev: Device,
+    input_names: list[str],
+    is_subgraph: bool = False,
+) -> GraphProgram:
+    """Resolve, order and prepare every node of ``graph``; evaluate its Constant nodes.
+
+    In a subgraph, names that nothing local defines are read from the enclosing scope at run
+    time, so they count as known here.
+    """
+    constants = initializer_tensors(graph, dev)
+    known = set(constants) | set(input_names) | {""}
+    if is_subgraph:
+        local = known | {o for n in graph.node for o in n.output}
+        known |= {i for n in graph.node for i in needed_inputs(n) if i not in local}
+    order = check_graph_order(graph, known)
+    by_index = {r.index: r for r in resolve_nodes(graph, versions)}
+    steps: list[Step] = []
+    for i in order:
+        step = _make_step(by_index[i], versions, dev)
+        if step.info.op_type == "Constant" and step.info.domain == "":
+            value = step.convert(step.info, [], step.attrs)
+            value.to_device(dev)
+            value.name = step.outputs[0]
+            value.creator = None
+            constants[step.outputs[0]] = value
+            continue
+        steps.append(step)
+    produced = known | {o for s in steps for o in s.outputs} | set(constants)
+    for out in graph.output:
+        if out.name not in produced:
+            raise BadModelError(f"graph output {out.name!r} is not produced by any node")
+    return GraphProgram(constants, list(input_names), [o.name for o in graph.output], steps)
+
+
+def _make_step(r: ResolvedNode, versions: dict[str, int], dev: Device) -> Step:
+    node = r.node
+    info = NodeInfo(
+        op_type=node.op_type,
+        domain=node.domain if node.domain != "ai.onnx" else "",
+        name=node.name or f"{node.op_type}_{r.index}",
+        since_version=r.since_version,
+        opset=r.opset,
+        num_outputs=len(node.output),
+    )
+    try:
+        attrs = node_attributes(node, r.since_version)
+    except Exception as e:  # a malformed attribute in the protobuf
+        raise BadModelError(f"node {info.name!r} ({node.op_type}): bad attribute: {e}") from e
+    has_subgraphs = False
+    for key, value in attrs.items():
+        if isinstance(value, onnx.GraphProto):
+            inputs = [i.name for i in value.input]
+            attrs[key] = Subgraph(
+                compile_graph(value, versions, dev, inputs, is_subgraph=True), f"{info.name}.{key}"
+            )
+            has_subgraphs = True
+    return Step(info, attrs, list(node.input), list(node.output), r.convert, has_subgraphs)

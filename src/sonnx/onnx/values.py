@@ -1,0 +1,44 @@
+"""Non-tensor ONNX values: sequences of tensors and optionals.
+
+A graph value is a :class:`~sonnx.tensor.Tensor`, a :class:`TensorSequence` or an
+:class:`OptionalValue`. The tensors inside are ordinary recorded tensors, so gradients flow
+through sequence operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from sonnx.tensor import Tensor
+
+
+class TensorSequence(list):
+    """An ONNX ``seq(tensor)``: a list of tensors, plus its element type for empty sequences."""
+
+    def __init__(self, items: list[Tensor] = (), dtype: torch.dtype | None = None) -> None:
+        super().__init__(items)
+        self.dtype = dtype if dtype is not None else (items[0].dtype if items else None)
+        self.name: str | None = None
+
+
+@dataclass
+class OptionalValue:
+    """An ONNX ``optional(...)``: a tensor or sequence, or nothing."""
+
+    value: Tensor | TensorSequence | None
+    name: str | None = None
+
+    @property
+    def has_element(self) -> bool:
+        return self.value is not None
+
+
+GraphValue = Tensor | TensorSequence | OptionalValue
+
+
+def is_single_value(result: Any) -> bool:
+    """True when a converter returned one graph value rather than a tuple of outputs."""
+    return result is None or isinstance(result, (Tensor, TensorSequence, OptionalValue))

@@ -1,0 +1,1 @@
+"""Helpers for testing and benchmarking sonnx against PyTorch and onnxruntime."""

@@ -1,0 +1,164 @@
+"""prepare / SingaRep: running, cutting (last_layers, output=), extra outputs and bad models."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import sonnx
+import sonnx.autograd as autograd
+from sonnx.errors import BadInputError, BadModelError, UnsupportedOperatorError
+from sonnx.tensor import Tensor, to_numpy
+
+
+def _chain_model() -> onnx.ModelProto:
+    """x -> Relu -> (Constant 3) Mul -> Add(b) -> Neg, with a symbolic batch dimension.
+
+    Layers (Constant excluded): 0 Relu "r", 1 Mul "m", 2 Add "a", 3 Neg "y".
+    """
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node(
+            "Constant",
+            [],
+            ["three"],
+            name="three",
+            value=numpy_helper.from_array(np.array(3.0, np.float32)),
+        ),
+        helper.make_node("Mul", ["r", "three"], ["m"], name="mul"),
+        helper.make_node("Add", ["m", "b"], ["a"], name="add"),
+        helper.make_node("Neg", ["a"], ["y"], name="neg"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(np.arange(4, dtype=np.float32), "b")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+X = np.array([[-1.0, 0.5, 2.0, -3.0]], dtype=np.float32)
+B = np.arange(4, dtype=np.float32)
+R = np.maximum(X, 0)
+
+
+def test_run_whole_model_and_each_cut() -> None:
+    rep = sonnx.prepare(_chain_model())
+    np.testing.assert_allclose(to_numpy(rep.run([X])[0]), -(3 * R + B))
+    np.testing.assert_allclose(to_numpy(rep.run([X], last_layers=-2)[0]), 3 * R + B)
+    np.testing.assert_allclose(to_numpy(rep.run([X], last_layers=-3)[0]), 3 * R)
+    np.testing.assert_allclose(to_numpy(rep.run([X], last_layers=-4)[0]), R)
+
+
+def test_output_by_name_all_outputs_and_aux_output() -> None:
+    rep = sonnx.prepare(_chain_model())
+    np.testing.assert_allclose(to_numpy(rep.run({"x": X}, output="m")[0]), 3 * R)
+    everything = rep.run([X], all_outputs=True)
+    assert list(everything) == ["r", "m", "a", "y"]
+    y, r, a = rep.run([X], aux_output=("r", "a"))
+    np.testing.assert_allclose(to_numpy(r), R)
+    np.testing.assert_allclose(to_numpy(a), 3 * R + B)
+    np.testing.assert_allclose(to_numpy(y), -(3 * R + B))
+
+
+def test_same_rep_runs_batch_1_and_64() -> None:
+    rep = sonnx.prepare(_chain_model())
+    big = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    assert rep.run([X])[0].shape == (1, 4)
+    np.testing.assert_allclose(to_numpy(rep.run([big])[0]), -(3 * np.maximum(big, 0) + B))
+
+
+def test_summary_lists_layers_with_their_cut_values() -> None:
+    text = sonnx.prepare(_chain_model()).summary()
+    lines = text.splitlines()[1:]
+    assert [line.split()[2] for line in lines] == ["Relu", "Mul", "Add", "Neg"]
+    assert [int(line.split()[1]) for line in lines] == [-4, -3, -2, -1]
+    assert "Constant" not in text
+
+
+def test_float_initializers_are_trainable_parameters() -> None:
+    rep = sonnx.prepare(_chain_model())
+    assert set(rep.params) == {"b"}
+    autograd.training = True
+    y = rep.run([X])[0]
+    grads = dict((p.name, to_numpy(g)) for p, g in autograd.backward(y))
+    np.testing.assert_allclose(grads["b"], -np.ones(4, np.float32))
+    rep.tensor_map["b"].stores_grad = False
+    assert rep.params == {}
+
+
+def test_bad_inputs_name_the_input_and_what_was_expected() -> None:
+    rep = sonnx.prepare(_chain_model())
+    with pytest.raises(BadInputError, match=r"'x'.*float32.*received torch.float64"):
+        rep.run([X.astype(np.float64)])
+    with pytest.raises(BadInputError, match=r"'x'.*received shape \(4,\)"):
+        rep.run([X[0]])
+    with pytest.raises(BadInputError, match="unknown input"):
+        rep.run({"nope": X})
+    with pytest.raises(BadInputError, match="last_layers"):
+        rep.run([X], last_layers=-5)
+    with pytest.raises(BadInputError, match="no node produces"):
+        rep.run([X], output="missing")
+
+
+def test_truncated_and_foreign_files_are_reported(tmp_path) -> None:
+    data = _chain_model().SerializeToString()
+    truncated = tmp_path / "cut.onnx"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(BadModelError):
+        sonnx.prepare(truncated)
+    foreign = tmp_path / "notes.onnx"
+    foreign.write_text("this is not a model")
+    with pytest.raises(BadModelError):
+        sonnx.prepare(foreign)
+    with pytest.raises(BadModelError, match="not found"):
+        sonnx.prepare(tmp_path / "missing.onnx")
+
+
+def test_cycle_and_undefined_input_are_reported() -> None:
+    out = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1])]
+    cyclic = helper.make_graph(
+        [helper.make_node("Relu", ["b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])],
+        "g",
+        [],
+        out,
+    )
+    with pytest.raises(BadModelError, match="cycle"):
+        sonnx.prepare(helper.make_model(cyclic))
+    dangling = helper.make_graph([helper.make_node("Relu", ["zz"], ["a"])], "g", [], out)
+    with pytest.raises(BadModelError, match="'zz'"):
+        sonnx.prepare(helper.make_model(dangling))
+
+
+def test_all_unsupported_nodes_are_reported_together() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    graph = helper.make_graph(
+        [
+            helper.make_node("FooOp", ["x"], ["a"], name="first"),
+            helper.make_node("BarOp", ["a"], ["b"], name="second"),
+        ],
+        "g",
+        [x],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])],
+    )
+    with pytest.raises(UnsupportedOperatorError) as info:
+        sonnx.prepare(helper.make_model(graph))
+    assert "FooOp" in str(info.value) and "BarOp" in str(info.value)
+    assert "'first'" in str(info.value) and "'second'" in str(info.value)
+
+
+def test_sonnx_tensor_inputs_are_accepted() -> None:
+    rep = sonnx.prepare(_chain_model())
+    y = rep.run([Tensor(data=X, requires_grad=False)])[0]
+    np.testing.assert_allclose(to_numpy(y), -(3 * R + B))
+
+
+def test_debug_switch_traces_each_node(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("SONNX_DEBUG", "1")
+    sonnx.prepare(_chain_model()).run([X])
+    err = capsys.readouterr().err
+    assert err.count("[sonnx]") == 4 and "Relu" in err and "ms" in err
