@@ -2,10 +2,22 @@
 
 Load any ONNX model (:func:`prepare`), run it, re-train it, cut it and extend it; build models
 with the framework API (``device``, ``tensor``, ``autograd``, ``layer``, ``model``, ``opt``); and
-export anything back to ONNX (:func:`to_onnx`).
+export anything back to ONNX (:func:`to_onnx`, :func:`save`).
 """
 
-from sonnx import autograd, device, tensor
+from sonnx import autograd, device, layer, model, opt, tensor
+from sonnx.onnx.exporter import save, to_onnx
 from sonnx.onnx.importer import SingaRep, prepare
 
-__all__ = ["SingaRep", "autograd", "device", "prepare", "tensor"]
+__all__ = [
+    "SingaRep",
+    "autograd",
+    "device",
+    "layer",
+    "model",
+    "opt",
+    "prepare",
+    "save",
+    "tensor",
+    "to_onnx",
+]

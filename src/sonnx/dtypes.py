@@ -34,6 +34,13 @@ _TABLE: list[tuple[int, torch.dtype, np.dtype | None]] = [
     (TensorProto.FLOAT8E4M3FNUZ, torch.float8_e4m3fnuz, np.dtype(ml_dtypes.float8_e4m3fnuz)),
     (TensorProto.FLOAT8E5M2, torch.float8_e5m2, np.dtype(ml_dtypes.float8_e5m2)),
     (TensorProto.FLOAT8E5M2FNUZ, torch.float8_e5m2fnuz, np.dtype(ml_dtypes.float8_e5m2fnuz)),
+    (TensorProto.FLOAT8E8M0, torch.float8_e8m0fnu, np.dtype(ml_dtypes.float8_e8m0fnu)),
+    # Sub-byte integers: one element per byte (the low bits), as ml_dtypes stores them.
+    # torch has these dtypes for storage only; sonnx.autograd.cast converts them.
+    (TensorProto.INT4, torch.int4, np.dtype(ml_dtypes.int4)),
+    (TensorProto.UINT4, torch.uint4, np.dtype(ml_dtypes.uint4)),
+    (TensorProto.INT2, torch.int2, np.dtype(ml_dtypes.int2)),
+    (TensorProto.UINT2, torch.uint2, np.dtype(ml_dtypes.uint2)),
 ]
 
 _ONNX_TO_TORCH = {code: t for code, t, _ in _TABLE}

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import sonnx
-from sonnx import autograd
+from sonnx import autograd, tensor
 from sonnx.autograd import BitCast, Cast, CastLike
 from sonnx.errors import BadInputError
 from sonnx.onnx.exporter import to_onnx
@@ -122,10 +122,29 @@ def test_cast_like_and_bitcast():
 def test_unsupported_types_and_widths():
     with pytest.raises(BadInputError, match=r"Cast: target type .*STRING is not supported"):
         Cast(to=TensorProto.STRING)(t(np.ones(2)))
-    with pytest.raises(BadInputError, match="INT4 is not supported"):
-        Cast(to=TensorProto.INT4)(t(np.ones(2)))
+    with pytest.raises(BadInputError, match="FLOAT4E2M1 is not supported"):
+        Cast(to=TensorProto.FLOAT4E2M1)(t(np.ones(2)))
     with pytest.raises(BadInputError, match="BitCast: the target type must have the input's bit"):
         autograd.bitcast(t(np.ones(2, np.float32)), np.int64)
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (TensorProto.INT4, [0, 1, 2, -2, 0, 4, -4, 7]),
+        (TensorProto.UINT4, [0, 1, 2, 14, 0, 4, 12, 7]),
+        (TensorProto.INT2, [0, 1, -2, -2, 0, 0, 0, -1]),
+        (TensorProto.UINT2, [0, 1, 2, 2, 0, 0, 0, 3]),
+    ],
+)
+def test_sub_byte_casts_truncate_and_wrap_like_the_reference(code, expected):
+    x = np.array([0.5, 1.5, 2.5, -2.7, -0.5, 20, -20, 7.9], np.float32)
+    narrow = Cast(to=code)(t(x))
+    stored = tensor.to_numpy(narrow)
+    assert stored.dtype == np.dtype(helper.tensor_dtype_to_np_dtype(code))
+    np.testing.assert_array_equal(stored.astype(np.float32), expected)
+    back = Cast(to=TensorProto.FLOAT)(narrow)
+    np.testing.assert_array_equal(tensor.to_numpy(back), np.array(expected, np.float32))
 
 
 def test_import_cast1_with_type_name():

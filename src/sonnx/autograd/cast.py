@@ -1,8 +1,11 @@
 """Element-type conversion: Cast and CastLike across every ONNX type torch holds (the four 8-bit
 float types included, with ONNX's ``saturate`` rules) and BitCast.
 
-ONNX also casts to and from strings and the 2-, 4- and 6-bit types; torch has no tensors of
-those, so such casts raise a :class:`~sonnx.errors.BadInputError` naming the type.
+The 2- and 4-bit integer types are stored one element per byte (the low bits, as ml_dtypes
+stores them) in torch's storage-only int2/uint2/int4/uint4 dtypes and converted here through
+int64: conversion into them truncates toward zero and keeps the low bits, as ONNX's reference
+does. ONNX also casts to and from strings and FLOAT4E2M1; torch has no tensors of those, so such
+casts raise a :class:`~sonnx.errors.BadInputError` naming the type.
 Float-to-float casts are differentiable (the gradient is cast back); the others are not.
 """
 
@@ -31,6 +34,54 @@ FLOAT8 = frozenset(
 _E4M3FN_NAN_ABOVE = 464.0
 
 
+# dtype -> (bits, signed) for the sub-byte integers torch can store but not compute with
+SUB_BYTE = {
+    torch.int4: (4, True),
+    torch.uint4: (4, False),
+    torch.int2: (2, True),
+    torch.uint2: (2, False),
+}
+
+
+def _from_sub_byte(x: torch.Tensor) -> torch.Tensor:
+    """The int64 values of a sub-byte integer tensor."""
+    bits, signed = SUB_BYTE[x.dtype]
+    raw = x.view(torch.uint8).to(torch.int64) & ((1 << bits) - 1)
+    if signed:
+        raw = torch.where(raw >= 1 << (bits - 1), raw - (1 << bits), raw)
+    return raw
+
+
+def _to_sub_byte(x: torch.Tensor, target: torch.dtype) -> torch.Tensor:
+    """Truncate toward zero and keep the low bits, stored one element per byte."""
+    bits, _ = SUB_BYTE[target]
+    return (x.to(torch.int64) & ((1 << bits) - 1)).to(torch.uint8).view(target)
+
+
+def _to_e8m0(x: torch.Tensor, round_mode: str, saturate: bool) -> torch.Tensor:
+    """FLOAT8E8M0 holds only a biased exponent: take float32's exponent bits and round the
+    mantissa away as ``round_mode`` says (up, down, nearest); NaN (and, without saturation,
+    overflow) becomes 0xFF."""
+    bits = x.detach().to(torch.float32).view(torch.int32).to(torch.int64)
+    exponent = (bits >> 23) & 0xFF
+    mantissa = bits & 0x7FFFFF
+    if round_mode == "up":
+        exponent = exponent + (mantissa != 0).to(torch.int64)
+    elif round_mode == "nearest":
+        exponent = exponent + (mantissa >= 0x400000).to(torch.int64)
+    elif round_mode != "down":
+        raise BadInputError(
+            f"Cast: round_mode must be 'up', 'down' or 'nearest', received {round_mode!r}"
+        )
+    special = (bits & 0x7FFFFFFF) >= 0x7F800000  # inf or NaN in float32
+    nan = torch.isnan(x.detach().to(torch.float32))
+    if saturate:
+        exponent = torch.where(special & ~nan, torch.full_like(exponent, 254), exponent)
+        exponent = torch.clamp(exponent, max=254)
+    exponent = torch.where(nan | (exponent > 254), torch.full_like(exponent, 255), exponent)
+    return exponent.to(torch.uint8).view(torch.float8_e8m0fnu)
+
+
 def onnx_dtype(op: str, code: int, what: str) -> torch.dtype:
     """The torch dtype for ONNX type ``code``, or an error saying torch cannot hold it."""
     try:
@@ -39,7 +90,7 @@ def onnx_dtype(op: str, code: int, what: str) -> torch.dtype:
         name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
         raise BadInputError(
             f"{op}: {what} {name} is not supported: torch has no tensors of that element type "
-            "(strings and 2-, 4- and 6-bit types cannot be represented)"
+            "(strings and FLOAT4E2M1 cannot be represented)"
         ) from None
 
 
@@ -56,12 +107,22 @@ def _to_float8(x: torch.Tensor, target: torch.dtype, saturate: bool) -> torch.Te
     return out
 
 
-def convert(x: torch.Tensor, target: torch.dtype, saturate: bool) -> torch.Tensor:
+def convert(
+    x: torch.Tensor, target: torch.dtype, saturate: bool, round_mode: str = "up"
+) -> torch.Tensor:
     """``x`` converted to ``target`` following ONNX Cast's rules."""
     if x.dtype == target:
         return x.clone()
     if not (dtypes.is_float(x.dtype) and dtypes.is_float(target)):
         x = x.detach()  # only float-to-float casts carry a gradient
+    if x.dtype in SUB_BYTE:
+        x = _from_sub_byte(x)
+        if x.dtype == target:
+            return x
+    if target in SUB_BYTE:
+        return _to_sub_byte(x, target)
+    if target == torch.float8_e8m0fnu:
+        return _to_e8m0(x, round_mode, saturate)
     if target in FLOAT8:
         return _to_float8(x, target, saturate)
     if x.dtype in FLOAT8:
@@ -71,13 +132,13 @@ def convert(x: torch.Tensor, target: torch.dtype, saturate: bool) -> torch.Tenso
 
 class Cast(Operator):
     """Attribute ``to``: the ONNX element-type code; ``saturate`` (opset 19+) governs float8
-    overflow; ``round_mode`` (opset 24+) only concerns FLOAT8E8M0, which torch lacks."""
+    overflow; ``round_mode`` (opset 24+) governs rounding into FLOAT8E8M0."""
 
     op_type = "Cast"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         target = onnx_dtype(self.op_type, self.attr("to"), "target type (attribute to)")
-        return convert(x, target, self.attr("saturate") != 0)
+        return convert(x, target, self.attr("saturate") != 0, self.attr("round_mode") or "up")
 
     def export_attrs(self, g: GraphBuilder) -> dict[str, Any]:
         return _cast_attrs(self, g, dtypes.onnx_to_torch(self.attr("to")))
@@ -103,7 +164,9 @@ class CastLike(Operator):
     op_type = "CastLike"
 
     def forward(self, x: torch.Tensor, target_type: torch.Tensor) -> torch.Tensor:
-        return convert(x, target_type.dtype, self.attr("saturate") != 0)
+        return convert(
+            x, target_type.dtype, self.attr("saturate") != 0, self.attr("round_mode") or "up"
+        )
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         """Before opset 15 (no CastLike) the target type is known here, so write a Cast."""

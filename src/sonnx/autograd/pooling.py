@@ -1,5 +1,384 @@
 """Pooling: MaxPool, AveragePool, LpPool, global pooling, MaxUnpool (1-D/2-D/3-D, ceil_mode,
 dilation, count_include_pad).
+
+ONNX pooling differs from torch's in ways torch's ``padding=`` argument cannot express
+(asymmetric and SAME pads, dilated average pooling, which windows ceil_mode keeps), so each
+operator computes the ONNX output size itself (:func:`_window`), pads the input with ``F.pad`` to
+exactly the extent the windows cover, and then pools with ``padding=0``:
+
+* MaxPool pads with -inf and runs torch's max pooling (its indices are converted to ONNX's
+  flattened ones).
+* AveragePool and LpPool sum windows with a ones-kernel convolution (which handles dilation) and
+  divide by a window count computed the same way from a mask, so windows that start in the
+  padding, count_include_pad and the ceil_mode overhang all follow ONNX.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+from sonnx.autograd.conv_common import (
+    CONV,
+    auto_pad_mode,
+    check_spatial_rank,
+    check_window,
+    effective_kernel,
+    forward_pads,
+    spatial_ints,
+    torch_pad,
+    user_ints,
+    user_pads,
+)
+from sonnx.autograd.operator import Operator
+from sonnx.autograd.pooling_global import (
+    GlobalAveragePool,
+    GlobalLpPool,
+    GlobalMaxPool,
+    MaxUnpool,
+    globalaveragepool,
+    globallppool,
+    globalmaxpool,
+    lp_export_p,
+    max_unpool,
+)
+from sonnx.errors import BadInputError, ExportError
+from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.onnx.graph_builder import GraphBuilder
+
+__all__ = [
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalLpPool",
+    "GlobalMaxPool",
+    "LpPool",
+    "MaxPool",
+    "MaxUnpool",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "globalaveragepool",
+    "globallppool",
+    "globalmaxpool",
+    "lp_pool2d",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "max_unpool",
+]
+
+
+class _Window:
+    """Where an op's windows fall: ONNX pads, the extra end padding ceil_mode needs, sizes."""
+
+    def __init__(self, op: Operator, x: torch.Tensor) -> None:
+        n = check_spatial_rank(op.op_type, "X", x)
+        kernel = op.attr("kernel_shape")
+        if kernel is None or len(kernel) != n:
+            raise BadInputError(
+                f"{op.op_type}: attribute kernel_shape must give {n} sizes (one per spatial "
+                f"axis of X, shape {tuple(x.shape)}), received {kernel}"
+            )
+        self.n = n
+        self.kernel = [int(k) for k in kernel]
+        self.strides = spatial_ints(op, "strides", n, 1)
+        self.dilations = spatial_ints(op, "dilations", n, 1)
+        self.sizes = list(x.shape[2:])
+        pads = forward_pads(op, self.sizes, self.kernel, self.strides, self.dilations)
+        self.begins, self.ends = pads[:n], pads[n:]
+        ceil = bool(op.attr("ceil_mode")) and auto_pad_mode(op) == "NOTSET"
+        self.out: list[int] = []
+        self.covered_ends: list[int] = []
+        for i, k in enumerate(effective_kernel(self.kernel, self.dilations)):
+            size, s, begin = self.sizes[i], self.strides[i], self.begins[i]
+            span = size + begin + self.ends[i] - k
+            if ceil:
+                out = -(-span // s) + 1
+                # ONNX (like torch) drops a last window that would start in the end padding.
+                if (out - 1) * s >= size + begin:
+                    out -= 1
+            else:
+                out = span // s + 1
+            self.out.append(out)
+            # End padding that makes the padded input exactly as long as the windows reach.
+            self.covered_ends.append((out - 1) * s + k - size - begin)
+        check_window(op.op_type, self.out, self.sizes)
+
+    def pad(self, x: torch.Tensor, value: float) -> torch.Tensor:
+        """x padded to the covered extent with ``value`` (cropping ends no window reaches)."""
+        return F.pad(x, torch_pad(self.begins, self.covered_ends), value=value)
+
+    def window_sums(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum of each window of an already padded (N, C, spatial...) tensor (dilation-aware)."""
+        batch, channels = x.shape[:2]
+        ones = torch.ones((1, 1, *self.kernel), dtype=x.dtype, device=x.device)
+        flat = x.reshape(batch * channels, 1, *x.shape[2:])
+        sums = CONV[self.n](flat, ones, None, self.strides, 0, self.dilations)
+        return sums.reshape(batch, channels, *sums.shape[2:])
+
+    def counts(self, x: torch.Tensor, include_pad: bool) -> torch.Tensor:
+        """How many elements each window averages over, shaped (1, 1, out...).
+
+        The input always counts; with include_pad the explicit pads count too, but never the
+        ceil_mode overhang past the end pads (as in ONNX's reference and torch).
+        """
+        mask = torch.ones((1, 1, *self.sizes), dtype=x.dtype, device=x.device)
+        if include_pad:
+            mask = F.pad(mask, torch_pad(self.begins, self.ends), value=1.0)
+            overhang = [c - e for c, e in zip(self.covered_ends, self.ends, strict=True)]
+            mask = F.pad(mask, torch_pad([0] * self.n, overhang))
+        else:
+            mask = self.pad(mask, 0.0)
+        return self.window_sums(mask)
+
+
+_MAX_POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+
+
+class MaxPool(Operator):
+    """ONNX MaxPool, with the optional Indices output (flattened over the whole input tensor,
+    row-major or, with storage_order=1, column-major over the spatial axes).
+
+    Integer inputs are pooled in float64, exact for int8/uint8 (and all but huge int64 values).
+    """
+
+    op_type = "MaxPool"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        win = _Window(self, x)
+        work = x if x.dtype.is_floating_point else x.to(torch.float64)
+        padded = win.pad(work, float("-inf"))
+        want_indices = (self.requested_outputs or 1) > 1
+        result = _MAX_POOL[win.n](
+            padded, win.kernel, win.strides, 0, win.dilations, return_indices=want_indices
+        )
+        if not want_indices:
+            return result.to(x.dtype)
+        values, where = result
+        return values.to(x.dtype), self._onnx_indices(where, win, padded.shape[2:], x.shape)
+
+    def _onnx_indices(
+        self, where: torch.Tensor, win: _Window, padded: Sequence[int], shape: Sequence[int]
+    ) -> torch.Tensor:
+        """torch's per-plane indices into the padded input -> ONNX's indices into X."""
+        coords = []
+        rest = where
+        for size in reversed(padded):
+            coords.append(rest % size)
+            rest = rest // size
+        coords = [c - b for c, b in zip(reversed(coords), win.begins, strict=True)]
+        spatial = list(shape[2:])
+        plane = 1
+        for s in spatial:
+            plane *= s
+        order = range(win.n) if int(self.attr("storage_order") or 0) == 1 else range(win.n)[::-1]
+        index = torch.zeros_like(where)
+        step = 1
+        for axis in order:
+            index = index + coords[axis] * step
+            step *= spatial[axis]
+        planes = torch.arange(shape[0] * shape[1], device=where.device).reshape(
+            shape[0], shape[1], *([1] * win.n)
+        )
+        return index + planes * plane
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        attrs = _attrs_for_opset(
+            self, g, {"storage_order": (8, 0), "ceil_mode": (10, 0), "dilations": (10, None)}
+        )
+        if len(outputs) > 1 and g.opset < 8:
+            raise ExportError(f"MaxPool: the Indices output needs opset 8, export opset {g.opset}")
+        g.add_node(self.op_type, inputs, outputs, **attrs)
+
+
+class AveragePool(Operator):
+    """ONNX AveragePool; count_include_pad=0 divides by the number of input elements only."""
+
+    op_type = "AveragePool"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        win = _Window(self, x)
+        include = bool(self.attr("count_include_pad"))
+        return win.window_sums(win.pad(x, 0.0)) / win.counts(x, include)
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        attrs = _attrs_for_opset(
+            self, g, {"count_include_pad": (7, 0), "ceil_mode": (10, 0), "dilations": (19, None)}
+        )
+        g.add_node(self.op_type, inputs, outputs, **attrs)
+
+
+class LpPool(Operator):
+    """ONNX LpPool: the p-norm of each window (zero padding; p is a float before version 2)."""
+
+    op_type = "LpPool"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        win = _Window(self, x)
+        p = float(self.attr("p"))
+        powered = win.pad(x, 0.0).abs() ** p
+        return win.window_sums(powered) ** (1.0 / p)
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        attrs = _attrs_for_opset(self, g, {"ceil_mode": (18, 0), "dilations": (18, None)})
+        attrs["p"] = lp_export_p(self, g)
+        g.add_node(self.op_type, inputs, outputs, **attrs)
+
+
+def _attrs_for_opset(
+    op: Operator, g: GraphBuilder, since: dict[str, tuple[int, Any]]
+) -> dict[str, Any]:
+    """The op's attributes for export at ``g.opset``: attributes the opset lacks are dropped
+    when they hold their neutral value and an ExportError otherwise.
+
+    ``since`` maps attribute name -> (first opset that has it, neutral value; None means
+    "all ones", as for dilations).
+    """
+    attrs = op.export_attrs(g)
+    for name, (first, neutral) in since.items():
+        if g.opset >= first or name not in attrs:
+            continue
+        value = attrs.pop(name)
+        is_neutral = all(int(v) == 1 for v in value) if neutral is None else value == neutral
+        if not is_neutral:
+            raise ExportError(
+                f"{op.op_type}: attribute {name}={value} needs opset {first}, "
+                f"export opset is {g.opset}"
+            )
+    return attrs
+
+
+# ---- SINGA-named functions ------------------------------------------------------------------
+
+
+def _pool_attrs(
+    name: str,
+    n: int,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None,
+    padding: int | Sequence[int],
+    ceil_mode: bool,
+    dilation: int | Sequence[int],
+) -> dict[str, Any]:
+    kernel = user_ints(name, "kernel_size", kernel_size, n)
+    attrs: dict[str, Any] = {
+        "kernel_shape": kernel,
+        "strides": kernel if stride is None else user_ints(name, "stride", stride, n),
+        "pads": user_pads(name, padding, n),
+    }
+    if ceil_mode:
+        attrs["ceil_mode"] = 1
+    dilations = user_ints(name, "dilation", dilation, n)
+    if any(d != 1 for d in dilations):
+        attrs["dilations"] = dilations
+    return attrs
+
+
+def _max_pool(n: int, x: Tensor, kernel_size, stride, padding, ceil_mode, dilation) -> Tensor:
+    return MaxPool(
+        **_pool_attrs(f"max_pool{n}d", n, kernel_size, stride, padding, ceil_mode, dilation)
+    )(x)
+
+
+def max_pool1d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """1-D max pooling; arguments as in :func:`max_pool2d`."""
+    return _max_pool(1, x, kernel_size, stride, padding, ceil_mode, dilation)
+
+
+def max_pool2d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """2-D max pooling of x (N, C, H, W); stride defaults to the kernel size.
+
+    ``padding`` is an int, one value per spatial axis, or ONNX-style begins then ends.
+    """
+    return _max_pool(2, x, kernel_size, stride, padding, ceil_mode, dilation)
+
+
+def max_pool3d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """3-D max pooling; arguments as in :func:`max_pool2d`."""
+    return _max_pool(3, x, kernel_size, stride, padding, ceil_mode, dilation)
+
+
+def _avg_pool(n, x, kernel_size, stride, padding, ceil_mode, count_include_pad, dilation):
+    attrs = _pool_attrs(f"avg_pool{n}d", n, kernel_size, stride, padding, ceil_mode, dilation)
+    return AveragePool(count_include_pad=int(bool(count_include_pad)), **attrs)(x)
+
+
+def avg_pool1d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """1-D average pooling; arguments as in :func:`avg_pool2d`."""
+    return _avg_pool(1, x, kernel_size, stride, padding, ceil_mode, count_include_pad, dilation)
+
+
+def avg_pool2d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """2-D average pooling of x (N, C, H, W); stride defaults to the kernel size.
+
+    ``count_include_pad`` defaults to True as in torch (ONNX's attribute default is 0).
+    """
+    return _avg_pool(2, x, kernel_size, stride, padding, ceil_mode, count_include_pad, dilation)
+
+
+def avg_pool3d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """3-D average pooling; arguments as in :func:`avg_pool2d`."""
+    return _avg_pool(3, x, kernel_size, stride, padding, ceil_mode, count_include_pad, dilation)
+
+
+def lp_pool2d(
+    x: Tensor,
+    p: int,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+) -> Tensor:
+    """2-D power-average (p-norm) pooling of x (N, C, H, W)."""
+    return LpPool(p=int(p), **_pool_attrs("lp_pool2d", 2, kernel_size, stride, padding, False, 1))(
+        x
+    )

@@ -1,1 +1,40 @@
 """Importer registrations for linalg: see sonnx.autograd.linalg."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sonnx.autograd.linalg import (
+    CumProd,
+    CumSum,
+    Det,
+    Einsum,
+    Gemm,
+    MatMul,
+    MatMulInteger,
+    QLinearMatMul,
+)
+from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.tensor import Tensor
+
+register_operator(MatMul, 1, 9, 13)
+register_operator(Gemm, 7, 9, 11, 13)
+register_operator(Einsum, 12, 28)
+register_operator(Det, 11, 22)
+register_operator(CumSum, 11, 14)
+register_operator(CumProd, 26)
+register_operator(MatMulInteger, 10)
+register_operator(QLinearMatMul, 10, 21)
+
+
+@converter("Gemm", 1, 6)
+def gemm_with_broadcast_attr(
+    node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]
+) -> Tensor:
+    """Gemm-1/6 asked for C's broadcasting with ``broadcast=1``; since opset 7 it is implied.
+
+    A C that needs no broadcasting computes the same either way, so the modern op serves both.
+    """
+    op = Gemm(**{k: v for k, v in attrs.items() if k != "broadcast"})
+    op.name = node.name
+    return op(*inputs)

@@ -1,1 +1,64 @@
-"""Importer registrations for normalization: see sonnx.autograd.normalization."""
+"""Importer registrations for normalization and dropout: see sonnx.autograd.normalization.
+
+Dropout before version 12 held ``ratio`` (and, in versions 1 and 6, ``is_test``) as attributes
+and, before version 10, returned a mask of the data's type; the adapter below records the
+modern form, with the ratio (and ``is_test=1`` as ``training_mode=False``) as constant inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from sonnx.autograd.normalization import (
+    LRN,
+    BatchNormalization,
+    Dropout,
+    GroupNormalization,
+    InstanceNormalization,
+    LayerNormalization,
+    LpNormalization,
+    MeanVarianceNormalization,
+    RMSNormalization,
+)
+from sonnx.errors import BadModelError
+from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.tensor import Tensor
+
+register_operator(BatchNormalization, 1, 6, 7, 9, 14, 15)
+register_operator(InstanceNormalization, 1, 6, 22)
+register_operator(LayerNormalization, 17)
+register_operator(GroupNormalization, 18, 21)
+register_operator(RMSNormalization, 23)
+register_operator(LRN, 1, 13)
+register_operator(LpNormalization, 1, 22)
+register_operator(MeanVarianceNormalization, 9, 13)
+register_operator(Dropout, 12, 13, 22)
+
+
+@converter("Dropout", 1, 6, 7, 10)
+def convert_dropout_attribute_ratio(
+    node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]
+) -> Any:
+    x = inputs[0]
+    if x is None:
+        raise BadModelError(f"Dropout node {node.name!r}: input data is missing")
+    ratio = Tensor(
+        data=torch.tensor(float(attrs["ratio"]), dtype=torch.float32),
+        device=x.device,
+        requires_grad=False,
+    )
+    training_mode = None
+    if node.since_version < 7 and attrs.get("is_test"):
+        training_mode = Tensor(data=torch.tensor(False), device=x.device, requires_grad=False)
+    op = Dropout()
+    op.requested_outputs = node.num_outputs
+    op.name = node.name
+    result = op(x, ratio, training_mode)
+    if node.num_outputs < 2 or node.since_version >= 10:
+        return result
+    from sonnx.autograd import cast
+
+    y, mask = result
+    return y, cast(mask, x.dtype)

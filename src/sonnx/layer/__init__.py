@@ -1,0 +1,72 @@
+"""Layers (SINGA 3's ``layer`` module on PyTorch): parameters are created on the first call
+from the input's shape, and found by attribute (see :class:`~sonnx.layer.base.Layer`)."""
+
+from sonnx.layer.activation import (
+    ELU,
+    GELU,
+    BinaryCrossEntropy,
+    CrossEntropy,
+    HardSigmoid,
+    LeakyReLU,
+    LogSoftMax,
+    MeanSquareError,
+    ReLU,
+    SeLU,
+    Sigmoid,
+    SoftMax,
+    SoftMaxCrossEntropy,
+    SoftPlus,
+    SoftSign,
+    Tanh,
+)
+from sonnx.layer.base import Layer, Sequential
+from sonnx.layer.conv import (
+    AvgPool1d,
+    AvgPool2d,
+    AvgPool3d,
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    MaxPool1d,
+    MaxPool2d,
+    MaxPool3d,
+)
+from sonnx.layer.dense import Embedding, Flatten, Linear
+from sonnx.layer.norm import BatchNorm1d, BatchNorm2d, Dropout, LayerNorm
+
+__all__ = [
+    "ELU",
+    "GELU",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AvgPool3d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BinaryCrossEntropy",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "CrossEntropy",
+    "Dropout",
+    "Embedding",
+    "Flatten",
+    "HardSigmoid",
+    "Layer",
+    "LayerNorm",
+    "LeakyReLU",
+    "Linear",
+    "LogSoftMax",
+    "MaxPool1d",
+    "MaxPool2d",
+    "MaxPool3d",
+    "MeanSquareError",
+    "ReLU",
+    "SeLU",
+    "Sequential",
+    "Sigmoid",
+    "SoftMax",
+    "SoftMaxCrossEntropy",
+    "SoftPlus",
+    "SoftSign",
+    "Tanh",
+]

@@ -1,0 +1,157 @@
+"""Activation functions and losses as layers (no parameters)."""
+
+from __future__ import annotations
+
+import sonnx.autograd as autograd
+from sonnx.layer.base import Layer
+from sonnx.tensor import Tensor
+
+__all__ = [
+    "ELU",
+    "GELU",
+    "BinaryCrossEntropy",
+    "CrossEntropy",
+    "HardSigmoid",
+    "LeakyReLU",
+    "LogSoftMax",
+    "MeanSquareError",
+    "ReLU",
+    "SeLU",
+    "Sigmoid",
+    "SoftMax",
+    "SoftMaxCrossEntropy",
+    "SoftPlus",
+    "SoftSign",
+    "Tanh",
+]
+
+
+class ReLU(Layer):
+    """``max(x, 0)``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.relu(x)
+
+
+class Sigmoid(Layer):
+    """``1 / (1 + exp(-x))``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.sigmoid(x)
+
+
+class Tanh(Layer):
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.tanh(x)
+
+
+class SoftPlus(Layer):
+    """``log(1 + exp(x))``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.softplus(x)
+
+
+class SoftSign(Layer):
+    """``x / (1 + |x|)``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.softsign(x)
+
+
+class SeLU(Layer):
+    """Scaled exponential linear unit with ONNX's default alpha and gamma."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.selu(x)
+
+
+class SoftMax(Layer):
+    """Softmax along ``axis`` (SINGA's default axis 1)."""
+
+    def __init__(self, axis: int = 1) -> None:
+        super().__init__()
+        self.axis = int(axis)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.softmax(x, self.axis)
+
+
+class LogSoftMax(SoftMax):
+    """Log of the softmax along ``axis``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.log_softmax(x, self.axis)
+
+
+class GELU(Layer):
+    """Gaussian error linear unit; ``approximate="tanh"`` uses the tanh approximation."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.gelu(x, self.approximate)
+
+
+class LeakyReLU(Layer):
+    """``x`` for positive ``x``, ``a * x`` otherwise."""
+
+    def __init__(self, a: float = 0.01) -> None:
+        super().__init__()
+        self.a = float(a)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.leakyrelu(x, self.a)
+
+
+class ELU(Layer):
+    """``x`` for positive ``x``, ``alpha * (exp(x) - 1)`` otherwise."""
+
+    def __init__(self, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.elu(x, self.alpha)
+
+
+class HardSigmoid(Layer):
+    """``max(0, min(1, alpha * x + gamma))``."""
+
+    def __init__(self, alpha: float = 0.2, gamma: float = 0.5) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+        self.gamma = float(gamma)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.hardsigmoid(x, self.alpha, self.gamma)
+
+
+class SoftMaxCrossEntropy(Layer):
+    """Mean cross-entropy of ``softmax(x)`` against targets ``t`` (class indices or one-hot)."""
+
+    def forward(self, x: Tensor, t: Tensor) -> Tensor:
+        return autograd.softmax_cross_entropy(x, t)
+
+
+class CrossEntropy(Layer):
+    """Mean cross-entropy of probabilities ``y`` against targets ``t``."""
+
+    def forward(self, y: Tensor, t: Tensor) -> Tensor:
+        return autograd.cross_entropy(y, t)
+
+
+class BinaryCrossEntropy(Layer):
+    """Mean binary cross-entropy of probabilities ``x`` against 0/1 targets ``t``."""
+
+    def forward(self, x: Tensor, t: Tensor) -> Tensor:
+        return autograd.binary_cross_entropy(x, t)
+
+
+class MeanSquareError(Layer):
+    """SINGA's mean squared error of ``x`` against ``t``."""
+
+    def forward(self, x: Tensor, t: Tensor) -> Tensor:
+        return autograd.mse_loss(x, t)

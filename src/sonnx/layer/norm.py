@@ -1,0 +1,134 @@
+"""Normalization and regularisation layers: BatchNorm1d/2d, LayerNorm, Dropout."""
+
+from __future__ import annotations
+
+import sonnx.autograd as autograd
+from sonnx.errors import BadInputError
+from sonnx.layer.base import Layer, check_input, new_state
+from sonnx.opt.checks import in_unit_interval, number
+from sonnx.tensor import Tensor
+
+__all__ = ["BatchNorm1d", "BatchNorm2d", "Dropout", "LayerNorm"]
+
+
+class _BatchNorm(Layer):
+    """Batch normalization over axis 1 (channels).
+
+    Parameters ``scale`` (ones) and ``bias`` (zeros); states ``running_mean`` (zeros) and
+    ``running_var`` (ones), updated in training mode as
+    ``running = momentum * running + (1 - momentum) * batch`` (SINGA's and ONNX's momentum,
+    i.e. torch's ``1 - momentum``). Positional arguments (SINGA's legacy ``num_features``) are
+    checked against the input's channels.
+    """
+
+    ranks: tuple[int, ...] = (4,)
+    layout = "(N, C, H, W)"
+
+    def __init__(self, *num_features: int, momentum: float = 0.9, epsilon: float = 1e-5) -> None:
+        super().__init__()
+        name = type(self).__name__
+        if len(num_features) > 1:
+            raise BadInputError(
+                f"{name}: expected at most one positional argument (num_features), "
+                f"received {len(num_features)}"
+            )
+        self.num_features = num_features[0] if num_features else None
+        self.momentum = in_unit_interval(name, "momentum", momentum, closed=True)
+        self.epsilon = number(name, "epsilon", epsilon)
+        if self.epsilon <= 0:
+            raise BadInputError(f"{name}: epsilon must be > 0, received {epsilon!r}")
+
+    def initialize(self, x: Tensor) -> None:
+        check_input(self, x, self.ranks, self.layout)
+        channels = x.shape[1]
+        if self.num_features is not None and channels != self.num_features:
+            raise BadInputError(
+                f"{type(self).__name__}: input must have {self.num_features} channels (axis 1), "
+                f"received shape {x.shape}"
+            )
+        self.num_features = channels
+        self.scale = new_state((channels,), x, fill=1.0)
+        self.bias = new_state((channels,), x)
+        self.running_mean = new_state((channels,), x, trainable=False)
+        self.running_var = new_state((channels,), x, fill=1.0, trainable=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_input(self, x, self.ranks, self.layout, like=self.scale)
+        if x.shape[1] != self.num_features:
+            raise BadInputError(
+                f"{type(self).__name__}: input must have {self.num_features} channels (axis 1), "
+                f"received shape {x.shape}"
+            )
+        return autograd.batch_norm(
+            x,
+            self.scale,
+            self.bias,
+            self.running_mean,
+            self.running_var,
+            self.momentum,
+            self.epsilon,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.num_features}, momentum={self.momentum})"
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization of (N, C) or (N, C, L) inputs."""
+
+    ranks = (2, 3)
+    layout = "(N, C) or (N, C, L)"
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization of (N, C, H, W) inputs."""
+
+
+class LayerNorm(Layer):
+    """Normalize over the axes from ``axis`` to the last, then scale (ones) and shift (zeros);
+    ``scale`` and ``bias`` have the shape of those axes."""
+
+    def __init__(self, axis: int = -1, epsilon: float = 1e-5) -> None:
+        super().__init__()
+        self.axis = int(axis)
+        self.epsilon = number("LayerNorm", "epsilon", epsilon)
+        if self.epsilon <= 0:
+            raise BadInputError(f"LayerNorm: epsilon must be > 0, received {epsilon!r}")
+
+    def initialize(self, x: Tensor) -> None:
+        rank = self._check(x)
+        shape = x.shape[self.axis % rank :]
+        self.scale = new_state(shape, x, fill=1.0)
+        self.bias = new_state(shape, x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        rank = self._check(x, like=self.scale)
+        if x.shape[self.axis % rank :] != self.scale.shape:
+            raise BadInputError(
+                f"LayerNorm: input must end in the normalized shape {self.scale.shape}, "
+                f"received shape {x.shape}"
+            )
+        return autograd.layer_norm(x, self.scale, self.bias, self.axis, self.epsilon)
+
+    def _check(self, x: Tensor, like: Tensor | None = None) -> int:
+        low = max(self.axis + 1 if self.axis >= 0 else -self.axis, 1)
+        check_input(self, x, range(low, 17), f"(normalized from axis {self.axis})", like=like)
+        return x.data.dim()
+
+    def __repr__(self) -> str:
+        return f"LayerNorm(axis={self.axis}, epsilon={self.epsilon})"
+
+
+class Dropout(Layer):
+    """Zero each element with probability ``ratio`` in training mode (scaling the rest by
+    ``1 / (1 - ratio)``); the identity in inference mode."""
+
+    def __init__(self, ratio: float = 0.5) -> None:
+        super().__init__()
+        self.ratio = in_unit_interval("Dropout", "ratio", ratio)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.dropout(x, self.ratio)
+
+    def __repr__(self) -> str:
+        return f"Dropout(ratio={self.ratio})"

@@ -1,0 +1,419 @@
+"""``Model``: a :class:`~sonnx.layer.Layer` that trains itself (SINGA 3's ``model`` module).
+
+A model is compiled once on placeholder inputs (which creates every lazily-shaped parameter),
+then called: in training mode ``model(x, y)`` runs :meth:`Model.train_one_batch`, in
+inference mode ``model(x)`` runs :meth:`Model.forward`.
+
+Graph mode (``compile(..., use_graph=True)``) runs ``forward`` through ``torch.compile``: the
+model's own eager ``forward`` is traced into a graph of torch operations over the state
+tensors and compiled (see :class:`_CompiledGraph`); each call is recorded as one
+``CompiledForward`` node whose inputs are the model inputs and every state tensor, so
+``autograd.backward`` still finds the parameters and the optimizer works unchanged. Export
+walks the per-operator graph, so export a model in eager mode (``model.graph(False)``).
+
+States are saved as a zip holding ``tensors.npz`` and ``manifest.json`` (format name and
+version, and per tensor its name, kind, dtype and shape); nothing is pickled, dtypes NumPy
+lacks (bfloat16, float8) are stored as their raw bits, and the file is written to a temporary
+name and renamed into place so a crash never leaves half a checkpoint.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import sonnx.autograd as autograd
+from sonnx.autograd.operator import Operator
+from sonnx.device import Device, get_default_device
+from sonnx.errors import BadInputError, ExportError
+from sonnx.layer import Layer, SoftMaxCrossEntropy
+from sonnx.opt import Optimizer
+from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.onnx.graph_builder import GraphBuilder
+
+__all__ = ["Model"]
+
+FORMAT_NAME = "sonnx-states"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+TENSORS = "tensors.npz"
+MODEL_STATE = "model"
+AUX_STATE = "aux"
+# torch dtypes NumPy cannot hold, stored as same-width integers holding the raw bits.
+_BIT_STORAGE = {
+    torch.bfloat16: torch.int16,
+    torch.float8_e4m3fn: torch.uint8,
+    torch.float8_e4m3fnuz: torch.uint8,
+    torch.float8_e5m2: torch.uint8,
+    torch.float8_e5m2fnuz: torch.uint8,
+}
+
+
+class CompiledForward(Operator):
+    """A model's whole forward in graph mode: one node running the ``torch.compile``'d function.
+
+    Inputs are the model inputs followed by every state tensor, which the compiled graph takes
+    as arguments; listing the states here also lets ``autograd.backward`` find the parameters
+    behind the loss.
+    """
+
+    op_type = "CompiledForward"
+
+    def __init__(self, fn: Any, n_inputs: int) -> None:
+        super().__init__()
+        self._fn = fn
+        self._n_inputs = n_inputs
+
+    def forward(self, *xs: torch.Tensor | None) -> Any:
+        return self._fn(xs[self._n_inputs :], xs[: self._n_inputs])
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        raise ExportError(
+            "CompiledForward: a model run in graph mode (use_graph=True) records one compiled "
+            "node, which has no ONNX form; call model.graph(False) and run forward again to "
+            "record the per-operator graph, then export"
+        )
+
+
+def _signature(t: torch.Tensor) -> tuple[Any, ...]:
+    """What a traced graph is specialised on, per tensor."""
+    return (tuple(t.shape), t.dtype, t.device, t.requires_grad)
+
+
+class _CompiledGraph:
+    """A model's forward traced to an FX graph of torch ops, then ``torch.compile``'d.
+
+    ``make_fx`` (pre-dispatch, so no-grad regions such as running-statistics updates are
+    kept) runs the eager forward once with the state tensors swapped for copies, recording
+    only torch operations; all of sonnx's Python (operator dispatch, attribute lookups,
+    checks) runs at trace time, so the compiled graph is free of graph breaks. The graph takes
+    the state tensors as inputs, so parameters updated in place, or in-place buffer updates,
+    need no re-tracing; a change of input shapes, dtypes, devices or the training flag makes
+    the model trace a new graph (see ``Model._graph_forward``).
+    """
+
+    def __init__(self, model: Model, states: list[Tensor], inputs: Sequence[Tensor]) -> None:
+        self._model = model
+        self._states = states
+        copies = [s.data.detach().clone().requires_grad_(s.data.requires_grad) for s in states]
+
+        # make_fx traces a plain function (a bound method would count self as an argument).
+        def pure(states: list[torch.Tensor], xs: list[torch.Tensor]) -> Any:
+            return self._pure(states, xs)
+
+        graph = make_fx(pure, pre_dispatch=True)(copies, [x.data for x in inputs])
+        self._compiled = torch.compile(graph, backend=model.graph_backend)
+
+    def _pure(self, states: Sequence[torch.Tensor], xs: Sequence[torch.Tensor]) -> Any:
+        """The eager forward as a function of torch tensors (what ``make_fx`` traces)."""
+        saved = [s.data for s in self._states]
+        try:
+            for s, data in zip(self._states, states, strict=True):
+                s.data = data
+            out = type(self._model).forward(
+                self._model, *(Tensor(data=x, requires_grad=x.requires_grad) for x in xs)
+            )
+        finally:
+            for s, data in zip(self._states, saved, strict=True):
+                s.data = data
+        if isinstance(out, Tensor):
+            return out.data
+        return tuple(o.data for o in out)
+
+    def __call__(self, states: Sequence[torch.Tensor], xs: Sequence[torch.Tensor]) -> Any:
+        return self._compiled(list(states), list(xs))
+
+
+class Model(Layer):
+    """Base class of trainable models: override ``forward`` and usually ``train_one_batch``."""
+
+    #: ``torch.compile`` backend used in graph mode.
+    graph_backend = "inductor"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.graph_mode = False
+        self.sequential = False
+        self.optimizer: Optimizer | None = None
+        self.loss_fn: Layer = SoftMaxCrossEntropy()
+        self._device: Device = get_default_device()
+        self._graphs: dict[Any, _CompiledGraph] = {}
+        self._graph_states: list[Tensor] | None = None
+
+    # ---- set-up ---------------------------------------------------------------------------
+    def compile(
+        self,
+        inputs: Sequence[Tensor],
+        is_train: bool = True,
+        use_graph: bool = False,
+        sequential: bool = False,
+    ) -> None:
+        """Create every parameter by running ``forward`` once on ``inputs`` (placeholders with
+        the real shapes, dtypes and device), name the states, and set the mode.
+
+        The initialising pass runs in inference mode so it changes no running statistics.
+        ``sequential`` is SINGA's request to run graph operations in order; ``torch.compile``
+        schedules kernels itself, so it is recorded but changes nothing.
+        """
+        if (
+            not isinstance(inputs, (list, tuple))
+            or not inputs
+            or not all(isinstance(x, Tensor) for x in inputs)
+        ):
+            raise BadInputError(
+                f"{type(self).__name__}.compile: inputs must be a non-empty list of Tensors "
+                f"(placeholders with the input shapes), received {inputs!r}"
+            )
+        self._device = inputs[0].device
+        previous = autograd.training
+        autograd.training = False
+        try:
+            type(self).forward(self, *inputs)
+        finally:
+            autograd.training = previous
+        self._initialized = True
+        self.get_states()  # names every state after its attribute path
+        self.train(is_train)
+        self.graph(use_graph, sequential)
+
+    def graph(self, mode: bool = True, sequential: bool = False) -> None:
+        """Switch graph mode (``torch.compile``) on or off."""
+        self.graph_mode = bool(mode)
+        self.sequential = bool(sequential)
+        self._graphs = {}
+        self._graph_states = None
+        if self.graph_mode:
+            # An instance attribute shadows the class's forward, so user code calling
+            # self.forward (e.g. in train_one_batch) runs the compiled version.
+            self.__dict__["forward"] = self._graph_forward
+        else:
+            self.__dict__.pop("forward", None)
+
+    def set_optimizer(self, optimizer: Optimizer) -> None:
+        if not isinstance(optimizer, Optimizer):
+            raise BadInputError(
+                f"{type(self).__name__}.set_optimizer: expected a sonnx.opt Optimizer, "
+                f"received {type(optimizer).__name__}"
+            )
+        self.optimizer = optimizer
+
+    # ---- running --------------------------------------------------------------------------
+    def train_one_batch(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """One optimisation step: ``out = forward(x)``, ``loss = loss_fn(out, y)``, then
+        ``optimizer(loss)``; returns ``(out, loss)``. Override for anything else."""
+        if self.optimizer is None:
+            raise BadInputError(
+                f"{type(self).__name__}.train_one_batch: no optimizer; call "
+                "model.set_optimizer(opt.SGD(...)) first"
+            )
+        out = self.forward(x)
+        loss = self.loss_fn(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+    def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
+        """``train_one_batch`` in training mode, ``forward`` in inference mode (as SINGA)."""
+        if self.training:
+            return self.train_one_batch(*inputs, **kwargs)
+        return self.forward(*inputs, **kwargs)
+
+    def _graph_forward(self, *inputs: Tensor) -> Any:
+        if self._graph_states is None:
+            self._graph_states = list(self.get_states().values())
+        states = self._graph_states
+        key = (
+            autograd.training,
+            tuple(_signature(x.data) for x in inputs),
+            tuple(_signature(s.data) for s in states),
+        )
+        fn = self._graphs.get(key)
+        if fn is None:
+            fn = self._graphs[key] = _CompiledGraph(self, states, inputs)
+        return CompiledForward(fn, len(inputs))(*inputs, *states)
+
+    # ---- checkpoints ----------------------------------------------------------------------
+    def save_states(
+        self, fpath: str | os.PathLike, aux_states: Mapping[str, Any] | None = None
+    ) -> None:
+        """Write every model state plus ``aux_states`` (e.g. ``optimizer.get_states()``, or
+        the epoch as a 0-d array) to ``fpath`` atomically."""
+        entries = [(MODEL_STATE, n, t.data) for n, t in self.get_states().items()]
+        for name, value in (aux_states or {}).items():
+            entries.append((AUX_STATE, str(name), _aux_torch(name, value)))
+        manifest: dict[str, Any] = {"format": FORMAT_NAME, "version": FORMAT_VERSION}
+        records, arrays = [], {}
+        for i, (kind, name, data) in enumerate(entries):
+            key = f"t{i}"
+            array, storage = _to_array(data)
+            arrays[key] = array
+            records.append(
+                {
+                    "name": name,
+                    "kind": kind,
+                    "key": key,
+                    "dtype": str(data.dtype).removeprefix("torch."),
+                    "storage": storage,
+                    "shape": list(data.shape),
+                }
+            )
+        manifest["tensors"] = records
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        _write_atomically(os.fspath(fpath), json.dumps(manifest, indent=1), buffer.getvalue())
+
+    def load_states(self, fpath: str | os.PathLike) -> dict[str, Tensor]:
+        """Restore the model states saved by :meth:`save_states`; returns the aux states."""
+        path = os.fspath(fpath)
+        model, aux = _read_states(path)
+        mine = self.get_states()
+        missing = sorted(set(mine) - set(model))
+        unknown = sorted(set(model) - set(mine))
+        if missing or unknown:
+            hint = "" if mine else " (this model has no states yet: compile it first)"
+            raise BadInputError(
+                f"load_states: {path} does not match {type(self).__name__}{hint}; states "
+                f"missing from the file: {missing}; states the model does not have: {unknown}"
+            )
+        for name, data in model.items():
+            target = mine[name]
+            if tuple(data.shape) != target.shape or data.dtype != target.dtype:
+                raise BadInputError(
+                    f"load_states: {path}: state {name} must be {target.dtype} of shape "
+                    f"{target.shape}, the file holds {data.dtype} of shape {tuple(data.shape)}"
+                )
+        with torch.no_grad():
+            for name, data in model.items():
+                mine[name].data.copy_(data)
+        return {name: Tensor(data=data, requires_grad=False) for name, data in aux.items()}
+
+
+# ---- the states file ------------------------------------------------------------------------
+
+
+def _aux_torch(name: Any, value: Any) -> torch.Tensor:
+    if isinstance(value, Tensor):
+        return value.data.detach()
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (np.ndarray, np.generic, int, float, bool)):
+        array = np.asarray(value)
+        if array.dtype.kind in "biufc":
+            return torch.from_numpy(array)
+    raise BadInputError(
+        f"save_states: aux state {name!r} must be a Tensor, a numeric array or a number, "
+        f"received {type(value).__name__}"
+    )
+
+
+def _to_array(data: torch.Tensor) -> tuple[np.ndarray, str]:
+    """A NumPy array holding ``data`` exactly, and the NumPy dtype name it is stored as."""
+    t = data.detach().cpu().contiguous()
+    storage = _BIT_STORAGE.get(t.dtype)
+    if storage is not None:
+        t = t.view(storage)
+    array = t.numpy()
+    return array, array.dtype.name
+
+
+def _write_atomically(path: str, manifest: str, tensors: bytes) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".states-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as zf:
+                zf.writestr(MANIFEST, manifest)
+                zf.writestr(TENSORS, tensors)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _read_states(path: str) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``(model states, aux states)`` from a states file, checking everything it claims."""
+
+    def bad(what: str) -> BadInputError:
+        return BadInputError(f"load_states: {path} is not a valid sonnx states file: {what}")
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+            if names != {MANIFEST, TENSORS}:
+                raise bad(f"expected a zip holding {MANIFEST} and {TENSORS}, found {sorted(names)}")
+            manifest_bytes, tensor_bytes = zf.read(MANIFEST), zf.read(TENSORS)
+    except FileNotFoundError:
+        raise BadInputError(f"load_states: no such file: {path}") from None
+    except IsADirectoryError:
+        raise BadInputError(f"load_states: {path} is a directory, expected a file") from None
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        raise bad(f"not a readable zip archive (truncated or corrupt?): {e}") from None
+    try:
+        manifest = json.loads(manifest_bytes)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise bad(f"{MANIFEST} is not JSON: {e}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise bad(f"{MANIFEST} does not declare format {FORMAT_NAME!r}")
+    version = manifest.get("version")
+    if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+        raise bad(
+            f"format version {version!r} is not supported (this sonnx reads 1..{FORMAT_VERSION})"
+        )
+    try:
+        with np.load(io.BytesIO(tensor_bytes), allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        raise bad(f"{TENSORS} cannot be read without pickle: {e}") from None
+    model: dict[str, torch.Tensor] = {}
+    aux: dict[str, torch.Tensor] = {}
+    records = manifest.get("tensors")
+    if not isinstance(records, list):
+        raise bad(f"{MANIFEST} has no list of tensors")
+    for record in records:
+        name, data = _decode_record(record, arrays, bad)
+        target = model if record["kind"] == MODEL_STATE else aux
+        if name in target:
+            raise bad(f"state {name!r} appears twice")
+        target[name] = data
+    return model, aux
+
+
+def _decode_record(
+    record: Any, arrays: dict[str, np.ndarray], bad: Any
+) -> tuple[str, torch.Tensor]:
+    fields = ("name", "kind", "key", "dtype", "storage", "shape")
+    if not isinstance(record, dict) or any(f not in record for f in fields):
+        raise bad(f"a manifest entry lacks one of {fields}: {record!r}")
+    name, key = record["name"], record["key"]
+    if record["kind"] not in (MODEL_STATE, AUX_STATE):
+        raise bad(f"state {name!r} has unknown kind {record['kind']!r}")
+    if key not in arrays:
+        raise bad(f"state {name!r} refers to array {key!r}, which {TENSORS} lacks")
+    array = arrays[key]
+    dtype = getattr(torch, str(record["dtype"]), None)
+    if not isinstance(dtype, torch.dtype):
+        raise bad(f"state {name!r} has unknown dtype {record['dtype']!r}")
+    if array.dtype.name != record["storage"] or list(array.shape) != record["shape"]:
+        raise bad(
+            f"state {name!r}: the manifest says {record['storage']} {record['shape']}, the "
+            f"array is {array.dtype.name} {list(array.shape)}"
+        )
+    data = torch.from_numpy(np.ascontiguousarray(array))
+    if dtype in _BIT_STORAGE:
+        data = data.view(dtype)
+    elif data.dtype != dtype:
+        raise bad(f"state {name!r}: dtype {dtype} stored as {array.dtype.name}")
+    return str(name), data

@@ -1,0 +1,214 @@
+"""``Optimizer``: the base class every update rule derives from.
+
+An optimizer keeps, per parameter tensor, a small dict of torch tensors (momentum buffers,
+moment estimates, step counts) and applies :meth:`Optimizer.update_tensor` — a per-parameter
+rule that reads and writes only its arguments — in place on ``param.data`` under
+``torch.no_grad()``. :meth:`Optimizer.update` wires a sonnx parameter and gradient to that rule,
+so a distributed wrapper can call ``update(param, reduced_grad)`` after its all-reduce.
+
+Hyper-parameters are validated on construction (and for every param group), so a negative
+learning rate fails at ``SGD(-0.1)`` and not a hundred steps later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from sonnx.errors import BadInputError
+from sonnx.opt.schedules import DecayScheduler, as_schedule
+from sonnx.tensor import Tensor
+
+__all__ = ["Optimizer"]
+
+State = dict[str, torch.Tensor]
+_STEP_COUNTER = "step_counter"
+
+
+class Optimizer:
+    """Base class: subclasses implement :meth:`validate` and :meth:`update_tensor`.
+
+    ``lr`` is a number or a schedule (see :mod:`sonnx.opt.schedules`) evaluated at
+    :attr:`step_counter`, the number of :meth:`step` calls so far.
+    """
+
+    def __init__(self, lr: float | DecayScheduler, **hyper: Any) -> None:
+        self.defaults: dict[str, Any] = self._checked({"lr": lr, **hyper})
+        self.step_counter = 0
+        # id(param) -> (param, overrides); the tensor is held so that its id stays unique.
+        self._groups: dict[int, tuple[Tensor, dict[str, Any]]] = {}
+        self._states: dict[int, tuple[Tensor, State]] = {}
+        # States loaded by set_states for parameters this optimizer has not updated yet.
+        self._pending: dict[str, State] = {}
+
+    # ---- the part a subclass writes -------------------------------------------------------
+    def validate(self, hp: dict[str, Any]) -> None:
+        """Raise :class:`BadInputError` for an invalid hyper-parameter combination."""
+
+    def update_tensor(
+        self, p: torch.Tensor, g: torch.Tensor, state: State, lr: float, hp: Mapping[str, Any]
+    ) -> None:
+        """Apply one update to ``p`` in place from gradient ``g``; ``state`` (initially empty)
+        holds this parameter's buffers and is updated in place. Uses nothing but its arguments.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not define update_tensor()")
+
+    # ---- hyper-parameters -----------------------------------------------------------------
+    def _checked(self, hp: dict[str, Any]) -> dict[str, Any]:
+        hp = dict(hp)
+        hp["lr"] = as_schedule(hp["lr"], type(self).__name__)
+        self.validate(hp)
+        return hp
+
+    @property
+    def lr(self) -> DecayScheduler:
+        """The learning-rate schedule (a :class:`~sonnx.opt.Constant` for a plain number)."""
+        return self.defaults["lr"]
+
+    @lr.setter
+    def lr(self, value: float | DecayScheduler) -> None:
+        self.defaults = self._checked({**self.defaults, "lr": value})
+
+    @property
+    def lr_value(self) -> float:
+        """The learning rate the next update uses."""
+        return self.defaults["lr"](self.step_counter)
+
+    def add_param_group(self, params: Iterable[Tensor] | Tensor, **overrides: Any) -> None:
+        """Give ``params`` their own hyper-parameters (e.g. ``weight_decay=0`` for biases)."""
+        unknown = sorted(set(overrides) - set(self.defaults))
+        if unknown:
+            raise BadInputError(
+                f"{type(self).__name__}: unknown hyper-parameter(s) {unknown}; expected some "
+                f"of {sorted(self.defaults)}"
+            )
+        hp = self._checked({**self.defaults, **overrides})
+        chosen = {k: hp[k] for k in overrides}
+        for p in [params] if isinstance(params, Tensor) else params:
+            if not isinstance(p, Tensor):
+                raise BadInputError(
+                    f"{type(self).__name__}.add_param_group: expected sonnx Tensors, "
+                    f"received {type(p).__name__}"
+                )
+            self._groups[id(p)] = (p, chosen)
+
+    def hyper_parameters(self, param: Tensor) -> dict[str, Any]:
+        """The hyper-parameters in force for ``param`` (defaults plus its group's overrides)."""
+        entry = self._groups.get(id(param))
+        if entry is None or entry[0] is not param:
+            return self.defaults
+        return {**self.defaults, **entry[1]}
+
+    # ---- applying updates -----------------------------------------------------------------
+    def update(self, param: Tensor, grad: Tensor | torch.Tensor) -> None:
+        """Update one parameter in place from its gradient (does not advance the step)."""
+        g = grad.data if isinstance(grad, Tensor) else grad
+        if not isinstance(param, Tensor) or not isinstance(g, torch.Tensor):
+            raise BadInputError(
+                f"{type(self).__name__}.update: expected (sonnx Tensor, Tensor gradient), "
+                f"received ({type(param).__name__}, {type(grad).__name__})"
+            )
+        p = param.data
+        if tuple(g.shape) != tuple(p.shape):
+            raise BadInputError(
+                f"{type(self).__name__}.update: gradient of {param.name or 'parameter'} must "
+                f"have the parameter shape {tuple(p.shape)}, received {tuple(g.shape)}"
+            )
+        if g.device != p.device:
+            raise BadInputError(
+                f"{type(self).__name__}.update: gradient of {param.name or 'parameter'} must be "
+                f"on the parameter device {p.device}, received {g.device}"
+            )
+        hp = self.hyper_parameters(param)
+        with torch.no_grad():
+            self.update_tensor(
+                p, g.detach().to(p.dtype), self._state_of(param), hp["lr"](self.step_counter), hp
+            )
+
+    def step(self) -> None:
+        """Advance the step counter (and with it the learning-rate schedule)."""
+        self.step_counter += 1
+
+    def backward_and_update(self, loss: Tensor) -> None:
+        """Back-propagate ``loss``, update every parameter it depends on, then :meth:`step`."""
+        from sonnx.autograd import backward
+
+        for p, g in backward(loss):
+            self.update(p, g)
+        self.step()
+
+    def __call__(self, loss: Tensor) -> None:
+        self.backward_and_update(loss)
+
+    def _state_of(self, param: Tensor) -> State:
+        entry = self._states.get(id(param))
+        if entry is not None and entry[0] is param:
+            return entry[1]
+        loaded = self._pending.pop(param.name, {}) if param.name is not None else {}
+        state = {k: v.to(param.data.device) for k, v in loaded.items()}
+        self._states[id(param)] = (param, state)
+        return state
+
+    # ---- checkpointing --------------------------------------------------------------------
+    def get_states(self) -> dict[str, Tensor]:
+        """``{"step_counter": …, "<param name>:<slot>": …}`` as detached copies.
+
+        Parameters are identified by name (a Model names its parameters ``conv1.W`` …), so the
+        states can be restored into a fresh optimizer over a re-created model.
+        """
+        states = {_STEP_COUNTER: _as_tensor(torch.tensor(self.step_counter, dtype=torch.int64))}
+        for name, slots in self._pending.items():
+            for slot, value in slots.items():
+                states[f"{name}:{slot}"] = _as_tensor(value.clone())
+        for param, slots in self._states.values():
+            if param.name is None and slots:
+                raise BadInputError(
+                    f"{type(self).__name__}.get_states: a parameter of shape {param.shape} has "
+                    "no name; name it (Tensor.name, or let Layer/Model name their parameters) "
+                    "so that its state can be saved"
+                )
+            for slot, value in slots.items():
+                states[f"{param.name}:{slot}"] = _as_tensor(value.detach().clone())
+        return states
+
+    def set_states(self, states: Mapping[str, Tensor | torch.Tensor | np.ndarray]) -> None:
+        """Restore what :meth:`get_states` returned; per-parameter states bind by name when
+        that parameter is next updated."""
+        if _STEP_COUNTER not in states:
+            raise BadInputError(
+                f"{type(self).__name__}.set_states: expected a '{_STEP_COUNTER}' entry, "
+                f"received keys {sorted(states)}"
+            )
+        pending: dict[str, State] = {}
+        for key, value in states.items():
+            if key == _STEP_COUNTER:
+                continue
+            name, sep, slot = key.rpartition(":")
+            if not sep or not name or not slot:
+                raise BadInputError(
+                    f"{type(self).__name__}.set_states: expected keys '<param name>:<slot>', "
+                    f"received {key!r}"
+                )
+            pending.setdefault(name, {})[slot] = _torch(value).clone()
+        self.step_counter = int(_torch(states[_STEP_COUNTER]).item())
+        self._states = {}
+        self._pending = pending
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.defaults.items())
+        return f"{type(self).__name__}({shown})"
+
+
+def _as_tensor(t: torch.Tensor) -> Tensor:
+    return Tensor(data=t, requires_grad=False)
+
+
+def _torch(value: Tensor | torch.Tensor | np.ndarray) -> torch.Tensor:
+    if isinstance(value, Tensor):
+        return value.data.detach()
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    return torch.from_numpy(np.asarray(value))

@@ -1,0 +1,68 @@
+"""Stochastic gradient descent with optional momentum, dampening, Nesterov and weight decay."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from sonnx.errors import BadInputError
+from sonnx.opt.checks import in_unit_interval, non_negative
+from sonnx.opt.optimizer import Optimizer, State
+from sonnx.opt.schedules import DecayScheduler
+
+__all__ = ["SGD"]
+
+
+class SGD(Optimizer):
+    """``p -= lr * d`` where ``d`` is the (momentum-filtered) gradient.
+
+    Follows ``torch.optim.SGD`` (and SINGA 3): ``g = grad + weight_decay * p``; the momentum
+    buffer starts as ``g`` and then becomes ``momentum * buf + (1 - dampening) * g``; the step
+    direction is ``buf``, or ``g + momentum * buf`` with Nesterov.
+    """
+
+    def __init__(
+        self,
+        lr: float | DecayScheduler = 0.1,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ) -> None:
+        super().__init__(
+            lr,
+            momentum=momentum,
+            dampening=dampening,
+            weight_decay=weight_decay,
+            nesterov=nesterov,
+        )
+
+    def validate(self, hp: dict[str, Any]) -> None:
+        name = type(self).__name__
+        in_unit_interval(name, "momentum", hp["momentum"])
+        in_unit_interval(name, "dampening", hp["dampening"], closed=True)
+        non_negative(name, "weight_decay", hp["weight_decay"])
+        if not isinstance(hp["nesterov"], bool):
+            raise BadInputError(f"{name}: nesterov must be a bool, received {hp['nesterov']!r}")
+        if hp["nesterov"] and (hp["momentum"] <= 0 or hp["dampening"] != 0):
+            raise BadInputError(
+                f"{name}: nesterov=True requires momentum > 0 and dampening = 0, received "
+                f"momentum={hp['momentum']!r}, dampening={hp['dampening']!r}"
+            )
+
+    def update_tensor(
+        self, p: torch.Tensor, g: torch.Tensor, state: State, lr: float, hp: Mapping[str, Any]
+    ) -> None:
+        if hp["weight_decay"] != 0:
+            g = g.add(p, alpha=hp["weight_decay"])
+        momentum = hp["momentum"]
+        if momentum != 0:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = g.clone()
+            else:
+                buf.mul_(momentum).add_(g, alpha=1 - hp["dampening"])
+            g = g.add(buf, alpha=momentum) if hp["nesterov"] else buf
+        p.add_(g, alpha=-lr)
