@@ -39,17 +39,21 @@ def test_weight_initialization_follows_singa():
     assert abs(float(linear.W.numpy().std()) - np.sqrt(2.0 / 1000)) < 0.05 * np.sqrt(2.0 / 1000)
 
 
-def test_linear_uses_matmul_and_add():
+def test_linear_is_one_gemm_for_2d_inputs_and_matmul_add_otherwise():
     layer = autograd.Linear(5, 3)
     x = rng.standard_normal((4, 5)).astype(np.float32)
     y = layer(_t(x))
-    assert y.creator.op_type == "Add"
-    assert y.creator.inputs[0].creator.op_type == "MatMul"
+    assert y.creator.op_type == "Gemm"
     expected = x @ layer.W.numpy() + layer.b.numpy()
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-6)
+    x3 = rng.standard_normal((2, 4, 5)).astype(np.float32)
+    y3 = layer(_t(x3))
+    assert y3.creator.op_type == "Add"
+    assert y3.creator.inputs[0].creator.op_type == "MatMul"
+    np.testing.assert_allclose(y3.numpy(), x3 @ layer.W.numpy() + layer.b.numpy(), rtol=1e-5)
     no_bias = autograd.Linear(5, 3, bias=False)
     assert set(no_bias.get_params()) == {"W"}
-    assert no_bias(_t(x)).creator.op_type == "MatMul"
+    assert no_bias(_t(x)).creator.op_type == "Gemm"
 
 
 def test_set_params_copies_values_and_checks():

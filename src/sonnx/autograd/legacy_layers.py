@@ -21,7 +21,7 @@ import numpy as np
 from sonnx.autograd.conv import conv2d
 from sonnx.autograd.conv_common import user_ints, user_pads
 from sonnx.autograd.elementwise import Add
-from sonnx.autograd.linalg import MatMul
+from sonnx.autograd.linalg import MatMul, gemm
 from sonnx.autograd.normalization import batchnorm_2d
 from sonnx.autograd.pooling import avg_pool2d, max_pool2d
 from sonnx.errors import BadInputError
@@ -105,7 +105,11 @@ class Conv2d(_Layer):
 
 
 class Linear(_Layer):
-    """Fully connected layer ``x @ W + b`` (MatMul then Add) with W (in_features, out_features)."""
+    """Fully connected layer ``x @ W + b`` with W (in_features, out_features).
+
+    A 2-D input is recorded as one ONNX Gemm, so the layer is one node of an exported graph
+    (and one layer for ``last_layers``); other ranks as MatMul then Add.
+    """
 
     _param_names = ("W", "b")
 
@@ -120,6 +124,8 @@ class Linear(_Layer):
             raise BadInputError(
                 f"Linear: input x must end in {self.W.shape[0]} features, received shape {x.shape}"
             )
+        if x.ndim() == 2:
+            return gemm(x, self.W, self.b)
         y = MatMul()(x, self.W)
         return y if self.b is None else Add()(y, self.b)
 

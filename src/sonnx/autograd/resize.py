@@ -1,3 +1,432 @@
-"""Spatial resampling: Resize, Upsample, GridSample, AffineGrid, RoiAlign."""
+"""Spatial resampling: Resize (and Upsample, which imports and exports as Resize).
 
-__all__: list[str] = []
+ONNX Resize is separable: each resized axis is an independent 1-D interpolation. For every
+axis we compute, once and in float64 on the host (exactly as the ONNX reference does), which
+input positions feed each output position and with which weights; the tensor is then gathered
+along that axis and the weights applied with torch ops. The result is linear in ``X``, so torch
+autograd gives exact gradients for every mode, coordinate transformation, antialias and
+``exclude_outside`` setting, including those ``F.interpolate`` does not offer.
+
+GridSample, AffineGrid and RoiAlign live in :mod:`sonnx.autograd.resize_grid` and are
+re-exported here so that importing this module provides the whole family.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+import torch
+
+from sonnx import dtypes
+from sonnx.autograd.operator import Operator, host_ints
+from sonnx.autograd.resize_grid import (
+    AffineGrid,
+    GridSample,
+    RoiAlign,
+    affine_grid,
+    grid_sample,
+    roi_align,
+)
+from sonnx.errors import BadInputError, ExportError
+from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.onnx.graph_builder import GraphBuilder
+
+__all__ = [
+    "AffineGrid",
+    "GridSample",
+    "Resize",
+    "RoiAlign",
+    "affine_grid",
+    "grid_sample",
+    "resize",
+    "roi_align",
+    "upsample",
+]
+
+_MODES = ("nearest", "linear", "cubic")
+_COORDINATE_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nn",
+    "tf_crop_and_resize",
+)
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+class _AxisPlan:
+    """How one axis is resampled: ``out[i] = sum_k weights[i, k] * in[index[i, k]]``.
+
+    ``weights`` is None for nearest (one tap). ``outside`` flags output positions that
+    tf_crop_and_resize maps outside the input (they take ``extrapolation_value``).
+    """
+
+    def __init__(
+        self, index: np.ndarray, weights: np.ndarray | None, outside: np.ndarray | None
+    ) -> None:
+        self.index = index
+        self.weights = weights
+        self.outside = outside
+
+
+def _source_coordinates(
+    mode: str, out_size: int, in_size: int, scale: float, roi: tuple[float, float] | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Input coordinate of each output position (ONNX's ``x_original``), and the extrapolated."""
+    y = np.arange(out_size, dtype=np.float64)
+    length = scale * in_size  # the un-rounded output length
+    if mode == "align_corners":
+        x = np.zeros(out_size) if length == 1 else y * (in_size - 1) / (length - 1)
+    elif mode == "asymmetric":
+        x = y / scale
+    elif mode == "tf_half_pixel_for_nn":
+        x = (y + 0.5) / scale
+    elif mode == "pytorch_half_pixel":
+        x = np.full(out_size, -0.5) if length == 1 else (y + 0.5) / scale - 0.5
+    elif mode == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif mode == "half_pixel_symmetric":
+        offset = in_size / 2 * (1 - out_size / length)
+        x = offset + (y + 0.5) / scale - 0.5
+    else:  # tf_crop_and_resize
+        assert roi is not None
+        start, end = roi
+        if length == 1:
+            x = np.full(out_size, (end - start) * (in_size - 1) / 2)
+        else:
+            x = y * (end - start) * (in_size - 1) / (length - 1)
+        x = x + start * (in_size - 1)
+        return x, (x < 0) | (x > in_size - 1)
+    return x, None
+
+
+def _nearest_index(x: np.ndarray, nearest_mode: str) -> np.ndarray:
+    floor = np.floor(x)
+    frac = x - floor
+    if nearest_mode == "floor":
+        up = np.zeros_like(x, dtype=bool)
+    elif nearest_mode == "ceil":
+        up = frac > 0
+    elif nearest_mode == "round_prefer_ceil":
+        up = frac >= 0.5
+    else:  # round_prefer_floor
+        up = frac > 0.5
+    return (floor + up).astype(np.int64)
+
+
+def _cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with coefficient ``a`` at distances ``d``."""
+    d = np.abs(d)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+def _plan_axis(
+    op: Resize, in_size: int, out_size: int, scale: float, roi: tuple[float, float] | None
+) -> _AxisPlan:
+    """Taps and weights of one axis, following the ONNX reference implementation exactly."""
+    x, outside = _source_coordinates(
+        op.attr("coordinate_transformation_mode"), out_size, in_size, scale, roi
+    )
+    mode = op.attr("mode")
+    if mode == "nearest":
+        index = np.clip(_nearest_index(x, op.attr("nearest_mode")), 0, in_size - 1)
+        return _AxisPlan(index[:, None], None, outside)
+    # The reference takes the taps left of x: at an integer x the fraction counts as 1.
+    floor = np.floor(x)
+    integer = x == floor
+    ratio = np.where(integer, 1.0, x - floor)
+    base = np.where(integer, floor - 1, floor).astype(np.int64)
+    antialias = bool(op.attr("antialias")) and scale < 1
+    kernel_scale = min(scale, 1.0) if antialias else 1.0
+    radius = 1.0 if mode == "linear" else 2.0
+    first = int(np.floor(-radius / kernel_scale) + 1)  # offset of the first tap from base
+    offsets = np.arange(first, 2 - first)
+    distance = (offsets[None, :] - ratio[:, None]) * kernel_scale
+    if mode == "linear":
+        weights = np.clip(1 - np.abs(distance), 0, 1)
+    else:
+        weights = _cubic_kernel(distance, float(op.attr("cubic_coeff_a")))
+    if antialias:
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    index = base[:, None] + offsets[None, :]
+    if op.attr("exclude_outside"):
+        weights = np.where((index < 0) | (index >= in_size), 0.0, weights)
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    return _AxisPlan(np.clip(index, 0, in_size - 1), weights, outside)
+
+
+def _apply_plan(x: torch.Tensor, axis: int, plan: _AxisPlan, fill: float) -> torch.Tensor:
+    out_size, taps = plan.index.shape
+    index = torch.from_numpy(plan.index.reshape(-1)).to(x.device)
+    gathered = x.index_select(axis, index)
+    if plan.weights is not None:
+        shape = list(x.shape)
+        shape[axis : axis + 1] = [out_size, taps]
+        weight_shape = [1] * len(shape)
+        weight_shape[axis : axis + 2] = [out_size, taps]
+        w = torch.from_numpy(plan.weights).to(device=x.device, dtype=x.dtype)
+        gathered = (gathered.reshape(shape) * w.reshape(weight_shape)).sum(axis + 1)
+    if plan.outside is not None and plan.outside.any():
+        mask_shape = [1] * x.dim()
+        mask_shape[axis] = out_size
+        mask = torch.from_numpy(plan.outside).to(x.device).reshape(mask_shape)
+        gathered = torch.where(mask, torch.full((), fill, dtype=x.dtype), gathered)
+    return gathered
+
+
+class Resize(Operator):
+    """ONNX Resize (11, 13, 18, 19): nearest / linear / cubic, every coordinate mode.
+
+    Inputs ``(X, roi, scales, sizes)``; exactly one of ``scales`` and ``sizes`` is non-empty.
+    """
+
+    op_type = "Resize"
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        roi: torch.Tensor | None = None,
+        scales: torch.Tensor | None = None,
+        sizes: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        self._check_attrs()
+        axes = self._axes(x.dim())
+        in_shape = [x.shape[a] for a in axes]
+        scale_list, out_shape = self._scales_and_sizes(x, axes, in_shape, scales, sizes)
+        rois = self._rois(roi, axes, x.dim())
+        compute = x if dtypes.is_float(x.dtype) or self.attr("mode") == "nearest" else x.double()
+        fill = float(self.attr("extrapolation_value"))
+        for k, axis in enumerate(axes):
+            unchanged = out_shape[k] == in_shape[k] and math.isclose(scale_list[k], 1.0)
+            if unchanged and (rois[k] is None or rois[k] == (0.0, 1.0)):
+                continue
+            plan = _plan_axis(self, in_shape[k], out_shape[k], scale_list[k], rois[k])
+            compute = _apply_plan(compute, axis, plan, fill)
+        self._shapes = (tuple(x.shape), tuple(compute.shape))
+        if compute.dtype != x.dtype:
+            info = torch.iinfo(x.dtype)
+            compute = compute.round().clamp(info.min, info.max).to(x.dtype)
+        return compute
+
+    def _check_attrs(self) -> None:
+        checks = (
+            ("mode", _MODES),
+            ("coordinate_transformation_mode", _COORDINATE_MODES),
+            ("nearest_mode", _NEAREST_MODES),
+            ("keep_aspect_ratio_policy", ("stretch", "not_larger", "not_smaller", None)),
+        )
+        for name, allowed in checks:
+            if self.attr(name) not in allowed:
+                raise BadInputError(
+                    f"Resize: attribute {name} must be one of {', '.join(map(str, allowed))}, "
+                    f"received {self.attr(name)!r}"
+                )
+        if self.attr("antialias") and self.attr("mode") == "nearest":
+            raise BadInputError("Resize: antialias needs mode linear or cubic, received nearest")
+
+    def _axes(self, rank: int) -> list[int]:
+        axes = self.attr("axes")
+        if axes is None:
+            return list(range(rank))
+        normal = [a + rank if a < 0 else a for a in axes]
+        if any(not 0 <= a < rank for a in normal) or len(set(normal)) != len(normal):
+            raise BadInputError(
+                f"Resize: attribute axes must be distinct axes of a {rank}-D input, "
+                f"received {list(axes)}"
+            )
+        return normal
+
+    def _scales_and_sizes(
+        self,
+        x: torch.Tensor,
+        axes: list[int],
+        in_shape: list[int],
+        scales: torch.Tensor | None,
+        sizes: torch.Tensor | None,
+    ) -> tuple[list[float], list[int]]:
+        have_scales = scales is not None and scales.numel() > 0
+        have_sizes = sizes is not None and sizes.numel() > 0
+        if have_scales == have_sizes:
+            raise BadInputError(
+                "Resize: exactly one of the inputs scales and sizes must be non-empty, received "
+                f"scales={None if scales is None else list(scales.shape)}, "
+                f"sizes={None if sizes is None else list(sizes.shape)}"
+            )
+        given = scales if have_scales else sizes
+        if given.numel() != len(axes):
+            name = "scales" if have_scales else "sizes"
+            raise BadInputError(
+                f"Resize: input {name} must have one entry per resized axis ({len(axes)}), "
+                f"received {given.numel()} for input shape {tuple(x.shape)}"
+            )
+        if have_scales:
+            scale_list = [float(s) for s in scales.reshape(-1).tolist()]
+            if any(s <= 0 for s in scale_list):
+                raise BadInputError(f"Resize: scales must be positive, received {scale_list}")
+            return scale_list, [
+                math.floor(s * n) for s, n in zip(scale_list, in_shape, strict=True)
+            ]
+        out = host_ints(sizes)
+        scale_list = [o / n for o, n in zip(out, in_shape, strict=True)]
+        policy = self.attr("keep_aspect_ratio_policy") or "stretch"
+        if policy != "stretch":
+            s = min(scale_list) if policy == "not_larger" else max(scale_list)
+            scale_list = [s] * len(axes)
+            out = [int(s * n + 0.5) for n in in_shape]
+        return scale_list, out
+
+    def _rois(
+        self, roi: torch.Tensor | None, axes: list[int], rank: int
+    ) -> list[tuple[float, float] | None]:
+        if self.attr("coordinate_transformation_mode") != "tf_crop_and_resize":
+            return [None] * len(axes)
+        values = [] if roi is None else [float(v) for v in roi.reshape(-1).tolist()]
+        n = len(axes)
+        if len(values) == 2 * n:
+            return [(values[k], values[n + k]) for k in range(n)]
+        if len(values) == 2 * rank and n != rank:
+            return [(values[a], values[rank + a]) for a in axes]
+        raise BadInputError(
+            f"Resize: tf_crop_and_resize needs roi with 2 * {n} values (starts then ends), "
+            f"received {len(values)}"
+        )
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        coordinate = self.attr("coordinate_transformation_mode")
+        needs_18 = bool(self.attr("antialias")) or self.attr("keep_aspect_ratio_policy") not in (
+            None,
+            "stretch",
+        )
+        if (
+            (coordinate == "half_pixel_symmetric" and g.opset < 19)
+            or (needs_18 and g.opset < 18)
+            or (coordinate == "tf_half_pixel_for_nn" and g.opset >= 13)
+        ):
+            raise ExportError(
+                f"Resize: {self!r} has no ONNX form at opset {g.opset} (half_pixel_symmetric "
+                "needs 19, antialias/keep_aspect_ratio_policy need 18, "
+                "tf_half_pixel_for_nn ends at 12)"
+            )
+        ins = list(inputs) + [""] * (4 - len(inputs))
+        if self.attr("axes") is not None and g.opset < 18:
+            ins = self._full_rank_inputs(g, ins)
+        if g.opset < 11:
+            self._export_resize10(g, ins, outputs)
+            return
+        if g.opset < 13:  # roi and scales were required inputs before 13
+            ins[1] = ins[1] or g.constant(np.zeros(0, np.float32), "roi")
+            ins[2] = ins[2] or g.constant(np.zeros(0, np.float32), "scales")
+        g.add_node("Resize", ins, outputs, **self.export_attrs(g))
+
+    def _full_rank_inputs(self, g: GraphBuilder, ins: list[str]) -> list[str]:
+        """Before opset 18 there is no ``axes``: write scales or sizes for every axis."""
+        if self.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
+            raise ExportError(
+                f"Resize: tf_crop_and_resize with axes needs opset 18, cannot write it at "
+                f"opset {g.opset}"
+            )
+        in_shape, out_shape = self._shapes
+        if ins[2]:
+            given = self.inputs[2].data.reshape(-1).tolist()
+            full = [1.0] * len(in_shape)
+            for axis, value in zip(self._axes(len(in_shape)), given, strict=True):
+                full[axis] = value
+            return [ins[0], ins[1], g.constant(full, "scales", dtype=np.float32), ""]
+        return [ins[0], ins[1], "", g.constant(list(out_shape), "sizes", dtype=np.int64)]
+
+    def export_attrs(self, g: GraphBuilder) -> dict[str, Any]:
+        """The set attributes that Resize has at ``g.opset`` (the others were checked neutral)."""
+        known = onnx.defs.get_schema("Resize", g.opset).attributes
+        return {k: v for k, v in super().export_attrs(g).items() if k in known}
+
+    def _export_resize10(self, g: GraphBuilder, ins: list[str], outputs: list[str]) -> None:
+        """Resize-10 knows asymmetric coordinates with floor rounding (nearest) or linear."""
+        mode = self.attr("mode")
+        ok = self.attr("coordinate_transformation_mode") == "asymmetric" and (
+            mode == "linear" or (mode == "nearest" and self.attr("nearest_mode") == "floor")
+        )
+        if not ok:
+            raise ExportError(
+                f"Resize: opset {g.opset} only has Resize-10 (asymmetric coordinates, nearest "
+                f"with floor or linear), cannot write {self!r}"
+            )
+        scales = ins[2]
+        if not scales:  # sizes become the scales they amounted to in the recorded call
+            in_shape, out_shape = self._shapes
+            scales = g.constant(
+                [o / i for o, i in zip(out_shape, in_shape, strict=True)],
+                "scales",
+                dtype=np.float32,
+            )
+        g.add_node("Resize", [ins[0], scales], outputs, mode=mode)
+
+
+def resize(
+    x: Tensor,
+    scales: Sequence[float] | None = None,
+    sizes: Sequence[int] | None = None,
+    mode: str = "nearest",
+    coordinate_transformation_mode: str = "half_pixel",
+    nearest_mode: str = "round_prefer_floor",
+    axes: Sequence[int] | None = None,
+    antialias: bool = False,
+    cubic_coeff_a: float = -0.75,
+) -> Tensor:
+    """Resize ``x`` by ``scales`` or to ``sizes`` (one per axis in ``axes``, default all axes)."""
+    if (scales is None) == (sizes is None):
+        raise BadInputError(
+            f"resize: give exactly one of scales and sizes, received scales={scales}, sizes={sizes}"
+        )
+    op = Resize(
+        mode=mode,
+        coordinate_transformation_mode=coordinate_transformation_mode,
+        nearest_mode=nearest_mode,
+        axes=None if axes is None else list(axes),
+        antialias=int(antialias),
+        cubic_coeff_a=cubic_coeff_a,
+    )
+    if scales is not None:
+        return op(x, None, np.asarray(scales, dtype=np.float32))
+    return op(x, None, None, np.asarray(sizes, dtype=np.int64))
+
+
+def upsample(x: Tensor, scale_factor: float | Sequence[float], mode: str = "nearest") -> Tensor:
+    """Upsample the spatial axes (all but N and C) by ``scale_factor`` like ONNX Upsample.
+
+    Coordinates are asymmetric with floor rounding, as in Upsample-7/9; recorded as Resize.
+    """
+    if x.ndim() < 3:
+        raise BadInputError(
+            f"upsample: input x must be at least 3-D (N, C, spatial...), received shape {x.shape}"
+        )
+    spatial = x.ndim() - 2
+    factors = (
+        [float(scale_factor)] * spatial
+        if isinstance(scale_factor, (int, float))
+        else [float(s) for s in scale_factor]
+    )
+    if len(factors) != spatial:
+        raise BadInputError(
+            f"upsample: scale_factor needs {spatial} values for input shape {x.shape}, "
+            f"received {factors}"
+        )
+    if mode not in ("nearest", "linear"):
+        raise BadInputError(f"upsample: mode must be nearest or linear, received {mode!r}")
+    return resize(
+        x,
+        scales=[1.0, 1.0, *factors],
+        mode=mode,
+        coordinate_transformation_mode="asymmetric",
+        nearest_mode="floor",
+    )

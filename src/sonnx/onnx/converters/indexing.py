@@ -1,1 +1,67 @@
-"""Importer registrations for indexing: see sonnx.autograd.indexing."""
+"""Importer registrations for indexing: see sonnx.autograd.indexing.
+
+Scatter (deprecated in opset 11) and TopK-1 (``k`` as an attribute) are converted to their
+modern forms, ScatterElements and TopK with a constant ``K`` input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from sonnx.autograd.indexing import (
+    ArgMax,
+    ArgMin,
+    Compress,
+    Gather,
+    GatherElements,
+    GatherND,
+    NonMaxSuppression,
+    NonZero,
+    OneHot,
+    ScatterElements,
+    ScatterND,
+    TensorScatter,
+    TopK,
+    Unique,
+)
+from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.tensor import Tensor
+
+register_operator(Gather, 1, 11, 13)
+register_operator(GatherElements, 11, 13)
+register_operator(GatherND, 11, 12, 13)
+register_operator(ScatterElements, 11, 13, 16, 18)
+register_operator(ScatterND, 11, 13, 16, 18)
+register_operator(TensorScatter, 24)
+register_operator(OneHot, 9, 11, 28)
+register_operator(NonZero, 9, 13)
+register_operator(Compress, 9, 11, 28)
+register_operator(TopK, 10, 11, 24)
+register_operator(Unique, 11, 28)
+register_operator(ArgMax, 1, 11, 12, 13)
+register_operator(ArgMin, 1, 11, 12, 13)
+register_operator(NonMaxSuppression, 10, 11)
+
+
+@converter("Scatter", 9, 11)
+def convert_scatter(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
+    """Scatter is ScatterElements without a reduction."""
+    op = ScatterElements(version=11, axis=attrs["axis"])
+    op.name = node.name
+    return op(*inputs)
+
+
+@converter("TopK", 1)
+def convert_topk_1(
+    node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]
+) -> tuple[Tensor, Tensor]:
+    """TopK-1 takes ``k`` as an attribute; TopK-10 as the input K."""
+    x = inputs[0]
+    k = Tensor(
+        data=torch.tensor([attrs["k"]], dtype=torch.int64), device=x.device, requires_grad=False
+    )
+    op = TopK(version=10, axis=attrs["axis"])
+    op.name = node.name
+    return op(x, k)
