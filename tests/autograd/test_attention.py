@@ -7,7 +7,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-import torch.nn.functional as F  # noqa: N812 (torch's conventional name)
+import torch.nn.functional as F
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 

@@ -19,8 +19,13 @@ from sonnx.autograd.loss import *
 from sonnx.autograd.normalization import *
 from sonnx.autograd.operator import Operator
 from sonnx.autograd.pooling import *
+from sonnx.autograd.quantize import *
+from sonnx.autograd.random_ops import *
 from sonnx.autograd.reduce import *
 from sonnx.autograd.resize import *
+from sonnx.autograd.rnn import *
 from sonnx.autograd.shape import *
+from sonnx.autograd.signal import *
+from sonnx.autograd.training_ops import *
 
 training = False

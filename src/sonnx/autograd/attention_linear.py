@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F  # noqa: N812 (torch's conventional name)
+import torch.nn.functional as F
 
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError

@@ -56,8 +56,7 @@ def gradients(y: Tensor, dy: Tensor | torch.Tensor | None = None) -> list[tuple[
         grad_out = dy.data if isinstance(dy, Tensor) else dy
         if tuple(grad_out.shape) != y.shape:
             raise BadInputError(
-                f"backward: dy must have the loss shape {y.shape}, "
-                f"received {tuple(grad_out.shape)}"
+                f"backward: dy must have the loss shape {y.shape}, received {tuple(grad_out.shape)}"
             )
     grads = torch.autograd.grad(
         y.data, [p.data for p in params], grad_outputs=grad_out, allow_unused=True

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F  # noqa: N812 (torch's conventional name)
+import torch.nn.functional as F
 
 from sonnx.autograd.operator import Operator, host_ints
 from sonnx.errors import BadInputError, ExportError
