@@ -8,8 +8,10 @@ export anything back to ONNX (:func:`to_onnx`, :func:`save`).
 from sonnx import autograd, device, layer, model, opt, tensor
 from sonnx.onnx.exporter import save, to_onnx
 from sonnx.onnx.importer import SingaRep, prepare
+from sonnx.onnx.sonnx_model import SONNXModel
 
 __all__ = [
+    "SONNXModel",
     "SingaRep",
     "autograd",
     "device",

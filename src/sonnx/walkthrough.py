@@ -97,6 +97,9 @@ def _batches(n: int, batch_size: int, rng: np.random.Generator | None) -> Iterat
         yield order[start : start + batch_size]
 
 
+POINTS_PER_CURVE = 100  # each point averages the loss and accuracy of the steps since the last
+
+
 def train(
     forward: Callable[[Tensor], Tensor],
     data: Dataset,
@@ -108,12 +111,14 @@ def train(
     history: History,
     progress: bool = True,
 ) -> None:
-    """Momentum-SGD training of ``forward`` on the training split, logging loss/accuracy."""
+    """SGD training of ``forward`` on the training split, logging mean loss and accuracy."""
     rng = np.random.default_rng(0)
     autograd.training = True
     curve = history.curves.setdefault(label, [])
     steps = (len(data.train_y) // batch_size) * epochs
     bar = _progress(steps, label, progress)
+    log_every = max(1, steps // POINTS_PER_CURVE)
+    step, loss_sum, acc_sum = 0, 0.0, 0.0
     for _ in range(epochs):
         for idx in _batches(len(data.train_y), batch_size, rng):
             x = Tensor(device=dev, data=data.train_x[idx], requires_grad=False)
@@ -121,10 +126,13 @@ def train(
             out = forward(x)
             loss = autograd.softmax_cross_entropy(out, y)
             sgd(loss)
-            if bar.n % 50 == 0:
-                acc = float((tensor.to_numpy(out).argmax(1) == data.train_y[idx]).mean())
-                curve.append((len(curve) * 50, float(tensor.to_numpy(loss)[0]), acc))
-                bar.set_postfix(loss=f"{curve[-1][1]:.3f}", acc=f"{acc:.3f}")
+            step += 1
+            loss_sum += float(tensor.to_numpy(loss)[0])
+            acc_sum += float((tensor.to_numpy(out).argmax(1) == data.train_y[idx]).mean())
+            if step % log_every == 0:
+                curve.append((step, loss_sum / log_every, acc_sum / log_every))
+                bar.set_postfix(loss=f"{curve[-1][1]:.3f}", acc=f"{curve[-1][2]:.3f}")
+                loss_sum, acc_sum = 0.0, 0.0
             bar.update(1)
     bar.close()
     autograd.training = False
@@ -301,10 +309,15 @@ def plot_curves(history: History, path: Path) -> None:
         if not points:
             continue
         steps, losses, accs = zip(*points, strict=True)
-        ax_loss.plot(steps, losses, label=label)
-        ax_acc.plot(steps, accs, label=label)
-    ax_loss.set(xlabel="step", ylabel="training loss", title="loss")
-    ax_acc.set(xlabel="step", ylabel="batch accuracy", title="accuracy", ylim=(0, 1))
+        ax_loss.plot(steps, losses, ".-", label=label)
+        ax_acc.plot(steps, accs, ".-", label=label)
+    ax_loss.set(xlabel="step", ylabel="training loss (running mean)", title="loss")
+    ax_acc.set(
+        xlabel="step",
+        ylabel="training accuracy (running mean)",
+        title="accuracy",
+        ylim=(0, 1),
+    )
     ax_loss.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)

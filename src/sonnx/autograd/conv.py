@@ -90,7 +90,8 @@ def _bias_shape(op_type: str, b: torch.Tensor | None, channels: int) -> None:
 
 
 def _conv(op: Operator, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """Conv's computation: resolve pads, pad with zeros, run the torch convolution."""
+    """Conv's computation: resolve pads, run the torch convolution (zero-padding first when
+    the pads are asymmetric, which torch's convolutions cannot express)."""
     n = check_spatial_rank(op.op_type, "X", x)
     if w.dim() != x.dim():
         raise BadInputError(
@@ -119,6 +120,8 @@ def _conv(op: Operator, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None
         )
     ]
     check_window(op.op_type, out, sizes)
+    if pads[:n] == pads[n:]:  # symmetric: torch pads inside the kernel, no extra copy
+        return CONV[n](x, w, b, strides, pads[:n], dilations, group)
     x = F.pad(x, torch_pad(pads[:n], pads[n:]))
     return CONV[n](x, w, b, strides, 0, dilations, group)
 

@@ -109,6 +109,16 @@ class _Window:
             self.covered_ends.append((out - 1) * s + k - size - begin)
         check_window(op.op_type, self.out, self.sizes)
 
+    def torch_padding(self) -> list[int] | None:
+        """The padding to hand torch's own pooling, when ONNX's windows are exactly torch's:
+        symmetric pads of at most half the (dilated) kernel. None otherwise."""
+        if self.begins != self.ends:
+            return None
+        kernels = effective_kernel(self.kernel, self.dilations)
+        if any(2 * p > k for p, k in zip(self.begins, kernels, strict=True)):
+            return None
+        return list(self.begins)
+
     def pad(self, x: torch.Tensor, value: float) -> torch.Tensor:
         """x padded to the covered extent with ``value`` (cropping ends no window reaches)."""
         return F.pad(x, torch_pad(self.begins, self.covered_ends), value=value)
@@ -138,6 +148,24 @@ class _Window:
 
 
 _MAX_POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+_AVG_POOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+
+
+def _torch_pool(
+    win: _Window, x: torch.Tensor, want_indices: bool, pools: dict, **options: Any
+) -> torch.Tensor | None:
+    """torch's own pooling where it computes exactly ONNX's windows, which saves padding a
+    copy of the input; None where it does not (the caller then pads explicitly)."""
+    padding = win.torch_padding()
+    if padding is None or want_indices or x.dtype not in (torch.float32, torch.float64):
+        return None
+    if pools is _MAX_POOL:
+        options["dilation"] = win.dilations
+    ceil = any(o != (s + b + e - k) // st + 1 for o, s, b, e, k, st in zip(
+        win.out, win.sizes, win.begins, win.ends,
+        effective_kernel(win.kernel, win.dilations), win.strides, strict=True))
+    out = pools[win.n](x, win.kernel, win.strides, padding, ceil_mode=ceil, **options)
+    return out if list(out.shape[2:]) == win.out else None
 
 
 class MaxPool(Operator):
@@ -152,8 +180,11 @@ class MaxPool(Operator):
     def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         win = _Window(self, x)
         work = x if x.dtype.is_floating_point else x.to(torch.float64)
-        padded = win.pad(work, float("-inf"))
         want_indices = (self.requested_outputs or 1) > 1
+        fast = _torch_pool(win, work, want_indices, _MAX_POOL)
+        if fast is not None:
+            return fast.to(x.dtype)
+        padded = win.pad(work, float("-inf"))
         result = _MAX_POOL[win.n](
             padded, win.kernel, win.strides, 0, win.dilations, return_indices=want_indices
         )
@@ -204,6 +235,10 @@ class AveragePool(Operator):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         win = _Window(self, x)
         include = bool(self.attr("count_include_pad"))
+        if all(d == 1 for d in win.dilations):
+            fast = _torch_pool(win, x, False, _AVG_POOL, count_include_pad=include)
+            if fast is not None:
+                return fast
         return win.window_sums(win.pad(x, 0.0)) / win.counts(x, include)
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:

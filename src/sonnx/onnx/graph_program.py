@@ -191,11 +191,26 @@ def compile_graph(
             constants[step.outputs[0]] = value
             continue
         steps.append(step)
+    _mark_statistics_as_buffers(steps, constants)
     produced = known | {o for s in steps for o in s.outputs} | set(constants)
     for out in graph.output:
         if out.name not in produced:
             raise BadModelError(f"graph output {out.name!r} is not produced by any node")
     return GraphProgram(constants, list(input_names), [o.name for o in graph.output], steps)
+
+
+# Inputs that hold running statistics rather than weights: (op type, input positions).
+_STATISTICS_INPUTS = {"BatchNormalization": (3, 4)}
+
+
+def _mark_statistics_as_buffers(steps: list[Step], constants: dict[str, Tensor]) -> None:
+    """Float initializers used as running statistics are states, not trainable weights."""
+    for step in steps:
+        for position in _STATISTICS_INPUTS.get(step.info.op_type, ()):
+            name = step.inputs[position] if position < len(step.inputs) else ""
+            if name in constants:
+                constants[name].stores_grad = False
+                constants[name].requires_grad = False
 
 
 def _make_step(r: ResolvedNode, versions: dict[str, int], dev: Device) -> Step:

@@ -200,8 +200,13 @@ def export(
     input_names: list[str],
     output_names: list[str] | None = None,
     dynamic_batch: bool = True,
+    keep_batchnorm: bool = False,
 ) -> onnx.ModelProto:
-    """``module`` in eval mode exported with torch's TorchScript-based ONNX exporter."""
+    """``module`` in eval mode exported with torch's TorchScript-based ONNX exporter.
+
+    torch folds BatchNorm into the preceding Conv; ``keep_batchnorm=True`` keeps the
+    BatchNormalization nodes (with their running statistics) for fine-tuning tests.
+    """
     module.eval()
     names = output_names or ["output"]
     axes = {n: {0: "batch"} for n in [*input_names, *names]} if dynamic_batch else None
@@ -217,6 +222,9 @@ def export(
             input_names=input_names,
             output_names=names,
             dynamic_axes=axes,
+            training=(
+                torch.onnx.TrainingMode.PRESERVE if keep_batchnorm else torch.onnx.TrainingMode.EVAL
+            ),
         )
     return onnx.load_from_string(buffer.getvalue())
 

@@ -21,12 +21,13 @@ from sonnx.autograd.normalization import (
     LpNormalization,
     MeanVarianceNormalization,
     RMSNormalization,
+    batch_norm,
 )
+from sonnx.autograd.operator import is_training
 from sonnx.errors import BadModelError
 from sonnx.onnx.registry import NodeInfo, converter, register_operator
 from sonnx.tensor import Tensor
 
-register_operator(BatchNormalization, 1, 6, 7, 9, 14, 15)
 register_operator(InstanceNormalization, 1, 6, 22)
 register_operator(LayerNormalization, 17)
 register_operator(GroupNormalization, 18, 21)
@@ -35,6 +36,34 @@ register_operator(LRN, 1, 13)
 register_operator(LpNormalization, 1, 22)
 register_operator(MeanVarianceNormalization, 9, 13)
 register_operator(Dropout, 12, 13, 22)
+
+
+@converter("BatchNormalization", 1, 6, 7, 9, 14, 15)
+def convert_batch_normalization(
+    node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]
+) -> Any:
+    """BatchNormalization; an inference-form node (one output) follows the training flag.
+
+    While ``sonnx.autograd.training`` is True such a node normalizes with the batch statistics
+    and updates its running mean and variance in place, as a framework BatchNorm layer does,
+    so an imported CNN fine-tunes the way it would in torch; otherwise it uses the stored
+    statistics exactly as ONNX says. Nodes that ask for the training outputs run as written.
+    """
+    if node.num_outputs == 1 and is_training() and attrs.get("spatial", 1) == 1:
+        x, scale, bias, mean, var = inputs[:5]
+        return batch_norm(
+            x,
+            scale,
+            bias,
+            mean,
+            var,
+            momentum=float(attrs["momentum"]),
+            epsilon=float(attrs["epsilon"]),
+        )
+    op = BatchNormalization(version=node.since_version, **attrs)
+    op.requested_outputs = node.num_outputs
+    op.name = node.name
+    return op(*inputs)
 
 
 @converter("Dropout", 1, 6, 7, 10)
