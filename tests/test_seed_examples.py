@@ -152,8 +152,12 @@ sg_ir = None  # the seed's Infer/Trans read a module-level `sg_ir`, as in its sc
 @pytest.fixture(scope="module")
 def data():
     d = load_dataset()
-    return (d.train_x[:1920], to_categorical(d.train_y[:1920], 10),
-            d.test_x[:500], to_categorical(d.test_y[:500], 10))
+    return (
+        d.train_x[:1920],
+        to_categorical(d.train_y[:1920], 10),
+        d.test_x[:500],
+        to_categorical(d.test_y[:500], 10),
+    )
 
 
 def _test_accuracy(forward, x, y) -> float:
@@ -177,7 +181,17 @@ def test_seed_cnn_trains_and_exports(trained, data):
     onnx.checker.check_model(onnx_model)
     assert _test_accuracy(model.forward, test_x, test_y) > 0.3  # 30 plain-SGD steps at lr 0.01
     assert [n.op_type for n in onnx_model.graph.node] == [
-        "Conv", "Relu", "MaxPool", "Conv", "Relu", "MaxPool", "Flatten", "Gemm", "Relu", "Gemm"]
+        "Conv",
+        "Relu",
+        "MaxPool",
+        "Conv",
+        "Relu",
+        "MaxPool",
+        "Flatten",
+        "Gemm",
+        "Relu",
+        "Gemm",
+    ]
 
 
 def test_seed_infer_and_re_train(trained, data):
@@ -204,8 +218,8 @@ def test_seed_transfer_learning_cut_and_append(trained, data):
     autograd.training = True
     losses = []
     for b in range(20):
-        x = tensor.Tensor(data=train_x[b * 64:(b + 1) * 64])
-        t = tensor.Tensor(data=train_y[b * 64:(b + 1) * 64])
+        x = tensor.Tensor(data=train_x[b * 64 : (b + 1) * 64])
+        t = tensor.Tensor(data=train_y[b * 64 : (b + 1) * 64])
         loss = autograd.softmax_cross_entropy(model.forward(x), t)
         sgd = opt.SGD(lr=0.05)
         for p, gp in autograd.backward(loss):

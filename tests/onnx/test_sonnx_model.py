@@ -36,7 +36,7 @@ def _batches(n_steps: int, batch: int = 32, seed: int = 0):
         y = rng.integers(0, 10, batch)
         x = rng.random((batch, 1, 28, 28), np.float32) * 0.2
         for i, c in enumerate(y):
-            x[i, 0, 2 * c + 4: 2 * c + 6, :] += 0.8
+            x[i, 0, 2 * c + 4 : 2 * c + 6, :] += 0.8
         yield Tensor(data=x, requires_grad=False), Tensor(data=y, requires_grad=False)
 
 
@@ -67,8 +67,9 @@ def test_subclass_pattern_trains_with_compile_and_train_one_batch(cnn_onnx) -> N
     model.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
     tx = tensor.PlaceHolder((32, 1, 28, 28))
     model.compile([tx], is_train=True, use_graph=False, sequential=True)
-    assert set(model.get_params()) == {i.name for i in cnn_onnx.graph.initializer
-                                        if i.data_type == onnx.TensorProto.FLOAT}
+    assert set(model.get_params()) == {
+        i.name for i in cnn_onnx.graph.initializer if i.data_type == onnx.TensorProto.FLOAT
+    }
     losses = [float(to_numpy(model(x, y, "fp32", None)[1])[0]) for x, y in _batches(30)]
     assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
 
@@ -142,12 +143,13 @@ def test_bert_style_encoder_fine_tunes_then_exports_for_onnxruntime() -> None:
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
     autograd.training = False
     ids, mask = tm.bert_inputs(3, seed=99)
-    feeds = [Tensor(data=ids, requires_grad=False, name="input_ids"),
-             Tensor(data=mask, requires_grad=False, name="attention_mask")]
+    feeds = [
+        Tensor(data=ids, requires_grad=False, name="input_ids"),
+        Tensor(data=mask, requires_grad=False, name="attention_mask"),
+    ]
     out = model.forward(*feeds)[0]
     exported = sonnx.to_onnx(feeds, [out], model_name="tiny_bert_finetuned")
-    session = ort.InferenceSession(exported.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
     np.testing.assert_allclose(got, to_numpy(out), rtol=1e-4, atol=1e-5)
 
@@ -169,10 +171,10 @@ def test_save_states_then_load_in_a_new_process_is_bit_identical(cnn_onnx, tmp_p
         import numpy as np, sonnx
         from sonnx.tensor import Tensor, to_numpy
         model = sonnx.SONNXModel(r"{model_path}")
-        model.load_states(r"{tmp_path / 'states.zip'}")
+        model.load_states(r"{tmp_path / "states.zip"}")
         model.eval()
-        out = model.forward(Tensor(data=np.load(r"{tmp_path / 'probe.npy'}")))[0]
-        np.save(r"{tmp_path / 'out.npy'}", to_numpy(out))
+        out = model.forward(Tensor(data=np.load(r"{tmp_path / "probe.npy"}")))[0]
+        np.save(r"{tmp_path / "out.npy"}", to_numpy(out))
     """)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)

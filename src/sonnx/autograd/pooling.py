@@ -161,9 +161,18 @@ def _torch_pool(
         return None
     if pools is _MAX_POOL:
         options["dilation"] = win.dilations
-    ceil = any(o != (s + b + e - k) // st + 1 for o, s, b, e, k, st in zip(
-        win.out, win.sizes, win.begins, win.ends,
-        effective_kernel(win.kernel, win.dilations), win.strides, strict=True))
+    ceil = any(
+        o != (s + b + e - k) // st + 1
+        for o, s, b, e, k, st in zip(
+            win.out,
+            win.sizes,
+            win.begins,
+            win.ends,
+            effective_kernel(win.kernel, win.dilations),
+            win.strides,
+            strict=True,
+        )
+    )
     out = pools[win.n](x, win.kernel, win.strides, padding, ceil_mode=ceil, **options)
     return out if list(out.shape[2:]) == win.out else None
 

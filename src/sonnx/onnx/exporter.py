@@ -27,6 +27,11 @@ from sonnx.tensor import Tensor
 
 # Below 2 GiB protobuf can hold the whole model; above it, weights go to external data.
 _PROTOBUF_LIMIT = 2**31 - 1
+#: ``save`` writes the weights to a ``<name>.data`` file beside the model when the model's
+#: serialized size reaches this many bytes (a module constant so tests can lower it).
+EXTERNAL_DATA_THRESHOLD = _PROTOBUF_LIMIT
+#: Initializers smaller than this stay inside the model file even when saving externally.
+EXTERNAL_TENSOR_MIN_BYTES = 1024
 OLDEST_EXPORT_OPSET = 11
 
 
@@ -169,7 +174,11 @@ def to_onnx(
             alias = g.reserve(f"output_{i}")
             g.add_node("Identity", [name], [alias])
             name = alias
-        graph_outputs.append(_value_info(name, t, dynamic_batch))
+        graph_outputs.append(
+            _value_info(name, t, dynamic_batch=False)
+            if not dynamic_batch
+            else helper.make_tensor_value_info(name, dtypes.torch_to_onnx(t.dtype), None)
+        )
     graph = helper.make_graph(g.nodes, model_name, graph_inputs, graph_outputs, g.initializers)
     opsets = [helper.make_opsetid("", target)]
     opsets += [helper.make_opsetid(d, v) for d, v in g.extra_opsets.items()]
@@ -180,11 +189,42 @@ def to_onnx(
         ir_version=helper.find_min_ir_version_for(opsets),
         doc_string=doc_string or "",
     )
+    if dynamic_batch:
+        _type_outputs(model, outputs)
     try:
         onnx.checker.check_model(model if model.ByteSize() < _PROTOBUF_LIMIT else _stub(model))
     except onnx.checker.ValidationError as e:
         raise ExportError(f"to_onnx produced a model the ONNX checker rejects: {e}") from e
     return model
+
+
+def _type_outputs(model: onnx.ModelProto, outputs: Sequence[Tensor]) -> None:
+    """Give the outputs the shapes ONNX shape inference derives from the symbolic batch.
+
+    An output's traced shape may depend on the batch size on any axis (or on none: a loss), so
+    it is not copied; dims that inference cannot tell stay unnamed (any size), rank is kept.
+    """
+    inferred: dict[str, onnx.ValueInfoProto] = {}
+    if model.ByteSize() < _PROTOBUF_LIMIT:
+        try:
+            done = onnx.shape_inference.infer_shapes(model)
+            inferred = {o.name: o for o in done.graph.output}
+        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+            inferred = {}
+    for out, t in zip(model.graph.output, outputs, strict=True):
+        tensor_type = out.type.tensor_type
+        tensor_type.shape.SetInParent()
+        found = inferred.get(out.name)
+        shape = found.type.tensor_type.shape if found is not None else None
+        if shape is None or len(shape.dim) != len(t.shape):
+            tensor_type.shape.dim.extend(onnx.TensorShapeProto.Dimension() for _ in t.shape)
+            continue
+        for dim in shape.dim:
+            kept = tensor_type.shape.dim.add()
+            if dim.HasField("dim_value"):
+                kept.dim_value = dim.dim_value
+            elif dim.dim_param and not dim.dim_param.startswith("unk__"):
+                kept.dim_param = dim.dim_param
 
 
 def _reachable_tensors(
@@ -272,26 +312,31 @@ def _stub(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def save(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
-    """Write ``model`` atomically; weights go to external data when the model exceeds 2 GiB."""
+    """Write ``model`` to ``path`` atomically; returns the path.
+
+    A model of :data:`EXTERNAL_DATA_THRESHOLD` bytes or more keeps its weights in
+    ``<file name>.data`` beside it (ONNX external data, which protobuf's 2 GiB limit requires).
+    Both files are written in a temporary directory next to the target and moved into place,
+    so a reader never sees a half-written model, and ``model`` itself is left unchanged.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    large = model.ByteSize() >= _PROTOBUF_LIMIT
-    fd, tmp = tempfile.mkstemp(prefix=target.name, suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        if large:
+    data_name = target.name + ".data"
+    with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as tmp:
+        staged = Path(tmp) / target.name
+        if model.ByteSize() >= EXTERNAL_DATA_THRESHOLD:
+            copy = onnx.ModelProto()
+            copy.CopyFrom(model)
             onnx.save_model(
-                model,
-                tmp,
+                copy,
+                staged,
                 save_as_external_data=True,
                 all_tensors_to_one_file=True,
-                location=target.name + ".data",
-                size_threshold=1024,
+                location=data_name,
+                size_threshold=EXTERNAL_TENSOR_MIN_BYTES,
             )
+            os.replace(Path(tmp) / data_name, target.parent / data_name)
         else:
-            onnx.save_model(model, tmp)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+            onnx.save_model(model, staged)
+        os.replace(staged, target)
     return target
