@@ -32,11 +32,12 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import sonnx.autograd as autograd
+from sonnx import dist
 from sonnx.autograd.operator import Operator
 from sonnx.device import Device, get_default_device
 from sonnx.errors import BadInputError, ExportError
 from sonnx.layer import Layer, SoftMaxCrossEntropy
-from sonnx.opt import Optimizer
+from sonnx.opt import DistOpt, Optimizer
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -200,8 +201,8 @@ class Model(Layer):
         else:
             self.__dict__.pop("forward", None)
 
-    def set_optimizer(self, optimizer: Optimizer) -> None:
-        if not isinstance(optimizer, Optimizer):
+    def set_optimizer(self, optimizer: Optimizer | DistOpt) -> None:
+        if not isinstance(optimizer, (Optimizer, DistOpt)):
             raise BadInputError(
                 f"{type(self).__name__}.set_optimizer: expected a sonnx.opt Optimizer, "
                 f"received {type(optimizer).__name__}"
@@ -247,7 +248,13 @@ class Model(Layer):
         self, fpath: str | os.PathLike, aux_states: Mapping[str, Any] | None = None
     ) -> None:
         """Write every model state plus ``aux_states`` (e.g. ``optimizer.get_states()``, or
-        the epoch as a 0-d array) to ``fpath`` atomically."""
+        the epoch as a 0-d array) to ``fpath`` atomically.
+
+        In distributed training only rank 0 writes (the replicas hold the same weights), and
+        the file loads into a single-process model like any other.
+        """
+        if not dist.is_main():
+            return
         entries = [(MODEL_STATE, n, t.data) for n, t in self.get_states().items()]
         for name, value in (aux_states or {}).items():
             entries.append((AUX_STATE, str(name), _aux_torch(name, value)))

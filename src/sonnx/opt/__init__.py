@@ -12,6 +12,7 @@ or simply ``sgd(loss)`` (alias ``sgd.backward_and_update(loss)``).
 
 from sonnx.opt.adagrad import AdaGrad
 from sonnx.opt.adam import Adam, AdamW
+from sonnx.opt.dist import DistOpt
 from sonnx.opt.optimizer import Optimizer
 from sonnx.opt.rmsprop import RMSProp
 from sonnx.opt.schedules import (
@@ -31,6 +32,7 @@ __all__ = [
     "Constant",
     "CosineDecay",
     "DecayScheduler",
+    "DistOpt",
     "ExponentialDecay",
     "Optimizer",
     "RMSProp",

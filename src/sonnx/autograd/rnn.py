@@ -1,0 +1,414 @@
+"""Recurrent operators: RNN, GRU and LSTM as ONNX defines them.
+
+Each runs a Python loop over time steps built from torch ops, so torch autograd differentiates
+it with respect to every float input. The input projection ``X @ W^T + Wb`` is computed for all
+steps at once; only the recurrence is stepped. All three share :class:`_Recurrent`, which handles
+directions, ``layout``, ``sequence_lens`` (a batch entry's state stops changing after its last
+step and its ``Y`` rows are zero there), initial states, ``clip`` and the ``activations`` list.
+
+``activation_alpha`` / ``activation_beta`` are consumed in the order of the activations that use
+them (LeakyRelu, Affine, …), as ONNX Runtime does; an activation with no value left takes its
+ONNX operator's default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from sonnx.autograd.normalization_common import check_float
+from sonnx.autograd.operator import Operator, TorchOutputs
+from sonnx.errors import BadInputError
+from sonnx.onnx.graph_builder import GraphBuilder
+from sonnx.tensor import Tensor
+
+__all__ = ["GRU", "LSTM", "RNN", "gru", "lstm", "rnn"]
+
+Activation = Callable[[torch.Tensor], torch.Tensor]
+
+# name -> (function of (x, alpha, beta), default alpha, default beta); None: not used.
+_ACTIVATIONS: dict[str, tuple[Callable[..., torch.Tensor], float | None, float | None]] = {
+    "relu": (lambda x, a, b: F.relu(x), None, None),
+    "tanh": (lambda x, a, b: torch.tanh(x), None, None),
+    "sigmoid": (lambda x, a, b: torch.sigmoid(x), None, None),
+    "softsign": (lambda x, a, b: F.softsign(x), None, None),
+    "softplus": (lambda x, a, b: F.softplus(x), None, None),
+    "affine": (lambda x, a, b: a * x + b, 1.0, 0.0),
+    "leakyrelu": (lambda x, a, b: F.leaky_relu(x, a), 0.01, None),
+    "thresholdedrelu": (lambda x, a, b: torch.where(x > a, x, torch.zeros_like(x)), 1.0, None),
+    "scaledtanh": (lambda x, a, b: a * torch.tanh(b * x), 1.0, 1.0),
+    "hardsigmoid": (lambda x, a, b: torch.clamp(a * x + b, 0.0, 1.0), 0.2, 0.5),
+    "elu": (lambda x, a, b: F.elu(x, a), 1.0, None),
+}
+
+
+def _bind(fn: Callable[..., torch.Tensor], alpha: Any, beta: Any, clip: float | None) -> Activation:
+    if clip is None:
+        return lambda x: fn(x, alpha, beta)
+    return lambda x: fn(torch.clamp(x, -clip, clip), alpha, beta)
+
+
+class _Recurrent(Operator):
+    """What RNN, GRU and LSTM share; a subclass defines its gates and one time step."""
+
+    gates: ClassVar[int] = 1
+    default_activations: ClassVar[tuple[str, ...]] = ()
+    #: The recurrent states: the hidden state, and the cell state for LSTM.
+    state_names: ClassVar[tuple[str, ...]] = ("initial_h",)
+    #: Positions in the activation list whose input ``clip`` leaves alone.
+    unclipped: ClassVar[tuple[int, ...]] = ()
+
+    def forward(  # type: ignore[override]
+        self, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None
+    ) -> TorchOutputs:
+        op = self.op_type
+        directions = self._num_directions()
+        layout = int(self.attr("layout") or 0)
+        for name, value in (("X", x), ("W", w), ("R", r)):
+            check_float(op, name, value)
+            if value.dim() != 3:
+                raise BadInputError(
+                    f"{op}: input {name} must be 3-D, received {tuple(value.shape)}"
+                )
+        if layout not in (0, 1):
+            raise BadInputError(f"{op}: attribute layout must be 0 or 1, received {layout}")
+        if layout == 1:
+            x = x.transpose(0, 1)
+        steps, batch, width = x.shape
+        if steps == 0:
+            raise BadInputError(f"{op}: input X must have at least one time step")
+        hidden = r.shape[-1]
+        self._check_weights(w, r, b, directions, hidden, width)
+        states = [initial_h, initial_c][: len(self.state_names)]
+        states = [s.transpose(0, 1) if s is not None and layout == 1 else s for s in states]
+        for name, s in zip(self.state_names, states, strict=True):
+            self._check_shape(name, s, (directions, batch, hidden))
+        self._check_shape("P", p, (directions, 3 * hidden))
+        lengths = self._lengths(sequence_lens, steps, batch)
+        acts = self._activations(directions)
+        ys, finals = [], []
+        for d in range(directions):
+            init = [
+                torch.zeros(batch, hidden, dtype=x.dtype, device=x.device) if s is None else s[d]
+                for s in states
+            ]
+            y, last = self._run_direction(
+                x,
+                (w[d], r[d], None if b is None else b[d], None if p is None else p[d]),
+                init,
+                acts[d],
+                lengths,
+                reverse=self.attr("direction") == "reverse" or d == 1,
+            )
+            ys.append(y)
+            finals.append(last)
+        y = torch.stack(ys, 1)
+        outs = [torch.stack([f[k] for f in finals], 0) for k in range(len(states))]
+        if layout == 1:
+            y = y.permute(2, 0, 1, 3)
+            outs = [o.transpose(0, 1) for o in outs]
+        return (y, *outs)
+
+    # ---- pieces ---------------------------------------------------------------------------
+    def _num_directions(self) -> int:
+        direction = self.attr("direction")
+        if direction not in ("forward", "reverse", "bidirectional"):
+            raise BadInputError(
+                f"{self.op_type}: attribute direction must be 'forward', 'reverse' or "
+                f"'bidirectional', received {direction!r}"
+            )
+        return 2 if direction == "bidirectional" else 1
+
+    def _check_shape(self, name: str, value: torch.Tensor | None, shape: tuple[int, ...]) -> None:
+        if value is not None and tuple(value.shape) != shape:
+            raise BadInputError(
+                f"{self.op_type}: input {name} must have shape {shape}, "
+                f"received {tuple(value.shape)}"
+            )
+
+    def _check_weights(self, w, r, b, directions: int, hidden: int, width: int) -> None:
+        size = self.attr("hidden_size")
+        if size is not None and int(size) != hidden:
+            raise BadInputError(
+                f"{self.op_type}: attribute hidden_size ({size}) must equal R's last dimension, "
+                f"received R of shape {tuple(r.shape)}"
+            )
+        rows = self.gates * hidden
+        self._check_shape("W", w, (directions, rows, width))
+        self._check_shape("R", r, (directions, rows, hidden))
+        self._check_shape("B", b, (directions, 2 * rows))
+
+    def _lengths(self, sequence_lens, steps: int, batch: int) -> torch.Tensor | None:
+        """The per-entry lengths, or None when every entry runs all ``steps``."""
+        if sequence_lens is None:
+            return None
+        if sequence_lens.dtype.is_floating_point or tuple(sequence_lens.shape) != (batch,):
+            raise BadInputError(
+                f"{self.op_type}: input sequence_lens must be an integer tensor of shape "
+                f"({batch},), received {sequence_lens.dtype} of shape {tuple(sequence_lens.shape)}"
+            )
+        if bool(((sequence_lens < 0) | (sequence_lens > steps)).any()):
+            raise BadInputError(
+                f"{self.op_type}: input sequence_lens must lie in [0, {steps}], received "
+                f"{sequence_lens.tolist()}"
+            )
+        if bool((sequence_lens == steps).all()):
+            return None
+        return sequence_lens.to(torch.int64)
+
+    def _activations(self, directions: int) -> list[list[Activation]]:
+        """The activation functions of each direction, with alpha/beta and clip bound."""
+        per = len(self.default_activations)
+        names = list(self.attr("activations") or self.default_activations)
+        if len(names) < per * directions:
+            names = names[:per] if len(names) >= per else list(self.default_activations)
+            names = names * directions
+        alphas = list(self.attr("activation_alpha") or [])
+        betas = list(self.attr("activation_beta") or [])
+        clip = self.attr("clip")
+        clip = None if clip is None else float(clip)
+        bound: list[Activation] = []
+        for k, name in enumerate(names[: per * directions]):
+            entry = _ACTIVATIONS.get(str(name).lower())
+            if entry is None:
+                raise BadInputError(
+                    f"{self.op_type}: unknown activation {name!r}; expected one of "
+                    + ", ".join(sorted(_ACTIVATIONS))
+                )
+            fn, alpha, beta = entry
+            if alpha is not None and alphas:
+                alpha = float(alphas.pop(0))
+            if beta is not None and betas:
+                beta = float(betas.pop(0))
+            bound.append(_bind(fn, alpha, beta, None if k % per in self.unclipped else clip))
+        return [bound[d * per : (d + 1) * per] for d in range(directions)]
+
+    def _run_direction(self, x, weights, init, acts, lengths, reverse: bool):
+        """Run one direction; returns Y (steps, batch, hidden) and the final states."""
+        w, r, b, p = weights
+        rows = w.shape[0]
+        projected = x @ w.T
+        rb = None
+        if b is not None:
+            projected = projected + b[:rows]
+            rb = b[rows:]
+        states = list(init)
+        ys: list[torch.Tensor] = [torch.empty(0)] * x.shape[0]
+        order = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
+        for t in order:
+            new = self.step(projected[t], states, r, rb, p, acts)
+            if lengths is None:
+                states = new
+                ys[t] = new[0]
+            else:
+                live = (lengths > t).unsqueeze(1)
+                states = [torch.where(live, n, s) for n, s in zip(new, states, strict=True)]
+                ys[t] = torch.where(live, new[0], torch.zeros_like(new[0]))
+        return torch.stack(ys, 0), states
+
+    def step(self, projected, states, r, rb, p, acts) -> list[torch.Tensor]:
+        """One time step: the new states (hidden first) from the projected input."""
+        raise NotImplementedError
+
+    # ---- export ---------------------------------------------------------------------------
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        """Layout 1 is written as layout 0 between Transposes: ``layout`` exists only from
+        opset 14 on, and ONNX Runtime runs only layout 0."""
+        attrs = self.export_attrs(g)
+        attrs.setdefault("hidden_size", int(self.inputs[2].shape[-1]))
+        if not int(attrs.pop("layout", 0) or 0):
+            g.add_node(self.op_type, inputs, outputs, **attrs)
+            return
+        ins = list(inputs)
+        for k in (0, 5, 6):  # X, initial_h, initial_c: batch-major to sequence/direction-major
+            if k < len(ins) and ins[k]:
+                ins[k] = _transpose(g, ins[k], [1, 0, 2])
+        raw = [g.fresh_name(f"{self.op_type.lower()}_seq_major") for _ in outputs]
+        g.add_node(self.op_type, ins, raw, **attrs)
+        g.add_node("Transpose", [raw[0]], [outputs[0]], perm=[2, 0, 1, 3])
+        for name, out in zip(raw[1:], outputs[1:], strict=True):
+            g.add_node("Transpose", [name], [out], perm=[1, 0, 2])
+
+
+def _transpose(g: GraphBuilder, name: str, perm: list[int]) -> str:
+    out = g.fresh_name(f"{name}_seq_major")
+    g.add_node("Transpose", [name], [out], perm=perm)
+    return out
+
+
+class RNN(_Recurrent):
+    """ONNX RNN: ``H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb)``; outputs Y and Y_h."""
+
+    op_type = "RNN"
+    gates = 1
+    default_activations = ("Tanh",)
+
+    def step(self, projected, states, r, rb, p, acts):
+        pre = projected + states[0] @ r.T
+        if rb is not None:
+            pre = pre + rb
+        return [acts[0](pre)]
+
+
+class GRU(_Recurrent):
+    """ONNX GRU (gates z, r, h); ``linear_before_reset`` applies the reset gate after R_h."""
+
+    op_type = "GRU"
+    gates = 3
+    default_activations = ("Sigmoid", "Tanh")
+
+    def step(self, projected, states, r, rb, p, acts):
+        f, g = acts
+        h = states[0]
+        hidden = h.shape[-1]
+        recur = h @ r[: 2 * hidden].T
+        if rb is not None:
+            recur = recur + rb[: 2 * hidden]
+        gates = projected[:, : 2 * hidden] + recur
+        z, reset = f(gates[:, :hidden]), f(gates[:, hidden:])
+        r_h, rb_h = r[2 * hidden :], None if rb is None else rb[2 * hidden :]
+        if int(self.attr("linear_before_reset") or 0):
+            candidate = h @ r_h.T
+            if rb_h is not None:
+                candidate = candidate + rb_h
+            candidate = reset * candidate
+        else:
+            candidate = (reset * h) @ r_h.T
+            if rb_h is not None:
+                candidate = candidate + rb_h
+        new_h = g(projected[:, 2 * hidden :] + candidate)
+        return [(1 - z) * new_h + z * h]
+
+
+class LSTM(_Recurrent):
+    """ONNX LSTM (gates i, o, f, c; peepholes P = [Pi, Po, Pf]); outputs Y, Y_h and Y_c.
+
+    ``input_forget`` couples the gates: the forget gate is ``1 - i``. ``clip`` bounds the gates'
+    pre-activations only, not the cell state passed to ``h`` (as ONNX Runtime does).
+    """
+
+    op_type = "LSTM"
+    gates = 4
+    default_activations = ("Sigmoid", "Tanh", "Tanh")
+    state_names = ("initial_h", "initial_c")
+    unclipped = (2,)  # clip bounds the gates' inputs, not the cell state fed to h
+
+    def step(self, projected, states, r, rb, p, acts):
+        f, g, h_act = acts
+        h, c = states
+        hidden = h.shape[-1]
+        gates = projected + h @ r.T
+        if rb is not None:
+            gates = gates + rb
+        i_pre, o_pre, f_pre, c_pre = gates.split(hidden, dim=1)
+        if p is not None:
+            i_pre = i_pre + p[:hidden] * c
+            f_pre = f_pre + p[2 * hidden :] * c
+        i = f(i_pre)
+        forget = 1 - i if int(self.attr("input_forget") or 0) else f(f_pre)
+        new_c = forget * c + i * g(c_pre)
+        if p is not None:
+            o_pre = o_pre + p[hidden : 2 * hidden] * new_c
+        return [f(o_pre) * h_act(new_c), new_c]
+
+
+def _attrs(
+    hidden: int,
+    direction: str,
+    activations: Sequence[str] | None,
+    activation_alpha: Sequence[float] | None,
+    activation_beta: Sequence[float] | None,
+    clip: float | None,
+    layout: int,
+) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"hidden_size": int(hidden), "direction": direction}
+    if activations is not None:
+        attrs["activations"] = list(activations)
+    if activation_alpha is not None:
+        attrs["activation_alpha"] = [float(a) for a in activation_alpha]
+    if activation_beta is not None:
+        attrs["activation_beta"] = [float(b) for b in activation_beta]
+    if clip is not None:
+        attrs["clip"] = float(clip)
+    if layout:
+        attrs["layout"] = int(layout)
+    return attrs
+
+
+def rnn(
+    x: Tensor,
+    w: Tensor,
+    r: Tensor,
+    b: Tensor | None = None,
+    initial_h: Tensor | None = None,
+    sequence_lens: Tensor | None = None,
+    direction: str = "forward",
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] | None = None,
+    activation_beta: Sequence[float] | None = None,
+    clip: float | None = None,
+    layout: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """A simple RNN over ``x`` (seq, batch, input) — (batch, seq, input) when ``layout=1``.
+
+    ``w`` (directions, hidden, input), ``r`` (directions, hidden, hidden) and ``b``
+    (directions, 2*hidden) are usually parameter tensors. Returns ``(y, y_h)``.
+    """
+    attrs = _attrs(
+        r.shape[-1], direction, activations, activation_alpha, activation_beta, clip, layout
+    )
+    return RNN(**attrs)(x, w, r, b, sequence_lens, initial_h)
+
+
+def gru(
+    x: Tensor,
+    w: Tensor,
+    r: Tensor,
+    b: Tensor | None = None,
+    initial_h: Tensor | None = None,
+    sequence_lens: Tensor | None = None,
+    direction: str = "forward",
+    linear_before_reset: bool = False,
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] | None = None,
+    activation_beta: Sequence[float] | None = None,
+    clip: float | None = None,
+    layout: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """A GRU; ``w`` is (directions, 3*hidden, input) in gate order z, r, h. Returns (y, y_h)."""
+    attrs = _attrs(
+        r.shape[-1], direction, activations, activation_alpha, activation_beta, clip, layout
+    )
+    if linear_before_reset:
+        attrs["linear_before_reset"] = 1
+    return GRU(**attrs)(x, w, r, b, sequence_lens, initial_h)
+
+
+def lstm(
+    x: Tensor,
+    w: Tensor,
+    r: Tensor,
+    b: Tensor | None = None,
+    initial_h: Tensor | None = None,
+    initial_c: Tensor | None = None,
+    p: Tensor | None = None,
+    sequence_lens: Tensor | None = None,
+    direction: str = "forward",
+    input_forget: bool = False,
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] | None = None,
+    activation_beta: Sequence[float] | None = None,
+    clip: float | None = None,
+    layout: int = 0,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """An LSTM; ``w`` is (directions, 4*hidden, input) in gate order i, o, f, c and ``p``
+    the optional peepholes (directions, 3*hidden). Returns ``(y, y_h, y_c)``."""
+    attrs = _attrs(
+        r.shape[-1], direction, activations, activation_alpha, activation_beta, clip, layout
+    )
+    if input_forget:
+        attrs["input_forget"] = 1
+    return LSTM(**attrs)(x, w, r, b, sequence_lens, initial_h, initial_c, p)

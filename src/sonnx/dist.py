@@ -1,0 +1,146 @@
+"""Process-group helpers for data-parallel training on torch.distributed.
+
+Launch with torchrun (``torchrun --nproc-per-node 2 script.py``, or across hosts with its
+``--nnodes``/``--rdzv-endpoint`` options): it sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR`` and ``MASTER_PORT``, which :func:`init` reads. Without them everything runs as
+a single process, so the same script works anywhere. The backend is gloo on the CPU and NCCL
+when CUDA is available.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as tdist
+
+from sonnx.device import Device, create_cpu_device, create_cuda_gpu_on
+from sonnx.errors import BadInputError, DistributedError
+
+DEFAULT_TIMEOUT_SECONDS = 120.0
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise BadInputError(
+            f"environment variable {name} must be an integer, received {value!r}"
+        ) from None
+
+
+def is_initialized() -> bool:
+    return tdist.is_available() and tdist.is_initialized()
+
+
+def init(
+    world_size: int | None = None,
+    rank: int | None = None,
+    backend: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+) -> tuple[int, int]:
+    """Join the process group described by the arguments or torchrun's environment.
+
+    Returns ``(rank, world_size)``; with a world size of 1 no group is created. ``timeout``
+    bounds how long a collective waits for a peer before failing with an error.
+    """
+    if is_initialized():
+        return tdist.get_rank(), tdist.get_world_size()
+    size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
+    me = _env_int("RANK", 0) if rank is None else int(rank)
+    if size < 1 or not 0 <= me < size:
+        raise BadInputError(
+            f"dist.init: need 0 <= rank < world_size, received rank {me} and world_size {size}"
+        )
+    if size == 1:
+        return 0, 1
+    chosen = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        raise BadInputError(
+            "dist.init: MASTER_PORT is not set (launch with torchrun, or set "
+            "MASTER_ADDR and MASTER_PORT for every process)"
+        )
+    try:
+        tdist.init_process_group(
+            chosen,
+            init_method="env://",
+            world_size=size,
+            rank=me,
+            timeout=timedelta(seconds=timeout),
+        )
+    except Exception as e:  # rendezvous failures come as several torch exception types
+        raise DistributedError(
+            f"dist.init: rank {me} of {size} could not join the process "
+            f"group ({chosen} backend): {e}"
+        ) from e
+    return me, size
+
+
+def rank() -> int:
+    return tdist.get_rank() if is_initialized() else _env_int("RANK", 0)
+
+
+def world_size() -> int:
+    return tdist.get_world_size() if is_initialized() else _env_int("WORLD_SIZE", 1)
+
+
+def local_rank() -> int:
+    return _env_int("LOCAL_RANK", 0)
+
+
+def is_main() -> bool:
+    """True on the process that writes checkpoints and prints progress (rank 0)."""
+    return rank() == 0
+
+
+def device() -> Device:
+    """This process's device: its own GPU (``LOCAL_RANK``) under NCCL, else the CPU."""
+    if is_initialized() and tdist.get_backend() == "nccl":
+        return create_cuda_gpu_on(local_rank())
+    return create_cpu_device()
+
+
+def barrier() -> None:
+    """Wait until every process arrives (a no-op in a single process)."""
+    if is_initialized():
+        run_collective("barrier", tdist.barrier)
+
+
+def shard(
+    *arrays: np.ndarray, rank_: int | None = None, world: int | None = None
+) -> tuple[np.ndarray, ...]:
+    """Each process's own contiguous, equally long slice of the given arrays (same length).
+
+    The last ``len % world`` items are dropped so every rank runs the same number of steps.
+    """
+    me = rank() if rank_ is None else rank_
+    size = world_size() if world is None else world
+    lengths = {len(a) for a in arrays}
+    if len(lengths) != 1:
+        raise BadInputError(f"dist.shard: arrays must have one length, received {lengths}")
+    per = lengths.pop() // size
+    return tuple(a[me * per : (me + 1) * per] for a in arrays)
+
+
+def run_collective(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a torch.distributed call, turning a dead or hung peer into a clear error."""
+    try:
+        return fn(*args, **kwargs)
+    except (RuntimeError, tdist.DistBackendError) as e:
+        raise DistributedError(
+            f"rank {rank()} of {world_size()}: {what} failed; a peer process probably died "
+            f"or stopped responding ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        ) from e
+
+
+def destroy() -> None:
+    """Leave the process group (call at the end of a distributed script)."""
+    if is_initialized():
+        tdist.destroy_process_group()

@@ -1,0 +1,36 @@
+"""Importer registrations for RNN, GRU and LSTM: see sonnx.autograd.rnn.
+
+The first versions (RNN-1, GRU-1/3, LSTM-1) also had ``output_sequence``, which only said
+whether the optional output Y is wanted; the node's outputs already say that, so the adapter
+drops it and records the version-7 form. GRU-1's schema misspells its default direction
+``"foward"``; it means forward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sonnx.autograd.rnn import GRU, LSTM, RNN
+from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.tensor import Tensor
+
+register_operator(RNN, 7, 14, 22)
+register_operator(GRU, 7, 14, 22)
+register_operator(LSTM, 7, 14, 22)
+
+_CLASSES = {"RNN": RNN, "GRU": GRU, "LSTM": LSTM}
+
+
+@converter("RNN", 1)
+@converter("GRU", 1, 3)
+@converter("LSTM", 1)
+def convert_output_sequence(
+    node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]
+) -> Any:
+    attrs = {k: v for k, v in attrs.items() if k != "output_sequence"}
+    if attrs.get("direction") == "foward":
+        attrs["direction"] = "forward"
+    op = _CLASSES[node.op_type](version=7, **attrs)
+    op.requested_outputs = node.num_outputs
+    op.name = node.name
+    return op(*inputs)
