@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import onnx
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -242,6 +243,42 @@ class Model(Layer):
         if fn is None:
             fn = self._graphs[key] = _CompiledGraph(self, states, inputs)
         return CompiledForward(fn, len(inputs))(*inputs, *states)
+
+    # ---- export ---------------------------------------------------------------------------
+    def to_onnx(
+        self,
+        path: str | os.PathLike | None,
+        example_inputs: Sequence[Tensor],
+        opset: int | None = None,
+        dynamic_batch: bool = True,
+    ) -> onnx.ModelProto:
+        """Export the model as ONNX: one eager forward in inference mode on
+        ``example_inputs`` is recorded and written (saved to ``path`` when given).
+
+        Batch-norm layers export with their running statistics and dropout as identity, as
+        inference needs; the model's training mode and graph mode are restored afterwards.
+        """
+        from sonnx.onnx.exporter import save, to_onnx
+
+        was_training, was_graph, sequential = self.training, self.graph_mode, self.sequential
+        self.eval()
+        self.graph(False)
+        try:
+            outputs = type(self).forward(self, *example_inputs)
+        finally:
+            self.train(was_training)
+            self.graph(was_graph, sequential)
+        outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        model = to_onnx(
+            list(example_inputs),
+            outs,
+            model_name=type(self).__name__,
+            opset=opset,
+            dynamic_batch=dynamic_batch,
+        )
+        if path is not None:
+            save(model, path)
+        return model
 
     # ---- checkpoints ----------------------------------------------------------------------
     def save_states(

@@ -248,3 +248,25 @@ def test_float16_softmax_rounds_like_the_onnx_reference():
     x = (RNG.standard_normal((4, 7)) * 3).astype(np.float16)
     got = act.softmax(_tensor(x), axis=1).numpy()
     np.testing.assert_array_equal(got, _reference("Softmax", [x], 13, axis=1))
+
+
+def test_prelu_before_version_7_has_one_slope_per_channel_and_exports_as_such():
+    import onnxruntime as ort
+
+    from sonnx.autograd.activations import PRelu
+    from sonnx.onnx.exporter import to_onnx
+    from sonnx.tensor import Tensor
+
+    rng = np.random.default_rng(0)
+    x = Tensor(
+        data=rng.standard_normal((2, 3, 4)).astype(np.float32), requires_grad=False, name="x"
+    )
+    slope = Tensor(data=np.array([0.1, 0.2, 0.3], np.float32), requires_grad=False)
+    y = PRelu(version=6)(x, slope)
+    xs = x.data.numpy()
+    expected = np.where(xs < 0, xs * np.array([0.1, 0.2, 0.3], np.float32)[:, None], xs)
+    np.testing.assert_allclose(y.data.numpy(), expected, rtol=1e-6)
+    session = ort.InferenceSession(
+        to_onnx([x], [y]).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    np.testing.assert_allclose(session.run(None, {"x": xs})[0], expected, rtol=1e-6)

@@ -170,7 +170,20 @@ class PRelu(_Activation):
 
     op_type = "PRelu"
 
+    def _per_channel(self, x: torch.Tensor, slope: torch.Tensor) -> bool:
+        """Before version 7 a 1-D slope held one value per channel (axis 1 of X)."""
+        return (
+            self.version is not None
+            and self.version < 7
+            and slope.dim() == 1
+            and x.dim() > 2
+            and slope.numel() == x.shape[1]
+            and slope.numel() > 1
+        )
+
     def forward(self, x: torch.Tensor, slope: torch.Tensor) -> torch.Tensor:
+        if self._per_channel(x, slope):
+            slope = slope.reshape(-1, *[1] * (x.dim() - 2))
         try:
             shape = torch.broadcast_shapes(x.shape, slope.shape)
         except RuntimeError:
@@ -181,6 +194,15 @@ class PRelu(_Activation):
                 f"shape {tuple(slope.shape)}"
             )
         return torch.where(x < 0, x * slope, x)
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        x, slope = self.inputs[0], self.inputs[1]
+        if x is not None and slope is not None and self._per_channel(x.data, slope.data):
+            shaped = g.fresh_name("prelu_slope")
+            shape = g.constant([slope.size(), *[1] * (x.ndim() - 2)], "slope_shape", np.int64)
+            g.add_node("Reshape", [inputs[1], shape], [shaped])
+            inputs = [inputs[0], shaped]
+        super().export(g, inputs, outputs)
 
 
 class Elu(_Activation):
@@ -345,6 +367,11 @@ class Swish(_Activation):
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.sigmoid(float(self.attr("alpha")) * x)
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        """Always as Sigmoid and Mul: exact, and runnable by onnxruntime, which (as of 1.31)
+        has no kernel for Swish-24."""
+        self.decompose(g, inputs, outputs)
 
     def decompose(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         _swish_nodes(self, g, inputs[0], outputs[0])

@@ -43,7 +43,7 @@ SUB_BYTE = {
 }
 
 
-def _from_sub_byte(x: torch.Tensor) -> torch.Tensor:
+def decode_sub_byte(x: torch.Tensor) -> torch.Tensor:
     """The int64 values of a sub-byte integer tensor."""
     bits, signed = SUB_BYTE[x.dtype]
     raw = x.view(torch.uint8).to(torch.int64) & ((1 << bits) - 1)
@@ -52,7 +52,13 @@ def _from_sub_byte(x: torch.Tensor) -> torch.Tensor:
     return raw
 
 
-def _to_sub_byte(x: torch.Tensor, target: torch.dtype) -> torch.Tensor:
+def sub_byte_range(dtype: torch.dtype) -> tuple[int, int]:
+    """The smallest and largest value of a sub-byte integer type."""
+    bits, signed = SUB_BYTE[dtype]
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+
+
+def encode_sub_byte(x: torch.Tensor, target: torch.dtype) -> torch.Tensor:
     """Truncate toward zero and keep the low bits, stored one element per byte."""
     bits, _ = SUB_BYTE[target]
     return (x.to(torch.int64) & ((1 << bits) - 1)).to(torch.uint8).view(target)
@@ -116,11 +122,11 @@ def convert(
     if not (dtypes.is_float(x.dtype) and dtypes.is_float(target)):
         x = x.detach()  # only float-to-float casts carry a gradient
     if x.dtype in SUB_BYTE:
-        x = _from_sub_byte(x)
+        x = decode_sub_byte(x)
         if x.dtype == target:
             return x
     if target in SUB_BYTE:
-        return _to_sub_byte(x, target)
+        return encode_sub_byte(x, target)
     if target == torch.float8_e8m0fnu:
         return _to_e8m0(x, round_mode, saturate)
     if target in FLOAT8:

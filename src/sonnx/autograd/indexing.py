@@ -440,11 +440,14 @@ def onehot(
     values: Sequence[Any] | Tensor,
 ) -> Tensor:
     """One-hot encode ``indices`` with ``depth`` classes along a new ``axis``; ``values`` is
-    ``[off_value, on_value]`` (SINGA's argument order)."""
+    ``[off_value, on_value]`` (SINGA's argument order); Python floats give float32 values."""
     if not isinstance(depth, Tensor):
         depth = _index_tensor(depth, indices)
     if not isinstance(values, Tensor):
-        values = Tensor(data=np.asarray(values), device=indices.device, requires_grad=False)
+        array = np.asarray(values)
+        if array.dtype == np.float64:  # Python floats: sonnx's default float type, as Tensor()
+            array = array.astype(np.float32)
+        values = Tensor(data=array, device=indices.device, requires_grad=False)
     return OneHot(axis=axis)(indices, depth, values)
 
 
@@ -456,5 +459,7 @@ def nonzero(x: Tensor) -> Tensor:
 def compress(x: Tensor, condition: Tensor | Sequence[bool], axis: int | None = None) -> Tensor:
     """The slices of ``x`` along ``axis`` where ``condition`` holds (ONNX Compress)."""
     if not isinstance(condition, Tensor):
-        condition = Tensor(data=np.asarray(condition, dtype=bool), device=x.device)
+        condition = Tensor(
+            data=np.asarray(condition, dtype=bool), device=x.device, requires_grad=False
+        )
     return Compress(axis=axis)(x, condition)

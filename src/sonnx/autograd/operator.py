@@ -13,6 +13,7 @@ the importer passes the version it matched, framework code leaves it unset.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from sonnx.onnx.graph_builder import GraphBuilder
 
 TorchOutputs = torch.Tensor | Sequence[torch.Tensor | None]
+# Numbers operator calls in the order they ran, so an export can keep that order.
+_call_order = itertools.count()
 
 
 def is_training() -> bool:
@@ -56,6 +59,7 @@ class Operator:
         # Set by the importer to the number of outputs the ONNX node names (Split needs it).
         self.requested_outputs: int | None = None
         self.name: str | None = None
+        self.sequence = -1  # position among all operator calls, set when the op runs
 
     def attr(self, name: str) -> Any:
         """Attribute ``name``: its set value, else the ONNX schema default, else None."""
@@ -87,6 +91,7 @@ class Operator:
         with torch.set_grad_enabled(is_training()):
             result = self.forward(*raw)
         self.inputs = tuple(args)
+        self.sequence = next(_call_order)
         needs_grad = any(a is not None and a.requires_grad for a in args)
         if isinstance(result, torch.Tensor):
             self.num_outputs = 1

@@ -15,6 +15,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.autograd.activations import StrictExport
+from sonnx.autograd.cast import SUB_BYTE, decode_sub_byte, encode_sub_byte, sub_byte_range
 from sonnx.errors import BadInputError, ExportError
 from sonnx.tensor import Tensor
 
@@ -94,6 +95,11 @@ def _to_float8(y: torch.Tensor, dtype: torch.dtype, saturate: bool) -> torch.Ten
     return torch.where(overflow, torch.copysign(special, y.float()), clamped.float()).to(dtype)
 
 
+def _numeric(t: torch.Tensor) -> torch.Tensor:
+    """Sub-byte integers (storage-only in torch) as int64 values; other tensors unchanged."""
+    return decode_sub_byte(t) if t.dtype in SUB_BYTE else t
+
+
 class QuantizeLinear(StrictExport):
     """``y = saturate(round(x / y_scale) + y_zero_point)`` into the zero point's type.
 
@@ -113,10 +119,10 @@ class QuantizeLinear(StrictExport):
             target = zero_point.dtype
         else:
             target = dtypes.onnx_to_torch(code) if code else torch.uint8
-        if target not in _INTEGER_TARGETS | _FLOAT8:
+        if target not in _INTEGER_TARGETS | _FLOAT8 | SUB_BYTE.keys():
             raise BadInputError(
-                "QuantizeLinear: the quantized type must be int8, uint8, int16, uint16 or a "
-                f"float8 type, received {target}"
+                "QuantizeLinear: the quantized type must be int8, uint8, int16, uint16, a 2- or "
+                f"4-bit integer or a float8 type, received {target}"
             )
         return target
 
@@ -138,8 +144,13 @@ class QuantizeLinear(StrictExport):
             return _to_float8(y, target, bool(self.attr("saturate")))
         y = torch.round(y).to(torch.float64)
         if y_zero_point is not None:
-            zp = _expand("QuantizeLinear", "y_zero_point", y_zero_point, x.shape, axis, block)
+            zp = _expand(
+                "QuantizeLinear", "y_zero_point", _numeric(y_zero_point), x.shape, axis, block
+            )
             y = y + zp.to(torch.float64)
+        if target in SUB_BYTE:
+            low, high = sub_byte_range(target)
+            return encode_sub_byte(y.clamp(low, high), target)
         info = torch.iinfo(target)
         return y.clamp(info.min, info.max).to(target)
 
@@ -170,9 +181,11 @@ class DequantizeLinear(StrictExport):
             )
         axis, block = _axis_and_block(self)
         scale = _expand("DequantizeLinear", "x_scale", x_scale, x.shape, axis, block)
-        dx = x.to(torch.float32)
+        dx = _numeric(x).to(torch.float32)
         if x_zero_point is not None and x.dtype not in _FLOAT8:
-            zp = _expand("DequantizeLinear", "x_zero_point", x_zero_point, x.shape, axis, block)
+            zp = _expand(
+                "DequantizeLinear", "x_zero_point", _numeric(x_zero_point), x.shape, axis, block
+            )
             dx = dx - zp.to(torch.float32)
         code = self.attr("output_dtype") or 0
         out = dtypes.onnx_to_torch(code) if code else x_scale.dtype

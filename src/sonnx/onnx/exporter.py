@@ -63,7 +63,8 @@ def default_opset() -> int:
 
 
 def _topological_ops(outputs: Sequence[Tensor]) -> list[Operator]:
-    """Every operator the outputs depend on, each after the operators it reads from."""
+    """Every operator the outputs depend on, in the order they ran (which puts each after the
+    operators it reads from), so an imported graph exports in its own node order."""
     order: list[Operator] = []
     done: set[int] = set()
     for out in outputs:
@@ -84,6 +85,7 @@ def _topological_ops(outputs: Sequence[Tensor]) -> list[Operator]:
             on_stack.discard(id(op))
             done.add(id(op))
             order.append(op)
+    order.sort(key=lambda op: op.sequence)
     return order
 
 

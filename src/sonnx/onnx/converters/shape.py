@@ -57,7 +57,6 @@ register_operator(Size, 1, 13, 19, 21, 23, 24, 25)
 register_operator(Constant, 1, 9, 11, 12, 13, 19, 21, 23, 24, 25)
 register_operator(ConstantOfShape, 9, 20, 21, 23, 24, 25)
 register_operator(Range, 11, 27)
-register_operator(Identity, 1, 13, 14, 16, 19, 21, 23, 24, 25)
 register_operator(EyeLike, 9, 22)
 register_operator(Trilu, 14)
 register_operator(DepthToSpace, 1, 11, 13, 28)
@@ -149,3 +148,12 @@ def tile_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) 
     repeats = [1] * x.ndim()
     repeats[int(axis.data.reshape(-1)[0])] = int(tiles.data.reshape(-1)[0])
     return _named(Tile(), node)(x, _ints(repeats, x))
+
+
+@converter("Identity", 1, 13, 14, 16, 19, 21, 23, 24, 25)
+def convert_identity(node: NodeInfo, inputs: list, attrs: dict[str, Any]) -> Any:
+    """Identity of a tensor is recorded; of a sequence or an optional (14+, 16+) passes it on."""
+    value = inputs[0]
+    if isinstance(value, Tensor):
+        return Identity(version=node.since_version)(value)
+    return value

@@ -1,0 +1,81 @@
+"""The export tests cover everything sonnx can build: every Operator class and lower-case
+function the autograd modules list in ``__all__``, and every layer in ``sonnx.layer``.
+
+A new op or layer without an export test fails here, naming what is missing."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import sonnx.autograd as ag
+from sonnx import layer
+from sonnx.autograd.operator import Operator
+from sonnx.onnx.exporter import _topological_ops
+from tests.onnx import test_export_layers, test_export_more, test_export_nn, test_export_ops
+from tests.onnx.export_check import run_eager
+
+HERE = Path(__file__).parent
+CASE_FILES = [
+    "test_export_ops.py",
+    "test_export_nn.py",
+    "test_export_more.py",
+    "test_export_layers.py",
+    "test_export_models.py",
+]
+# Public names that are not operations.
+NOT_OPS = {"Operator", "backward", "gradients", "trainable_tensors", "Layer"}
+
+
+def _autograd_public() -> tuple[set[str], set[str]]:
+    """(Operator op types, function names) listed in the autograd modules' ``__all__``."""
+    ops, functions = set(), set()
+    for info in pkgutil.iter_modules(ag.__path__):
+        module = importlib.import_module(f"sonnx.autograd.{info.name}")
+        for name in getattr(module, "__all__", []):
+            value = getattr(module, name)
+            if name in NOT_OPS:
+                continue
+            if inspect.isclass(value) and issubclass(value, Operator):
+                ops.add(value.op_type)
+            elif inspect.isfunction(value):
+                functions.add(name)
+    return ops, functions
+
+
+def _names_used(prefix: str) -> set[str]:
+    """``X`` for every ``prefix.X`` and every string constant in the export test files."""
+    used = set()
+    for file in CASE_FILES:
+        for node in ast.walk(ast.parse((HERE / file).read_text())):
+            if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == prefix:
+                used.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                used.add(node.value)
+    return used
+
+
+def test_every_operator_class_is_exported_by_some_case() -> None:
+    recorded: set[str] = set()
+    for params in test_export_ops.ALL + test_export_nn.ALL + test_export_more.ALL:
+        build, make, _ = params.values
+        _, outputs = run_eager(build, make(2))
+        recorded |= {op.op_type for op in _topological_ops(outputs)}
+    for params in test_export_layers.LAYERS:
+        make_layer, make, _ = params.values
+        _, outputs = run_eager(make_layer(), make(2))
+        recorded |= {op.op_type for op in _topological_ops(outputs)}
+    ops, _ = _autograd_public()
+    assert not ops - recorded, f"operators without an export test: {sorted(ops - recorded)}"
+
+
+def test_every_function_and_layer_is_used_by_some_case() -> None:
+    _, functions = _autograd_public()
+    missing = functions - _names_used("ag")
+    assert not missing, f"autograd functions without an export test: {sorted(missing)}"
+    layers = set(layer.__all__) - NOT_OPS
+    missing = layers - _names_used("layer")
+    assert not missing, f"layers without an export test: {sorted(missing)}"
