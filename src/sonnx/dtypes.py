@@ -41,6 +41,9 @@ _TABLE: list[tuple[int, torch.dtype, np.dtype | None]] = [
     (TensorProto.UINT4, torch.uint4, np.dtype(ml_dtypes.uint4)),
     (TensorProto.INT2, torch.int2, np.dtype(ml_dtypes.int2)),
     (TensorProto.UINT2, torch.uint2, np.dtype(ml_dtypes.uint2)),
+    # torch's only 4-bit float is the packed float4_e2m1fn_x2; sonnx stores one FLOAT4E2M1
+    # value per byte in it (low bits, as ml_dtypes does) and converts in sonnx.autograd.cast.
+    (TensorProto.FLOAT4E2M1, torch.float4_e2m1fn_x2, np.dtype(ml_dtypes.float4_e2m1fn)),
 ]
 
 _ONNX_TO_TORCH = {code: t for code, t, _ in _TABLE}

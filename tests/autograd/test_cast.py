@@ -122,8 +122,6 @@ def test_cast_like_and_bitcast():
 def test_unsupported_types_and_widths():
     with pytest.raises(BadInputError, match=r"Cast: target type .*STRING is not supported"):
         Cast(to=TensorProto.STRING)(t(np.ones(2)))
-    with pytest.raises(BadInputError, match="FLOAT4E2M1 is not supported"):
-        Cast(to=TensorProto.FLOAT4E2M1)(t(np.ones(2)))
     with pytest.raises(BadInputError, match="BitCast: the target type must have the input's bit"):
         autograd.bitcast(t(np.ones(2, np.float32)), np.int64)
 
@@ -145,6 +143,17 @@ def test_sub_byte_casts_truncate_and_wrap_like_the_reference(code, expected):
     np.testing.assert_array_equal(stored.astype(np.float32), expected)
     back = Cast(to=TensorProto.FLOAT)(narrow)
     np.testing.assert_array_equal(tensor.to_numpy(back), np.array(expected, np.float32))
+
+
+def test_float4_rounds_to_nearest_even_and_saturates_like_the_reference():
+    x = np.array([0, 0.25, 0.3, 0.75, 1.25, 2.5, 3.5, 5, 7, 100, -100, -0.1], np.float32)
+    narrow = Cast(to=TensorProto.FLOAT4E2M1)(t(x))
+    stored = tensor.to_numpy(narrow)
+    assert stored.dtype == np.dtype(ml_dtypes.float4_e2m1fn)
+    expected = [0, 0, 0.5, 1, 1, 2, 4, 4, 6, 6, -6, -0.0]
+    np.testing.assert_array_equal(stored.astype(np.float32), expected)
+    back = tensor.to_numpy(Cast(to=TensorProto.FLOAT)(narrow))
+    np.testing.assert_array_equal(back, np.array(expected, np.float32))
 
 
 def test_import_cast1_with_type_name():

@@ -4,8 +4,9 @@ float types included, with ONNX's ``saturate`` rules) and BitCast.
 The 2- and 4-bit integer types are stored one element per byte (the low bits, as ml_dtypes
 stores them) in torch's storage-only int2/uint2/int4/uint4 dtypes and converted here through
 int64: conversion into them truncates toward zero and keeps the low bits, as ONNX's reference
-does. ONNX also casts to and from strings and FLOAT4E2M1; torch has no tensors of those, so such
-casts raise a :class:`~sonnx.errors.BadInputError` naming the type.
+does. FLOAT4E2M1 is stored the same way (one value per byte, see :mod:`sonnx.dtypes`).
+ONNX also casts to and from strings; torch has no string tensors, so such casts raise a
+:class:`~sonnx.errors.BadInputError` naming the type.
 Float-to-float casts are differentiable (the gradient is cast back); the others are not.
 """
 
@@ -52,6 +53,34 @@ def decode_sub_byte(x: torch.Tensor) -> torch.Tensor:
     return raw
 
 
+FLOAT4 = torch.float4_e2m1fn_x2  # holding one FLOAT4E2M1 value per byte (see sonnx.dtypes)
+_FLOAT4_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def decode_float4(x: torch.Tensor) -> torch.Tensor:
+    """The float32 values of a FLOAT4E2M1 tensor (sign bit 3, magnitude code bits 0-2)."""
+    code = x.view(torch.uint8).to(torch.int64)
+    lut = torch.tensor(_FLOAT4_MAGNITUDES, dtype=torch.float32, device=x.device)
+    magnitude = lut[code & 7]
+    return torch.where((code & 8) != 0, -magnitude, magnitude)
+
+
+def encode_float4(x: torch.Tensor) -> torch.Tensor:
+    """Round to the nearest FLOAT4E2M1 value (ties to the even code), saturating at +-6.
+
+    NaN becomes negative zero, as ONNX's reference implementation gives.
+    """
+    v = x.detach().to(torch.float32)
+    lut = torch.tensor(_FLOAT4_MAGNITUDES, dtype=torch.float32, device=v.device)
+    distance = (v.abs().clamp(max=6.0).unsqueeze(-1) - lut).abs()
+    # On a tie prefer the even code (lowest mantissa bit 0): a tiny penalty on odd codes.
+    distance = distance + (torch.arange(8, device=v.device) % 2) * 1e-7
+    code = distance.argmin(-1)
+    negative = torch.signbit(v) | torch.isnan(v)
+    code = torch.where(negative, code | 8, code)
+    return code.to(torch.uint8).view(FLOAT4)
+
+
 def sub_byte_range(dtype: torch.dtype) -> tuple[int, int]:
     """The smallest and largest value of a sub-byte integer type."""
     bits, signed = SUB_BYTE[dtype]
@@ -96,7 +125,7 @@ def onnx_dtype(op: str, code: int, what: str) -> torch.dtype:
         name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
         raise BadInputError(
             f"{op}: {what} {name} is not supported: torch has no tensors of that element type "
-            "(strings and FLOAT4E2M1 cannot be represented)"
+            "(strings cannot be represented)"
         ) from None
 
 
@@ -125,6 +154,10 @@ def convert(
         x = decode_sub_byte(x)
         if x.dtype == target:
             return x
+    if x.dtype == FLOAT4:
+        x = decode_float4(x)
+    if target == FLOAT4:
+        return encode_float4(x)
     if target in SUB_BYTE:
         return encode_sub_byte(x, target)
     if target == torch.float8_e8m0fnu:

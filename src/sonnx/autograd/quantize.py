@@ -15,7 +15,15 @@ import torch
 
 from sonnx import dtypes
 from sonnx.autograd.activations import StrictExport
-from sonnx.autograd.cast import SUB_BYTE, decode_sub_byte, encode_sub_byte, sub_byte_range
+from sonnx.autograd.cast import (
+    FLOAT4,
+    SUB_BYTE,
+    decode_float4,
+    decode_sub_byte,
+    encode_float4,
+    encode_sub_byte,
+    sub_byte_range,
+)
 from sonnx.errors import BadInputError, ExportError
 from sonnx.tensor import Tensor
 
@@ -96,7 +104,9 @@ def _to_float8(y: torch.Tensor, dtype: torch.dtype, saturate: bool) -> torch.Ten
 
 
 def _numeric(t: torch.Tensor) -> torch.Tensor:
-    """Sub-byte integers (storage-only in torch) as int64 values; other tensors unchanged."""
+    """Sub-byte integers and FLOAT4E2M1 (storage-only in torch) as computable values."""
+    if t.dtype == FLOAT4:
+        return decode_float4(t)
     return decode_sub_byte(t) if t.dtype in SUB_BYTE else t
 
 
@@ -119,10 +129,10 @@ class QuantizeLinear(StrictExport):
             target = zero_point.dtype
         else:
             target = dtypes.onnx_to_torch(code) if code else torch.uint8
-        if target not in _INTEGER_TARGETS | _FLOAT8 | SUB_BYTE.keys():
+        if target not in _INTEGER_TARGETS | _FLOAT8 | SUB_BYTE.keys() | {FLOAT4}:
             raise BadInputError(
                 "QuantizeLinear: the quantized type must be int8, uint8, int16, uint16, a 2- or "
-                f"4-bit integer or a float8 type, received {target}"
+                f"4-bit integer, a float8 type or FLOAT4E2M1, received {target}"
             )
         return target
 
@@ -142,6 +152,8 @@ class QuantizeLinear(StrictExport):
         y = x.to(work) / scale.to(work)
         if target in _FLOAT8:
             return _to_float8(y, target, bool(self.attr("saturate")))
+        if target == FLOAT4:
+            return encode_float4(y)
         y = torch.round(y).to(torch.float64)
         if y_zero_point is not None:
             zp = _expand(
@@ -182,7 +194,7 @@ class DequantizeLinear(StrictExport):
         axis, block = _axis_and_block(self)
         scale = _expand("DequantizeLinear", "x_scale", x_scale, x.shape, axis, block)
         dx = _numeric(x).to(torch.float32)
-        if x_zero_point is not None and x.dtype not in _FLOAT8:
+        if x_zero_point is not None and x.dtype not in _FLOAT8 | {FLOAT4}:
             zp = _expand(
                 "DequantizeLinear", "x_zero_point", _numeric(x_zero_point), x.shape, axis, block
             )
