@@ -134,3 +134,49 @@ def test_single_process_dist_opt_is_plain_local_training() -> None:
         first = first if first is not None else float(tensor.to_numpy(loss)[0])
     assert float(tensor.to_numpy(loss)[0]) < 0.5 * first
     assert sgd.last_step.bytes_sent == 0
+
+
+def test_distributed_checkpoint_loads_into_a_single_process_model(tmp_path) -> None:
+    """examples/dist_train.py on 2 processes; rank 0's checkpoint restores its accuracy."""
+    import importlib.util
+    import json
+
+    from sonnx import tensor
+    from sonnx.data import load_dataset
+
+    checkpoint = tmp_path / "cnn.zip"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(_free_port()),
+            str(ROOT / "examples" / "dist_train.py"),
+            "--limit",
+            "1280",
+            "--json",
+            "--checkpoint",
+            str(checkpoint),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["processes"] == 2
+    spec = importlib.util.spec_from_file_location("dist_train", ROOT / "examples" / "dist_train.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    net = example.CNN()
+    net.compile([tensor.PlaceHolder((64, 1, 28, 28))], is_train=False)
+    net.load_states(checkpoint)
+    data = load_dataset().limited(1280)
+    predicted = tensor.to_numpy(net(tensor.Tensor(data=data.test_x))).argmax(1)
+    assert (predicted == data.test_y).mean() == pytest.approx(summary["test_accuracy"])
