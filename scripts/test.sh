@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bootstrap.sh test
 ruff check src tests bench examples scripts
-python -m pytest -q -p no:cacheprovider "$@"
+python -m pytest -p no:cacheprovider "$@"

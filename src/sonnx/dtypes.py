@@ -101,7 +101,9 @@ def array_to_torch(array: np.ndarray) -> torch.Tensor:
     them directly.
     """
     array = np.asarray(array)
-    if not array.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
+    if not array.flags.c_contiguous or not array.flags.writeable:
+        # a copy: torch cannot share read-only memory (e.g. arrays over protobuf bytes), and
+        # np.ascontiguousarray would turn a 0-d array into a 1-d one
         array = array.copy(order="C")
     target = _NUMPY_TO_TORCH.get(array.dtype)
     if target is None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from sonnx import autograd, opt, tensor
 from sonnx.data import Dataset, load_dataset
-from sonnx.device import Device, get_default_device
+from sonnx.device import Device, get_default_device, set_seed
 from sonnx.onnx.exporter import save, to_onnx
 from sonnx.onnx.importer import SingaRep, prepare
 from sonnx.tensor import Tensor
@@ -207,6 +207,7 @@ def run_walkthrough(
         return result
 
     print(f"data: {data.name} ({len(data.train_y)} train / {len(data.test_y)} test images)")
+    set_seed(0)  # reproducible initial weights (examples/layer_api_mnist.py uses the same)
     model = CNN()
     sgd = lambda: opt.SGD(lr=lr, momentum=momentum)  # noqa: E731  (one fresh optimizer per stage)
 
