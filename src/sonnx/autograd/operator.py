@@ -62,7 +62,12 @@ class Operator:
         self.sequence = -1  # position among all operator calls, set when the op runs
 
     def attr(self, name: str) -> Any:
-        """Attribute ``name``: its set value, else the ONNX schema default, else None."""
+        """Attribute ``name``: its set value, else the ONNX schema default, else None.
+
+        None also means the schema of ``self.version`` has no such attribute (TopK-10 has no
+        ``largest``): an op whose meaning depends on an attribute added later must supply that
+        attribute's implied value for older versions itself.
+        """
         if name in self.attrs:
             return self.attrs[name]
         return schema_defaults(self.op_type, self.version, self.domain).get(name)
