@@ -23,6 +23,7 @@ import io
 import json
 import os
 import tempfile
+import warnings
 import zipfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -152,6 +153,8 @@ class Model(Layer):
         self._device: Device = get_default_device()
         self._graphs: dict[Any, _CompiledGraph] = {}
         self._graph_states: list[Tensor] | None = None
+        # Why graph mode fell back to eager execution for this model (None: it did not).
+        self._graph_fallback: str | None = None
 
     # ---- set-up ---------------------------------------------------------------------------
     def compile(
@@ -239,9 +242,26 @@ class Model(Layer):
             tuple(_signature(x.data) for x in inputs),
             tuple(_signature(s.data) for s in states),
         )
+        if self._graph_fallback is not None:
+            return type(self).forward(self, *inputs)
         fn = self._graphs.get(key)
         if fn is None:
-            fn = self._graphs[key] = _CompiledGraph(self, states, inputs)
+            try:
+                fn = self._graphs[key] = _CompiledGraph(self, states, inputs)
+            except RuntimeError as e:
+                if "data-dependent" not in str(e) and "tracing tensor" not in str(e):
+                    raise
+                # e.g. an imported graph whose shape arithmetic reads tensor values on the
+                # host: it cannot become one static graph, so it keeps running eagerly.
+                self._graph_fallback = str(e).splitlines()[0]
+                warnings.warn(
+                    f"{type(self).__name__}: graph mode cannot trace this model's forward "
+                    "(it reads tensor values on the host, as shape arithmetic in imported "
+                    "graphs does); running it eagerly, with the same results",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return type(self).forward(self, *inputs)
         return CompiledForward(fn, len(inputs))(*inputs, *states)
 
     # ---- export ---------------------------------------------------------------------------

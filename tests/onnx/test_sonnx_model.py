@@ -178,3 +178,20 @@ def test_save_states_then_load_in_a_new_process_is_bit_identical(cnn_onnx, tmp_p
     """)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
+
+
+def test_graph_mode_on_an_imported_graph_with_shape_arithmetic_runs_eagerly() -> None:
+    """SINGA's SONNXModel example compiles with use_graph=True; shape arithmetic in the
+    imported graph cannot be traced into one static graph, so it falls back, same results."""
+    torch.manual_seed(0)
+    ids, mask = tm.bert_inputs(2)
+    proto = tm.export(tm.TinyBert(), (ids, mask), 13, ["input_ids", "attention_mask"])
+    a = Tensor(data=ids, requires_grad=False)
+    b = Tensor(data=mask, requires_grad=False)
+    eager = sonnx.SONNXModel(proto)
+    eager.compile([a, b], is_train=False)
+    graph = sonnx.SONNXModel(proto)
+    graph.compile([a, b], is_train=False, use_graph=True, sequential=True)
+    with pytest.warns(RuntimeWarning, match="graph mode cannot trace"):
+        out = graph(a, b)
+    np.testing.assert_array_equal(to_numpy(out[0]), to_numpy(eager(a, b)[0]))

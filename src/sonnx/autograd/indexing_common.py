@@ -70,14 +70,14 @@ def norm_indices(op: str, name: str, indices: torch.Tensor, size: int) -> torch.
     """int64 indices into a dimension of ``size`` with negative ones wrapped (ONNX allows
     ``[-size, size)``); out-of-range indices raise BadInputError naming ``op`` and ``name``."""
     idx = indices.to(torch.int64)
-    if idx.numel() > 0:
-        low, high = int(idx.min()), int(idx.max())
-        if low < -size or high >= size:
-            bad = low if low < -size else high
-            raise BadInputError(
-                f"{op}: input {name} must hold indices in [{-size}, {size - 1}], received {bad}"
-            )
-    return torch.where(idx < 0, idx + size, idx)
+    wrapped = torch.where(idx < 0, idx + size, idx)
+    outside = (wrapped < 0) | (wrapped >= size)
+    if bool(outside.any()):  # one reduction and one host read, the common case included
+        bad = int(idx[outside].reshape(-1)[0])
+        raise BadInputError(
+            f"{op}: input {name} must hold indices in [{-size}, {size - 1}], received {bad}"
+        )
+    return wrapped
 
 
 def require_int(op: str, name: str, x: torch.Tensor) -> None:
