@@ -148,7 +148,63 @@ OTHERS = [
     ),
 ]
 
-ALL = RECURRENT + SIGNAL + RANDOM + OPTIMIZERS + OTHERS
+
+def _qlinear_conv(x):
+    rng = np.random.default_rng(1)
+    return ag.qlinear_conv(
+        x,
+        const(F(0.05)),
+        const(np.uint8(3)),
+        const(rng.integers(0, 255, (2, 3, 3, 3)).astype(np.uint8)),
+        const(np.array([0.01, 0.02], F)),
+        const(np.array([120, 130], np.uint8)),
+        const(F(0.4)),
+        const(np.uint8(128)),
+        const(np.array([-500, 700], np.int32)),
+        padding=1,
+    )
+
+
+def _tree_ensemble(x):
+    # x0 <= 0.2: leaf 0 (target 0); else x1 > -0.3: leaf 1, else leaf 2 (both target 1).
+    return ag.tree_ensemble(
+        x,
+        tree_roots=[0],
+        nodes_featureids=[0, 1],
+        nodes_modes=[0, 3],
+        nodes_splits=[0.2, -0.3],
+        nodes_truenodeids=[0, 1],
+        nodes_trueleafs=[1, 1],
+        nodes_falsenodeids=[1, 2],
+        nodes_falseleafs=[0, 1],
+        leaf_targetids=[0, 1, 1],
+        leaf_weights=[1.5, -2.0, 4.0],
+        n_targets=2,
+    )
+
+
+def _tfidf(x):
+    return ag.tfidf_vectorizer(
+        x, "TFIDF", 1, 2, 1, [0, 3], [0, 1, 2, 3, 4], [0, 1, 2, 0, 1, 2, 2], [1, 2, 3, 4, 5]
+    )
+
+
+ML = [
+    case("binarizer", lambda x: ag.binarizer(x, 0.25), img(4)),
+    case("array_feature_extractor", lambda x: ag.array_feature_extractor(x, [3, 0, 3]), img(4)),
+    case("tree_ensemble", _tree_ensemble, img(2)),
+]
+
+QUANTIZED_AND_TEXT = [
+    case(
+        "qlinear_conv",
+        _qlinear_conv,
+        rng_inputs(((3, 4, 4), lambda r, s: r.integers(0, 255, s).astype(np.uint8))),
+    ),
+    case("tfidf_vectorizer", _tfidf, rng_inputs(((6,), np.int64))),
+]
+
+ALL = RECURRENT + SIGNAL + RANDOM + OPTIMIZERS + OTHERS + ML + QUANTIZED_AND_TEXT
 
 
 @pytest.mark.parametrize(("build", "make", "opts"), ALL)

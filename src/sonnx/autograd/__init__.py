@@ -11,11 +11,13 @@ from sonnx.autograd.attention import *
 from sonnx.autograd.backward import backward, gradients, trainable_tensors
 from sonnx.autograd.cast import *
 from sonnx.autograd.conv import *
+from sonnx.autograd.conv_quantized import *
 from sonnx.autograd.elementwise import *
 from sonnx.autograd.indexing import *
 from sonnx.autograd.legacy_layers import *
 from sonnx.autograd.linalg import *
 from sonnx.autograd.loss import *
+from sonnx.autograd.ml import *
 from sonnx.autograd.normalization import *
 from sonnx.autograd.operator import Operator
 from sonnx.autograd.pooling import *
@@ -26,6 +28,7 @@ from sonnx.autograd.resize import *
 from sonnx.autograd.rnn import *
 from sonnx.autograd.shape import *
 from sonnx.autograd.signal import *
+from sonnx.autograd.text import *
 from sonnx.autograd.training_ops import *
 
 training = False

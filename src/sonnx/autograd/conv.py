@@ -89,7 +89,9 @@ def _bias_shape(op_type: str, b: torch.Tensor | None, channels: int) -> None:
         )
 
 
-def _conv(op: Operator, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+def conv_forward(
+    op: Operator, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None
+) -> torch.Tensor:
     """Conv's computation: resolve pads, run the torch convolution (zero-padding first when
     the pads are asymmetric, which torch's convolutions cannot express)."""
     n = check_spatial_rank(op.op_type, "X", x)
@@ -134,7 +136,7 @@ class Conv(Operator):
     def forward(
         self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return _conv(self, x, w, b)
+        return conv_forward(self, x, w, b)
 
 
 class ConvInteger(Operator):
@@ -170,7 +172,7 @@ class ConvInteger(Operator):
             # A scalar zero point, or one per output channel (axis 0 of W).
             zp = w_zero_point.to(torch.float64)
             wf = wf - (zp.reshape(()) if zp.numel() == 1 else zp.reshape(-1, *[1] * (w.dim() - 1)))
-        return torch.round(_conv(self, xf, wf, None)).to(torch.int32)
+        return torch.round(conv_forward(self, xf, wf, None)).to(torch.int32)
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         require_opset(g, self.op_type, 10)

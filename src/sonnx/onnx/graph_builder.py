@@ -33,6 +33,15 @@ def tensor_proto(value: np.ndarray | torch.Tensor, name: str) -> onnx.TensorProt
     return numpy_helper.from_array(np.asarray(value), name=name)
 
 
+def _domain_opset(op_type: str, domain: str) -> int:
+    """The opset of ``domain`` to import for ``op_type``: the op's newest since-version there
+    (TreeEnsemble needs ai.onnx.ml 5); 1 for an op onnx does not know."""
+    try:
+        return onnx.defs.get_schema(op_type, domain).since_version
+    except onnx.defs.SchemaError:
+        return 1
+
+
 class GraphBuilder:
     """Collects nodes, initializers and names for one exported graph at one opset."""
 
@@ -85,7 +94,8 @@ class GraphBuilder:
             raise ExportError(f"cannot write node {op_type} ({node_name}): {e}") from e
         self.nodes.append(node)
         if domain and domain not in ("", "ai.onnx"):
-            self.extra_opsets.setdefault(domain, 1)
+            version = max(self.extra_opsets.get(domain, 1), _domain_opset(op_type, domain))
+            self.extra_opsets[domain] = version
         return node
 
     def add_initializer(self, value: np.ndarray | torch.Tensor, name: str) -> str:
