@@ -195,3 +195,21 @@ def test_graph_mode_on_an_imported_graph_with_shape_arithmetic_runs_eagerly() ->
     with pytest.warns(RuntimeWarning, match="graph mode cannot trace"):
         out = graph(a, b)
     np.testing.assert_array_equal(to_numpy(out[0]), to_numpy(eager(a, b)[0]))
+
+
+def test_fresh_batchnorm_statistics_shared_with_weights_get_their_own_buffers() -> None:
+    """torch's exporter stores a fresh BatchNorm's scale and running variance (both ones) once;
+    training must update the statistic without touching the weight."""
+    torch.manual_seed(0)
+    proto = tm.export(tm.SmallCNN(), (torch.randn(2, 3, 16, 16),), 13, ["x"], keep_batchnorm=True)
+    assert any(n.op_type == "Identity" for n in proto.graph.node)
+    model = sonnx.SONNXModel(proto)
+    weights = {n: to_numpy(t).copy() for n, t in model.get_params().items()}
+    x = Tensor(data=np.random.default_rng(0).standard_normal((4, 3, 16, 16)).astype(np.float32))
+    model.train()
+    autograd.training = True
+    loss = autograd.softmax_cross_entropy(model.forward(x)[0],
+                                          Tensor(data=np.arange(4), requires_grad=False))
+    assert {p.name for p, _ in autograd.backward(loss)} == set(weights)
+    for name, before in weights.items():
+        np.testing.assert_array_equal(to_numpy(model.get_params()[name]), before, err_msg=name)

@@ -180,3 +180,26 @@ def test_distributed_checkpoint_loads_into_a_single_process_model(tmp_path) -> N
     data = load_dataset().limited(1280)
     predicted = tensor.to_numpy(net(tensor.Tensor(data=data.test_x))).argmax(1)
     assert (predicted == data.test_y).mean() == pytest.approx(summary["test_accuracy"])
+
+
+@pytest.mark.parametrize("mode", ["fp16", "partialUpdate", "sparseTopK", "sparseThreshold"])
+def test_every_mode_is_plain_local_training_in_one_process(mode) -> None:
+    from sonnx import autograd, device, opt, tensor
+    from sonnx.onnx.sonnx_model import apply_update
+
+    x, y = dist_worker.toy_data(32)
+    finals = {}
+    for chosen in ("fp32", mode):
+        device.set_seed(0)
+        model = dist_worker.MLP()
+        sgd = opt.DistOpt(opt.SGD(lr=0.05, momentum=0.9))
+        autograd.training = True
+        for _ in range(5):
+            loss = autograd.softmax_cross_entropy(
+                model.forward(tensor.Tensor(data=x, requires_grad=False)),
+                tensor.Tensor(data=y, requires_grad=False))
+            apply_update(sgd, loss, chosen, 0.05 if chosen.startswith("sparse") else None)
+        finals[chosen] = model.params()
+        assert sgd.last_step.bytes_sent == 0
+    for name, value in finals["fp32"].items():
+        np.testing.assert_allclose(finals[mode][name], value, rtol=1e-6, err_msg=name)

@@ -123,6 +123,17 @@ def _bound(name: str, t: torch.Tensor | None) -> torch.Tensor | None:
     return t.reshape(())
 
 
+def _scalar_bound(bound: torch.Tensor | None, x: torch.Tensor) -> bool:
+    """A bound that can be read as a Python number for free: absent, or one element on the
+    CPU that carries no gradient."""
+    return bound is None or (
+        bound.numel() == 1
+        and not bound.requires_grad
+        and bound.device.type == "cpu"
+        and x.device.type == "cpu"
+    )
+
+
 class Clip(Operator):
     """``min(max(input, min), max)``; when min > max every value becomes max (as in ONNX).
 
@@ -141,6 +152,11 @@ class Clip(Operator):
         same_dtype(self.op_type, [n for n, _ in present], [t for _, t in present])
         if lo is None and hi is None:
             return x.clone()
+        if _scalar_bound(lo, x) and _scalar_bound(hi, x) and x.dtype.is_floating_point:
+            # Python-number bounds take torch's much faster scalar kernel (ReLU6 is a Clip)
+            return torch.clamp(
+                x, None if lo is None else lo.item(), None if hi is None else hi.item()
+            )
         if x.dtype in NO_KERNEL_UINTS:
             lo_key = None if lo is None else to_ordered(lo)
             hi_key = None if hi is None else to_ordered(hi)

@@ -101,8 +101,21 @@ class Gemm(StrictExport):
             a = a.t()
         if self.attr("transB"):
             b = b.t()
-        y = _matmul("Gemm", a, b)
         alpha, beta = float(self.attr("alpha")), float(self.attr("beta"))
+        if (
+            c is not None
+            and a.dtype.is_floating_point
+            and a.dtype == b.dtype == c.dtype
+            and a.shape[1] == b.shape[0]
+            and c.dim() <= 2
+            and all(
+                d in (1, e)
+                for d, e in zip(reversed(c.shape), (b.shape[1], a.shape[0]), strict=False)
+            )
+        ):
+            # one fused kernel (and one backward node) for the common float case
+            return torch.addmm(c, a, b, beta=beta, alpha=alpha)
+        y = _matmul("Gemm", a, b)
         if alpha != 1.0:
             y = (y * alpha).to(a.dtype)
         if c is None:

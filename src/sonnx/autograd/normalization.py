@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from sonnx import dtypes
 from sonnx.autograd.normalization_common import (
@@ -97,6 +98,9 @@ class BatchNormalization(Operator):
             if t is None:
                 raise BadInputError(f"{op}: input {name} is required, received nothing")
             _check_param(op, name, t, c_shape)
+        fused = self._fused(x, scale, b, mean, var)
+        if fused is not None:
+            return fused
         ct = compute_dtype(x.dtype)
         param_shape = (1, *c_shape) + (1,) * (x.dim() - 1 - len(c_shape))
 
@@ -123,6 +127,30 @@ class BatchNormalization(Operator):
         ]
         if self.version is not None and self.version < 14:
             outs += [bm.reshape(mean.shape).to(mean.dtype), bv.reshape(var.shape).to(var.dtype)]
+        n = self.requested_outputs or len(outs)
+        return outs[0] if n == 1 else tuple(outs[:n])
+
+    def _fused(self, x, scale, b, mean, var) -> TorchOutputs | None:  # type: ignore[no-untyped-def]
+        """torch's fused batch-norm kernels where they compute exactly ONNX's formula
+        (per-channel, float32/float64, running statistics without gradients); None otherwise.
+        A training step is several times faster than the same formula as separate ops."""
+        params = (scale, b, mean, var)
+        if (
+            x.dim() < 2 or self.per_activation() or x.dtype not in (torch.float32, torch.float64)
+            or any(t.dtype != x.dtype or t.dim() != 1 for t in params)
+            or mean.requires_grad or var.requires_grad
+        ):
+            return None
+        eps = float(self.attr("epsilon"))
+        if not self.is_training_mode():
+            return F.batch_norm(x, mean, var, scale, b, False, 0.0, eps)
+        y, batch_mean, invstd = torch.native_batch_norm(x, scale, b, None, None, True, 0.0, eps)
+        m = float(self.attr("momentum"))
+        with torch.no_grad():
+            batch_var = invstd.pow(-2) - eps  # the population variance the kernel used
+            outs = [y, mean * m + batch_mean * (1 - m), var * m + batch_var * (1 - m)]
+            if self.version is not None and self.version < 14:
+                outs += [batch_mean, batch_var]
         n = self.requested_outputs or len(outs)
         return outs[0] if n == 1 else tuple(outs[:n])
 

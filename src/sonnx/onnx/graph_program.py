@@ -204,10 +204,27 @@ _STATISTICS_INPUTS = {"BatchNormalization": (3, 4)}
 
 
 def _mark_statistics_as_buffers(steps: list[Step], constants: dict[str, Tensor]) -> None:
-    """Float initializers used as running statistics are states, not trainable weights."""
+    """Float initializers used as running statistics are states, not trainable weights.
+
+    torch's exporter stores equal initializers once and hands out copies through Identity
+    nodes, so a fresh network's running variance (all ones) can be its scale's tensor. Such a
+    statistic gets a buffer of its own, so updating it in training never writes the weight.
+    """
+    producers = {o: step for step in steps for o in step.outputs}
     for step in steps:
         for position in _STATISTICS_INPUTS.get(step.info.op_type, ()):
             name = step.inputs[position] if position < len(step.inputs) else ""
+            source = producers.get(name)
+            if (
+                source is not None
+                and source.info.op_type == "Identity"
+                and source.inputs[0] in constants
+            ):
+                own = f"{name}/statistics"
+                if own not in constants:
+                    constants[own] = constants[source.inputs[0]].clone()
+                    constants[own].name = own
+                step.inputs[position] = name = own
             if name in constants:
                 constants[name].stores_grad = False
                 constants[name].requires_grad = False

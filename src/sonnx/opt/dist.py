@@ -173,6 +173,9 @@ class DistOpt:
         pairs = gradients(loss)
         grads = [g.data for _, g in pairs]
         self.last_step = CommStats(elements_total=sum(g.numel() for g in grads))
+        if self.world_size == 1:  # nothing to exchange: plain local training
+            self._apply(pairs)
+            return
         for bucket in _buckets([g.numel() for g in grads], threshold or self.buff_size):
             flat = torch.cat([grads[i].reshape(-1) for i in bucket])
             key = id(pairs[bucket[0]][0])
@@ -234,8 +237,6 @@ class DistOpt:
         values = flat[index]
         self.last_step.elements_sent += values.numel()
         self.last_step.bytes_sent += values.numel() * (values.element_size() + 4)
-        if self.world_size == 1:
-            return torch.zeros_like(flat).index_put_((index,), values)
         count = torch.tensor([index.numel()], device=flat.device)
         counts = [torch.zeros_like(count) for _ in range(self.world_size)]
         dist.run_collective("all-gather", tdist.all_gather, counts, count)

@@ -47,10 +47,12 @@ def convert_batch_normalization(
     While ``sonnx.autograd.training`` is True such a node normalizes with the batch statistics
     and updates its running mean and variance in place, as a framework BatchNorm layer does,
     so an imported CNN fine-tunes the way it would in torch; otherwise it uses the stored
-    statistics exactly as ONNX says. Nodes that ask for the training outputs run as written.
+    statistics exactly as ONNX says. Nodes that ask for the training outputs run as written, and
+    so do nodes whose statistics are computed (there is no buffer to update).
     """
-    if node.num_outputs == 1 and is_training() and attrs.get("spatial", 1) == 1:
-        x, scale, bias, mean, var = inputs[:5]
+    x, scale, bias, mean, var = inputs[:5]
+    leaves = mean is not None and var is not None and mean.creator is None and var.creator is None
+    if node.num_outputs == 1 and is_training() and attrs.get("spatial", 1) == 1 and leaves:
         return batch_norm(
             x,
             scale,
