@@ -13,7 +13,8 @@ and the time it took.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -62,7 +63,6 @@ class SingaRep:
     input_specs: list[InputSpec]
     outputs: list[str]
     program: GraphProgram
-    shapes: dict[str, str] = field(default_factory=dict)
 
     @property
     def steps(self) -> list:
@@ -201,6 +201,11 @@ class SingaRep:
         return t
 
     # ---- describing -----------------------------------------------------------------------
+    @cached_property
+    def shapes(self) -> dict[str, str]:
+        """Tensor shapes by name from ONNX shape inference (computed on first use)."""
+        return _inferred_shapes(self.model)
+
     def summary(self) -> str:
         """A table of layers: index, the ``last_layers`` value that stops after it, op, name,
         output shape."""
@@ -239,8 +244,19 @@ def prepare(model: ModelSource, device: Device | None = None, **options: Any) ->
         input_specs=input_specs,
         outputs=list(program.output_names),
         program=program,
-        shapes=_inferred_shapes(proto),
     )
+
+
+def _dims(value: onnx.ValueInfoProto) -> tuple[int | str | None, ...] | None:
+    """A tensor value's declared dims (an int, a symbolic name, or None), or None if unknown."""
+    tt = value.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    dims: list[int | str | None] = []
+    for d in tt.shape.dim:
+        which = d.WhichOneof("value")
+        dims.append(d.dim_value if which == "dim_value" else (d.dim_param or None))
+    return tuple(dims)
 
 
 def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
@@ -249,13 +265,7 @@ def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
         return InputSpec(value.name, None, None, kind or "tensor_type")
     tt = value.type.tensor_type
     dtype = dtypes.onnx_to_torch(tt.elem_type) if tt.elem_type else None
-    if not tt.HasField("shape"):
-        return InputSpec(value.name, dtype, None)
-    dims: list[int | str | None] = []
-    for d in tt.shape.dim:
-        which = d.WhichOneof("value")
-        dims.append(d.dim_value if which == "dim_value" else (d.dim_param or None))
-    return InputSpec(value.name, dtype, tuple(dims))
+    return InputSpec(value.name, dtype, _dims(value))
 
 
 def _inferred_shapes(model: onnx.ModelProto) -> dict[str, str]:
@@ -266,7 +276,7 @@ def _inferred_shapes(model: onnx.ModelProto) -> dict[str, str]:
         return {}
     shapes = {}
     for v in [*inferred.graph.value_info, *inferred.graph.output]:
-        spec = _input_spec(v)
-        if spec.shape is not None:
-            shapes[v.name] = "(" + ", ".join("?" if d is None else str(d) for d in spec.shape) + ")"
+        dims = _dims(v) if v.type.WhichOneof("value") == "tensor_type" else None
+        if dims is not None:
+            shapes[v.name] = "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
     return shapes
