@@ -39,9 +39,9 @@ from common import (
 from torch import nn
 
 import sonnx
-from sonnx import autograd, layer, model, opt, tensor
+from sonnx import autograd, opt, tensor
 from sonnx.testing import torch_models
-from sonnx.walkthrough import CNN
+from sonnx.walkthrough import CNN, LayerCNN
 
 LR = 0.05
 MOMENTUM = 0.9
@@ -62,26 +62,6 @@ def torch_cnn() -> nn.Sequential:
         nn.ReLU(),
         nn.Linear(500, 10),
     )
-
-
-class LayerCNN(model.Model):
-    """The walkthrough CNN with the layer/Model API (as ``examples/dist_train.py``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = layer.Conv2d(20, 5)
-        self.pool1 = layer.MaxPool2d(2, 2)
-        self.conv2 = layer.Conv2d(50, 5)
-        self.pool2 = layer.MaxPool2d(2, 2)
-        self.flatten = layer.Flatten()
-        self.linear1 = layer.Linear(500)
-        self.linear2 = layer.Linear(10)
-        self.relu = layer.ReLU()
-
-    def forward(self, x: tensor.Tensor) -> tensor.Tensor:
-        y = self.pool1(self.relu(self.conv1(x)))
-        y = self.pool2(self.relu(self.conv2(y)))
-        return self.linear2(self.relu(self.linear1(self.flatten(y))))
 
 
 def copy_cnn_weights(params: list[tuple[tensor.Tensor, tensor.Tensor]], net: nn.Sequential) -> None:

@@ -16,35 +16,9 @@ import time
 
 import numpy as np
 
-from sonnx import autograd, device, dist, layer, model, opt, tensor
+from sonnx import device, dist, opt, tensor
 from sonnx.data import load_dataset
-from sonnx.onnx.sonnx_model import apply_update
-
-
-class CNN(model.Model):
-    """The walkthrough network in the layer/Model API, with SINGA's train_one_batch."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = layer.Conv2d(20, 5)
-        self.pool1 = layer.MaxPool2d(2, 2)
-        self.conv2 = layer.Conv2d(50, 5)
-        self.pool2 = layer.MaxPool2d(2, 2)
-        self.flatten = layer.Flatten()
-        self.linear1 = layer.Linear(500)
-        self.linear2 = layer.Linear(10)
-        self.relu = layer.ReLU()
-
-    def forward(self, x: tensor.Tensor) -> tensor.Tensor:
-        y = self.pool1(self.relu(self.conv1(x)))
-        y = self.pool2(self.relu(self.conv2(y)))
-        return self.linear2(self.relu(self.linear1(self.flatten(y))))
-
-    def train_one_batch(self, x, y, dist_option="fp32", spars=None):
-        out = self.forward(x)
-        loss = autograd.softmax_cross_entropy(out, y)
-        apply_update(self.optimizer, loss, dist_option, spars)
-        return out, loss
+from sonnx.walkthrough import LayerCNN
 
 
 def main() -> None:
@@ -73,7 +47,7 @@ def main() -> None:
     sgd = opt.DistOpt(opt.SGD(lr=args.lr, momentum=0.9))
     data = load_dataset(args.data).limited(args.limit)
     train_x, train_y = dist.shard(data.train_x, data.train_y)
-    net = CNN()
+    net = LayerCNN()
     net.set_optimizer(sgd)
     net.compile([tensor.PlaceHolder((args.batch, 1, 28, 28))], is_train=True)
     steps = len(train_y) // args.batch

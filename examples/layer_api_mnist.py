@@ -13,32 +13,9 @@ import time
 
 import numpy as np
 
-from sonnx import autograd, device, layer, model, opt, tensor
+from sonnx import device, opt, tensor
 from sonnx.data import load_dataset
-
-
-class CNN(model.Model):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = layer.Conv2d(20, 5)
-        self.conv2 = layer.Conv2d(50, 5)
-        self.pool1 = layer.MaxPool2d(2, 2)
-        self.pool2 = layer.MaxPool2d(2, 2)
-        self.flatten = layer.Flatten()
-        self.linear1 = layer.Linear(500)
-        self.linear2 = layer.Linear(10)
-        self.relu = layer.ReLU()
-
-    def forward(self, x: tensor.Tensor) -> tensor.Tensor:
-        y = self.pool1(self.relu(self.conv1(x)))
-        y = self.pool2(self.relu(self.conv2(y)))
-        return self.linear2(self.relu(self.linear1(self.flatten(y))))
-
-    def train_one_batch(self, x: tensor.Tensor, y: tensor.Tensor):
-        out = self.forward(x)
-        loss = autograd.softmax_cross_entropy(out, y)
-        self.optimizer(loss)
-        return out, loss
+from sonnx.walkthrough import LayerCNN
 
 
 def main() -> None:
@@ -49,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     device.set_seed(0)
     data = load_dataset().limited(args.limit)
-    net = CNN()
+    net = LayerCNN()
     net.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
     net.compile([tensor.PlaceHolder((64, 1, 28, 28))], is_train=True, use_graph=args.graph)
     rng = np.random.default_rng(0)
@@ -57,17 +34,23 @@ def main() -> None:
     for _ in range(args.epochs):
         order = rng.permutation(len(data.train_y))
         for start in range(0, len(order) - 63, 64):
-            idx = order[start:start + 64]
-            net(tensor.Tensor(data=data.train_x[idx], requires_grad=False),
-                tensor.Tensor(data=data.train_y[idx], requires_grad=False))
+            idx = order[start : start + 64]
+            net(
+                tensor.Tensor(data=data.train_x[idx], requires_grad=False),
+                tensor.Tensor(data=data.train_y[idx], requires_grad=False),
+            )
     seconds = time.perf_counter() - started
     net.eval()
-    predicted = np.concatenate([
-        tensor.to_numpy(net(tensor.Tensor(data=data.test_x[i:i + 500]))).argmax(1)
-        for i in range(0, len(data.test_y), 500)
-    ])
-    print(f"layer/Model API CNN: test accuracy {(predicted == data.test_y).mean():.4f} "
-          f"after {args.epochs} epoch(s), {seconds:.1f} s of training")
+    predicted = np.concatenate(
+        [
+            tensor.to_numpy(net(tensor.Tensor(data=data.test_x[i : i + 500]))).argmax(1)
+            for i in range(0, len(data.test_y), 500)
+        ]
+    )
+    print(
+        f"layer/Model API CNN: test accuracy {(predicted == data.test_y).mean():.4f} "
+        f"after {args.epochs} epoch(s), {seconds:.1f} s of training"
+    )
 
 
 if __name__ == "__main__":

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from sonnx import autograd, opt, tensor
+from sonnx import autograd, layer, model, opt, tensor
 from sonnx.data import Dataset, load_dataset
 from sonnx.device import Device, get_default_device, set_seed
 from sonnx.onnx.exporter import save, to_onnx
 from sonnx.onnx.importer import SingaRep, prepare
+from sonnx.onnx.sonnx_model import apply_update
 from sonnx.tensor import Tensor
 
 
@@ -44,6 +45,38 @@ class CNN:
         y = self.pooling2(autograd.relu(self.conv2(y)))
         y = autograd.relu(self.linear1(autograd.flatten(y)))
         return self.linear2(y)
+
+
+class LayerCNN(model.Model):
+    """The same network written with the ``layer``/``Model`` API.
+
+    ``train_one_batch`` takes SINGA's ``dist_option`` and ``spars``, so the model trains with a
+    plain optimizer or with :class:`sonnx.opt.DistOpt` in any of its five modes.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = layer.Conv2d(20, 5)
+        self.pool1 = layer.MaxPool2d(2, 2)
+        self.conv2 = layer.Conv2d(50, 5)
+        self.pool2 = layer.MaxPool2d(2, 2)
+        self.flatten = layer.Flatten()
+        self.linear1 = layer.Linear(500)
+        self.linear2 = layer.Linear(10)
+        self.relu = layer.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.pool1(self.relu(self.conv1(x)))
+        y = self.pool2(self.relu(self.conv2(y)))
+        return self.linear2(self.relu(self.linear1(self.flatten(y))))
+
+    def train_one_batch(
+        self, x: Tensor, y: Tensor, dist_option: str = "fp32", spars: float | None = None
+    ) -> tuple[Tensor, Tensor]:
+        out = self.forward(x)
+        loss = autograd.softmax_cross_entropy(out, y)
+        apply_update(self.optimizer, loss, dist_option, spars)
+        return out, loss
 
 
 class Imported:

@@ -138,11 +138,11 @@ def test_single_process_dist_opt_is_plain_local_training() -> None:
 
 def test_distributed_checkpoint_loads_into_a_single_process_model(tmp_path) -> None:
     """examples/dist_train.py on 2 processes; rank 0's checkpoint restores its accuracy."""
-    import importlib.util
     import json
 
     from sonnx import tensor
     from sonnx.data import load_dataset
+    from sonnx.walkthrough import LayerCNN
 
     checkpoint = tmp_path / "cnn.zip"
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -171,10 +171,7 @@ def test_distributed_checkpoint_loads_into_a_single_process_model(tmp_path) -> N
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["processes"] == 2
-    spec = importlib.util.spec_from_file_location("dist_train", ROOT / "examples" / "dist_train.py")
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    net = example.CNN()
+    net = LayerCNN()  # the network examples/dist_train.py trains
     net.compile([tensor.PlaceHolder((64, 1, 28, 28))], is_train=False)
     net.load_states(checkpoint)
     data = load_dataset().limited(1280)
@@ -197,7 +194,8 @@ def test_every_mode_is_plain_local_training_in_one_process(mode) -> None:
         for _ in range(5):
             loss = autograd.softmax_cross_entropy(
                 model.forward(tensor.Tensor(data=x, requires_grad=False)),
-                tensor.Tensor(data=y, requires_grad=False))
+                tensor.Tensor(data=y, requires_grad=False),
+            )
             apply_update(sgd, loss, chosen, 0.05 if chosen.startswith("sparse") else None)
         finals[chosen] = model.params()
         assert sgd.last_step.bytes_sent == 0
