@@ -373,7 +373,7 @@ def _aux_torch(name: Any, value: Any) -> torch.Tensor:
     if isinstance(value, (np.ndarray, np.generic, int, float, bool)):
         array = np.asarray(value)
         if array.dtype.kind in "biufc":
-            return torch.from_numpy(array)
+            return torch.from_numpy(array)  # host: only written to the states file
     raise BadInputError(
         f"save_states: aux state {name!r} must be a Tensor, a numeric array or a number, "
         f"received {type(value).__name__}"
@@ -475,6 +475,8 @@ def _decode_record(
             f"state {name!r}: the manifest says {record['storage']} {record['shape']}, the "
             f"array is {array.dtype.name} {list(array.shape)}"
         )
+    # host: model states are copied into their tensors (on any device); aux states are
+    # returned on the host, where the caller can move them with Tensor.to_device
     data = torch.from_numpy(np.ascontiguousarray(array))
     if dtype in _BIT_STORAGE:
         data = data.view(dtype)

@@ -208,8 +208,9 @@ def test_fresh_batchnorm_statistics_shared_with_weights_get_their_own_buffers() 
     x = Tensor(data=np.random.default_rng(0).standard_normal((4, 3, 16, 16)).astype(np.float32))
     model.train()
     autograd.training = True
-    loss = autograd.softmax_cross_entropy(model.forward(x)[0],
-                                          Tensor(data=np.arange(4), requires_grad=False))
+    loss = autograd.softmax_cross_entropy(
+        model.forward(x)[0], Tensor(data=np.arange(4), requires_grad=False)
+    )
     assert {p.name for p, _ in autograd.backward(loss)} == set(weights)
     for name, before in weights.items():
         np.testing.assert_array_equal(to_numpy(model.get_params()[name]), before, err_msg=name)

@@ -101,7 +101,8 @@ def attrs_for_opset(op: Operator, opset: int) -> dict[str, Any]:
 
 def scalar_constant(g: GraphBuilder, value: float, like: Tensor, hint: str = "c") -> str:
     """A 0-d initializer holding ``value`` in ``like``'s element type (bfloat16 included)."""
-    return g.add_initializer(torch.tensor(value, dtype=like.dtype), g.fresh_name(hint))
+    value_t = torch.tensor(value, dtype=like.dtype)  # host: an initializer is serialised
+    return g.add_initializer(value_t, g.fresh_name(hint))
 
 
 _UNSIGNED = frozenset({torch.uint8, torch.uint16, torch.uint32, torch.uint64})
@@ -409,7 +410,11 @@ class Shrink(_Activation):
             raise BadInputError(f"Shrink: input X must be a real number tensor, received {x.dtype}")
         bias, lambd = float(self.attr("bias")), float(self.attr("lambd"))
         # Integer inputs stay integer: the arithmetic happens in x's own type, as ONNX says.
-        b = torch.tensor(bias, dtype=x.dtype) if not dtypes.is_float(x.dtype) else bias
+        b = (
+            torch.tensor(bias, dtype=x.dtype, device=x.device)
+            if not dtypes.is_float(x.dtype)
+            else bias
+        )
         return torch.where(
             x < -lambd, x + b, torch.where(x > lambd, x - b, torch.zeros_like(x))
         ).to(x.dtype)

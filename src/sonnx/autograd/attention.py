@@ -54,7 +54,9 @@ def _split_heads(x: torch.Tensor, heads: int, name: str) -> torch.Tensor:
 def _allowed_bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """An additive bias: 0 where ``allowed``, -inf elsewhere (select, never multiply)."""
     return torch.where(
-        allowed, torch.zeros((), dtype=dtype), torch.full((), -math.inf, dtype=dtype)
+        allowed,
+        torch.zeros((), dtype=dtype, device=allowed.device),
+        torch.full((), -math.inf, dtype=dtype, device=allowed.device),
     )
 
 
@@ -141,7 +143,7 @@ class Attention(Operator):
             v = v.repeat_interleave(q.shape[1] // v.shape[1], 1)
         scale = self.attr("scale")
         scale = 1 / math.sqrt(q.shape[3]) if scale is None else float(scale)
-        root = torch.tensor(math.sqrt(scale), dtype=q.dtype)
+        root = torch.tensor(math.sqrt(scale), dtype=q.dtype, device=q.device)
         scores = torch.matmul(q * root, (k * root).transpose(-1, -2))
         softcap = self.attr("softcap")
         if softcap:
@@ -155,10 +157,14 @@ class Attention(Operator):
         # replaced before the softmax so that neither the value nor the gradient is NaN.
         masked_row = torch.isneginf(bias.amax(-1, keepdim=True)) if bias.numel() else None
         if masked_row is not None:
-            logits = torch.where(masked_row, torch.zeros((), dtype=logits.dtype), logits)
+            logits = torch.where(
+                masked_row, torch.zeros((), dtype=logits.dtype, device=logits.device), logits
+            )
         probs = _softmax(logits)
         if masked_row is not None:
-            probs = torch.where(masked_row, torch.zeros((), dtype=probs.dtype), probs)
+            probs = torch.where(
+                masked_row, torch.zeros((), dtype=probs.dtype, device=probs.device), probs
+            )
         probs = probs.to(q.dtype)
         if mode == 3:
             debug = probs

@@ -237,6 +237,7 @@ def col2im(
         pads=user_pads("col2im", padding, n),
         dilations=user_ints("col2im", "dilation", dilation, n),
     )
-    shape = torch.tensor([int(v) for v in image_shape], dtype=torch.int64)
-    block = torch.tensor([int(v) for v in block_shape], dtype=torch.int64)
+    device = x.data.device
+    shape = torch.tensor([int(v) for v in image_shape], dtype=torch.int64, device=device)
+    block = torch.tensor([int(v) for v in block_shape], dtype=torch.int64, device=device)
     return op(x, shape, block)

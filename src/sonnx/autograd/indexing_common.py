@@ -42,7 +42,7 @@ def order_key(x: torch.Tensor) -> torch.Tensor:
     """
     twin = SIGNED_TWIN.get(x.dtype)
     if twin is not None:
-        return x.view(twin) ^ torch.tensor(torch.iinfo(twin).min, dtype=twin)
+        return x.view(twin) ^ torch.tensor(torch.iinfo(twin).min, dtype=twin, device=x.device)
     if x.dtype == torch.bool:
         return x.to(torch.uint8)
     return x
@@ -92,7 +92,9 @@ def from_order_key(key: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Undo :func:`order_key`: the values of type ``dtype`` whose keys are ``key``."""
     twin = SIGNED_TWIN.get(dtype)
     if twin is not None:
-        return (key ^ torch.tensor(torch.iinfo(twin).min, dtype=twin)).view(dtype)
+        return (key ^ torch.tensor(torch.iinfo(twin).min, dtype=twin, device=key.device)).view(
+            dtype
+        )
     if dtype == torch.bool:
         return key.to(torch.bool)
     return key

@@ -60,7 +60,11 @@ def _assign(layer: str, own: dict[str, Tensor], values: Mapping[str, Any]) -> No
             raise BadInputError(
                 f"{layer}.set_params: unknown parameter {name!r}; expected one of {sorted(own)}"
             )
-        source = value if isinstance(value, Tensor) else Tensor(data=np.asarray(value))
+        source = (
+            value
+            if isinstance(value, Tensor)
+            else Tensor(data=np.asarray(value), device=own[name].device)
+        )
         own[name].copy_data(source)
 
 

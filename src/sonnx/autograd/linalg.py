@@ -136,7 +136,7 @@ class Gemm(StrictExport):
         ins = list(inputs)
         if (len(ins) < 3 or ins[2] == "") and g.opset < 11:
             # C became optional at opset 11: before, add a zero scalar.
-            zero = torch.zeros((), dtype=self.inputs[0].dtype)
+            zero = torch.zeros((), dtype=self.inputs[0].dtype)  # host: a serialised initializer
             ins = [*ins[:2], g.add_initializer(zero, g.fresh_name("gemm_c"))]
         if len(ins) == 3 and g.opset < 7:  # before opset 7 broadcasting C had to be asked for
             attrs["broadcast"] = 1

@@ -316,9 +316,10 @@ def _member_sets(op: Operator, modes: list[int], device: torch.device) -> torch.
             f"membership node ({len(member_nodes)}), received {len(groups)} sets"
         )
     width = max((len(g) for g in groups), default=0)
+    # host: filled row by row on the host, then moved to ``device`` in one copy
     table = torch.full((len(modes), max(width, 1)), math.nan, dtype=torch.float64)
     for node, group in zip(member_nodes, groups, strict=True):
-        table[node, : len(group)] = torch.tensor(group, dtype=torch.float64)
+        table[node, : len(group)] = torch.tensor(group, dtype=torch.float64)  # host: as above
     return table.to(device)
 
 
@@ -333,7 +334,9 @@ def binarizer(x: Tensor, threshold: float = 0.0) -> Tensor:
 def array_feature_extractor(x: Tensor, indices: Tensor | Sequence[int]) -> Tensor:
     """The elements of x's last axis at ``indices`` (int64), as ``x.shape[:-1] + (k,)``."""
     if not isinstance(indices, Tensor):
-        indices = Tensor(data=np.asarray(indices, dtype=np.int64), requires_grad=False)
+        indices = Tensor(
+            data=np.asarray(indices, dtype=np.int64), device=x.device, requires_grad=False
+        )
     return ArrayFeatureExtractor()(x, indices)
 
 

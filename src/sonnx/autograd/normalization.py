@@ -136,9 +136,12 @@ class BatchNormalization(Operator):
         A training step is several times faster than the same formula as separate ops."""
         params = (scale, b, mean, var)
         if (
-            x.dim() < 2 or self.per_activation() or x.dtype not in (torch.float32, torch.float64)
+            x.dim() < 2
+            or self.per_activation()
+            or x.dtype not in (torch.float32, torch.float64)
             or any(t.dtype != x.dtype or t.dim() != 1 for t in params)
-            or mean.requires_grad or var.requires_grad
+            or mean.requires_grad
+            or var.requires_grad
         ):
             return None
         eps = float(self.attr("epsilon"))

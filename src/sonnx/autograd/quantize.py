@@ -99,7 +99,9 @@ def _to_float8(y: torch.Tensor, dtype: torch.dtype, saturate: bool) -> torch.Ten
     # A tie rounds to even: down to e4m3fn's largest (even mantissa), up for the others.
     beyond = y.abs() - (limit + spacing / 2)
     overflow = beyond > 0 if dtype == torch.float8_e4m3fn else beyond >= 0
-    special = torch.tensor(float("inf") if dtype == torch.float8_e5m2 else float("nan"))
+    special = torch.tensor(
+        float("inf") if dtype == torch.float8_e5m2 else float("nan"), device=y.device
+    )
     return torch.where(overflow, torch.copysign(special, y.float()), clamped.float()).to(dtype)
 
 
@@ -232,10 +234,10 @@ class DynamicQuantizeLinear(StrictExport):
                 f"dtype {x.dtype} and shape {tuple(x.shape)}"
             )
         x = x.detach()
-        zero = torch.zeros((), dtype=torch.float32)
+        zero = torch.zeros((), dtype=torch.float32, device=x.device)
         high, low = torch.maximum(zero, x.max()), torch.minimum(zero, x.min())
         span = torch.where(high == low, torch.ones_like(high), high - low)
-        scale = span / torch.tensor(255.0, dtype=torch.float32)
+        scale = span / torch.tensor(255.0, dtype=torch.float32, device=x.device)
         zero_point = torch.round(torch.clamp(-low / scale, 0.0, 255.0))
         y = torch.clamp(torch.round(x / scale) + zero_point, 0.0, 255.0)
         return y.to(torch.uint8), scale, zero_point.to(torch.uint8)

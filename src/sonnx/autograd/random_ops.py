@@ -69,10 +69,8 @@ class _Distribution(Operator):
         uniform = "Uniform" in op
         if seed is not None:
             state = _numpy_state(seed)
-            unit = torch.from_numpy(
-                np.asarray(state.rand(*shape) if uniform else state.randn(*shape))
-            )
-            unit = unit.reshape(shape).to(device)
+            draws = np.asarray(state.rand(*shape) if uniform else state.randn(*shape))
+            unit = torch.from_numpy(draws).to(device).reshape(shape)
         else:
             work = dtype if dtype in (torch.float32, torch.float64) else torch.float32
             make = torch.rand if uniform else torch.randn

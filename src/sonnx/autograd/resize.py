@@ -181,7 +181,7 @@ def _apply_plan(x: torch.Tensor, axis: int, plan: _AxisPlan, fill: float) -> tor
         mask_shape = [1] * x.dim()
         mask_shape[axis] = out_size
         mask = torch.from_numpy(plan.outside).to(x.device).reshape(mask_shape)
-        gathered = torch.where(mask, torch.full((), fill, dtype=x.dtype), gathered)
+        gathered = torch.where(mask, torch.full((), fill, dtype=x.dtype, device=x.device), gathered)
     return gathered
 
 

@@ -196,7 +196,7 @@ class _Recurrent(Operator):
             projected = projected + b[:rows]
             rb = b[rows:]
         states = list(init)
-        ys: list[torch.Tensor] = [torch.empty(0)] * x.shape[0]
+        ys: list[torch.Tensor] = [torch.empty(0)] * x.shape[0]  # host: each replaced below
         order = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
         for t in order:
             new = self.step(projected[t], states, r, rb, p, acts)

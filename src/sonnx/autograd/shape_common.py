@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from sonnx.autograd.operator import Operator
+from sonnx.device import as_device
 from sonnx.errors import BadInputError, ExportError
 from sonnx.tensor import PlaceHolder, Tensor
 
@@ -49,8 +50,8 @@ def int64_input(value: Tensor | int | Sequence[int] | None, like: Tensor | None)
     """
     if value is None or isinstance(value, Tensor):
         return value
-    data = torch.tensor(as_int_list(value), dtype=torch.int64)
-    device = like.device if like is not None else None
+    device = like.data.device if like is not None else as_device(None).torch_device
+    data = torch.tensor(as_int_list(value), dtype=torch.int64, device=device)
     return Tensor(data=data, device=device, requires_grad=False)
 
 

@@ -16,6 +16,7 @@ import torch
 from sonnx import dtypes
 from sonnx.autograd.operator import Operator, host_ints
 from sonnx.autograd.shape_common import attrs_without, int64_input
+from sonnx.device import as_device
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
@@ -47,7 +48,7 @@ def array_to_torch(op: str, array: Any) -> torch.Tensor:
     """
     a = np.array(array, order="C")  # a copy; np.ascontiguousarray would make 0-d arrays 1-D
     if a.dtype.kind in "biufc" and a.dtype.type.__module__ == "numpy":
-        return torch.from_numpy(a)
+        return torch.from_numpy(a)  # host: callers move it to their device
     target = getattr(torch, a.dtype.name, None)
     if not isinstance(target, torch.dtype) or a.dtype.itemsize not in (1, 2):
         raise BadInputError(
@@ -55,7 +56,7 @@ def array_to_torch(op: str, array: Any) -> torch.Tensor:
             "expected a boolean, integer, float or complex value"
         )
     bits = a.view(np.uint8 if a.dtype.itemsize == 1 else np.uint16)
-    return torch.from_numpy(bits).view(target)
+    return torch.from_numpy(bits).view(target)  # host: callers move it to their device
 
 
 class Shape(Operator):
@@ -107,12 +108,15 @@ class Constant(Operator):
                 f"Constant: exactly one value attribute must be set, received {sorted(given)}"
             )
         ((name, value),) = given.items()
+        # No input to take a device from: the default device (an imported graph moves its
+        # Constant values to the graph's device).
+        device = as_device(None).torch_device
         if name in ("value", "sparse_value"):
-            return array_to_torch("Constant", value)
+            return array_to_torch("Constant", value).to(device)
         if name in ("value_float", "value_floats"):
-            return torch.tensor(value, dtype=torch.float32)
+            return torch.tensor(value, dtype=torch.float32, device=device)
         if name in ("value_int", "value_ints"):
-            return torch.tensor(value, dtype=torch.int64)
+            return torch.tensor(value, dtype=torch.int64, device=device)
         if name in ("value_string", "value_strings"):
             raise BadInputError(
                 f"Constant: attribute {name} holds strings, which a torch tensor cannot hold; "
@@ -141,7 +145,7 @@ class ConstantOfShape(Operator):
             )
         value = self.attr("value")
         fill = (
-            torch.zeros((), dtype=torch.float32)
+            torch.zeros((), dtype=torch.float32, device=shape.device)
             if value is None
             else array_to_torch("ConstantOfShape", value).reshape(-1)[:1].reshape(())
         )
@@ -229,12 +233,13 @@ def range(start: float | Tensor, limit: float | Tensor, delta: float | Tensor = 
         dtype = torch.int64 if plain else torch.float32
     else:
         dtype = reference.dtype
+    device = as_device(None if reference is None else reference.device).torch_device
     args = [
         v
         if isinstance(v, Tensor)
         else Tensor(
-            data=torch.tensor(v, dtype=dtype),
-            device=None if reference is None else reference.device,
+            data=torch.tensor(v, dtype=dtype, device=device),
+            device=device,
             requires_grad=False,
         )
         for v in (start, limit, delta)

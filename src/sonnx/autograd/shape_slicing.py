@@ -214,9 +214,9 @@ class Slice(Operator):
         g.add_node("Slice", inputs[:1], outputs, **attrs)
 
 
-def _pad_index(n: int, begin: int, end: int, mode: str) -> torch.Tensor:
+def _pad_index(n: int, begin: int, end: int, mode: str, device: torch.device) -> torch.Tensor:
     """Source positions along one axis for reflect/edge/wrap padding of a length-n axis."""
-    pos = torch.arange(-begin, n + end)
+    pos = torch.arange(-begin, n + end, device=device)
     if mode == "edge":
         return pos.clamp(0, n - 1)
     if mode == "wrap":
@@ -280,7 +280,7 @@ class Pad(Operator):
                         f"Pad: mode {mode!r} cannot pad axis {a} of size 0 "
                         f"(input shape {tuple(x.shape)})"
                     )
-                idx = _pad_index(x.shape[a], begins[a], ends[a], mode).to(x.device)
+                idx = _pad_index(x.shape[a], begins[a], ends[a], mode, x.device)
                 x = x.index_select(a, idx)
         return x
 

@@ -17,6 +17,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.autograd.operator import Operator
+from sonnx.device import as_device
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
@@ -127,8 +128,10 @@ def _run(op: _Update, r: float, t: int, groups: Sequence[Sequence[Tensor]]) -> l
             f"received {[len(g) for g in groups]}"
         )
     dtype = groups[0][0].dtype if groups[0] else torch.float32
-    rate = Tensor(data=torch.tensor(float(r), dtype=dtype), requires_grad=False)
-    count = Tensor(data=torch.tensor(int(t), dtype=torch.int64), requires_grad=False)
+    # R and T go where the tensors are: an operator's inputs must share one device.
+    device = groups[0][0].data.device if groups[0] else as_device(None).torch_device
+    rate = Tensor(data=torch.tensor(float(r), dtype=dtype, device=device), requires_grad=False)
+    count = Tensor(data=torch.tensor(int(t), dtype=torch.int64, device=device), requires_grad=False)
     out = op(rate, count, *(x for g in groups for x in g))
     return [out] if isinstance(out, Tensor) else list(out)
 

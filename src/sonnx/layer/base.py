@@ -286,7 +286,7 @@ def _torch_data(value: Any, owner: str, name: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.detach()
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(value)
+        return torch.from_numpy(value)  # host: copy_ moves it to the parameter's device
     raise BadInputError(
         f"{owner}: {name} must be a Tensor, torch tensor or NumPy array, "
         f"received {type(value).__name__}"

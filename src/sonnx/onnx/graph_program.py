@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ import onnx
 from onnx import numpy_helper
 
 from sonnx import dtypes
-from sonnx.device import Device
+from sonnx.device import Device, get_default_device, set_default_device
 from sonnx.errors import BadInputError, BadModelError
 from sonnx.onnx.attributes import densify
 from sonnx.onnx.model_loading import (
@@ -47,14 +48,32 @@ class Step:
     has_subgraphs: bool = False
 
 
+@contextmanager
+def _default_device(dev: Device) -> Iterator[None]:
+    """Make ``dev`` the default device for a while.
+
+    A node with no tensor input (RandomUniform, SequenceLength of an empty sequence, a Loop
+    without trip count and condition) creates its output on the default device; while a graph
+    runs that must be the graph's device, or such an output could not be combined with the rest.
+    """
+    previous = get_default_device()
+    set_default_device(dev)
+    try:
+        yield
+    finally:
+        set_default_device(previous)
+
+
 @dataclass
 class GraphProgram:
-    """A compiled graph: constant tensors by name and the steps that compute the rest."""
+    """A compiled graph: constant tensors by name, the steps that compute the rest, and the
+    device everything lives on."""
 
     constants: dict[str, Tensor]
     input_names: list[str]
     output_names: list[str]
     steps: list[Step]
+    device: Device
 
     def execute(
         self,
@@ -63,6 +82,12 @@ class GraphProgram:
         computed: dict[str, Tensor] | None = None,
     ) -> dict[str, Tensor]:
         """Run steps ``[:stop]``, adding each named output to ``values`` (and ``computed``)."""
+        with _default_device(self.device):
+            return self._execute(values, stop, computed)
+
+    def _execute(
+        self, values: dict[str, Tensor], stop: int | None, computed: dict[str, Tensor] | None
+    ) -> dict[str, Tensor]:
         debug = os.environ.get("SONNX_DEBUG", "") not in ("", "0")
         for step in self.steps[:stop]:
             try:
@@ -196,7 +221,7 @@ def compile_graph(
     for out in graph.output:
         if out.name not in produced:
             raise BadModelError(f"graph output {out.name!r} is not produced by any node")
-    return GraphProgram(constants, list(input_names), [o.name for o in graph.output], steps)
+    return GraphProgram(constants, list(input_names), [o.name for o in graph.output], steps, dev)
 
 
 # Inputs that hold running statistics rather than weights: (op type, input positions).

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import torch
 
 import sonnx.onnx.converters  # noqa: F401  (registers every converter)
 from sonnx import dtypes
@@ -170,7 +171,8 @@ class SingaRep:
                     "move it with Tensor.to_device"
                 )
             return value
-        return Tensor(data=np.asarray(value), device=self.device, requires_grad=False)
+        data = value if isinstance(value, torch.Tensor) else np.asarray(value)
+        return Tensor(data=data, device=self.device, requires_grad=False)
 
     def _check_input(self, spec: InputSpec, value: Any) -> GraphValue:
         if spec.kind == "sequence_type":

@@ -50,6 +50,7 @@ class Adam(Optimizer):
         self, p: torch.Tensor, g: torch.Tensor, state: State, lr: float, hp: Mapping[str, Any]
     ) -> None:
         if not state:
+            # host: read with .item() every update, which on the host costs no GPU sync
             state["step"] = torch.tensor(0, dtype=torch.int64)
             state["m"] = torch.zeros_like(p)
             state["v"] = torch.zeros_like(p)

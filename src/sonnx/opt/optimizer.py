@@ -159,7 +159,9 @@ class Optimizer:
         Parameters are identified by name (a Model names its parameters ``conv1.W`` …), so the
         states can be restored into a fresh optimizer over a re-created model.
         """
-        states = {_STEP_COUNTER: _as_tensor(torch.tensor(self.step_counter, dtype=torch.int64))}
+        # host: a checkpointed Python counter, read back with .item()
+        counter = torch.tensor(self.step_counter, dtype=torch.int64)
+        states = {_STEP_COUNTER: _as_tensor(counter)}
         for name, slots in self._pending.items():
             for slot, value in slots.items():
                 states[f"{name}:{slot}"] = _as_tensor(value.clone())
@@ -211,4 +213,4 @@ def _torch(value: Tensor | torch.Tensor | np.ndarray) -> torch.Tensor:
         return value.data.detach()
     if isinstance(value, torch.Tensor):
         return value.detach()
-    return torch.from_numpy(np.asarray(value))
+    return torch.from_numpy(np.asarray(value))  # host: _state_of moves it to the parameter

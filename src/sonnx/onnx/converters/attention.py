@@ -65,7 +65,7 @@ def flex_attention(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str,
     scale = attrs.get("scale")
     scale = 1 / math.sqrt(q.shape[3]) if scale is None else float(scale)
     # The reference takes sqrt(scale) in float32, rounds it to Q's type and scales Q and K.
-    root = torch.tensor(np.sqrt(np.float32(scale)), dtype=q.dtype)
+    root = torch.tensor(np.sqrt(np.float32(scale)), dtype=q.dtype, device=q.data.device)
     root_t = Tensor(data=root, device=q.device, requires_grad=False)
     scores = matmul(mul(q, root_t), transpose(mul(k, root_t), [0, 1, 3, 2]))
     precision = attrs.get("softmax_precision")

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from sonnx.autograd import concat, gather, identity, unsqueeze
+from sonnx.device import as_device
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_program import BoundSubgraph
 from sonnx.onnx.registry import NodeInfo, converter
@@ -27,8 +28,10 @@ def _host_bool(t: Tensor | None, default: bool, what: str) -> bool:
 
 
 def _scalar(value: int | bool, dtype: torch.dtype, like: Tensor | None) -> Tensor:
-    device = like.device if like is not None else None
-    return Tensor(data=torch.tensor(value, dtype=dtype), device=device, requires_grad=False)
+    """A 0-d constant on ``like``'s device, or (no tensor input) on the default device, which a
+    graph being executed makes the graph's device."""
+    device = as_device(None if like is None else like.device).torch_device
+    return Tensor(data=torch.tensor(value, dtype=dtype, device=device), requires_grad=False)
 
 
 @converter("If", 1, 11, 13, 16, 19, 21, 23, 24, 25)
@@ -62,7 +65,7 @@ def Loop(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> 
     carried = list(inputs[2:])
     num_scan = body.num_outputs - 1 - len(carried)
     scans: list[list[Tensor]] = [[] for _ in range(num_scan)]
-    reference = next((t for t in inputs if t is not None), None)
+    reference = next((t for t in inputs if isinstance(t, Tensor)), None)
     i = 0
     while keep_going and (max_trips is None or i < max_trips):
         outs = body.run(

@@ -37,7 +37,7 @@ def _register_attribute_axes(cls: type[Reduction], *versions: int) -> None:
         axes = attrs.get("axes")
         if axes is None:
             return op(x)
-        t = torch.tensor(list(axes), dtype=torch.int64)
+        t = torch.tensor(list(axes), dtype=torch.int64, device=x.data.device)
         return op(x, Tensor(data=t, device=x.device, requires_grad=False))
 
     convert.__name__ = f"convert_{cls.op_type}_axes_attribute"

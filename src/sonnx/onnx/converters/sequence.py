@@ -9,11 +9,23 @@ import torch
 from sonnx import dtypes
 from sonnx.autograd import concat, split, squeeze, unsqueeze
 from sonnx.autograd.operator import host_ints
+from sonnx.device import as_device
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_program import BoundSubgraph
 from sonnx.onnx.registry import NodeInfo, converter
 from sonnx.onnx.values import OptionalValue, TensorSequence
 from sonnx.tensor import Tensor
+
+
+def _host_scalar_device(value: Any) -> torch.device:
+    """Where a scalar computed from a sequence or optional goes: its first tensor's device,
+    else the default device (a graph being executed makes that the graph's device)."""
+    if isinstance(value, OptionalValue):
+        value = value.value
+    if isinstance(value, Tensor):
+        return value.data.device
+    first = next((t for t in value or () if isinstance(t, Tensor)), None)
+    return as_device(None if first is None else first.device).torch_device
 
 
 def _position(node: NodeInfo, seq: TensorSequence, pos: Tensor | None, insert: bool) -> int:
@@ -64,7 +76,9 @@ def SequenceErase(node: NodeInfo, inputs: list, attrs: dict[str, Any]) -> Tensor
 
 @converter("SequenceLength", 11)
 def SequenceLength(node: NodeInfo, inputs: list, attrs: dict[str, Any]) -> Tensor:
-    return Tensor(data=torch.tensor(len(inputs[0]), dtype=torch.int64), requires_grad=False)
+    device = _host_scalar_device(inputs[0])
+    data = torch.tensor(len(inputs[0]), dtype=torch.int64, device=device)
+    return Tensor(data=data, requires_grad=False)
 
 
 @converter("ConcatFromSequence", 11)
@@ -120,7 +134,9 @@ def Optional(node: NodeInfo, inputs: list, attrs: dict[str, Any]) -> OptionalVal
 def OptionalHasElement(node: NodeInfo, inputs: list, attrs: dict[str, Any]) -> Tensor:
     value = inputs[0] if inputs else None
     present = value.has_element if isinstance(value, OptionalValue) else value is not None
-    return Tensor(data=torch.tensor(present), requires_grad=False)
+    return Tensor(
+        data=torch.tensor(present, device=_host_scalar_device(value)), requires_grad=False
+    )
 
 
 @converter("OptionalGetElement", 15, 18, 28)

@@ -67,7 +67,7 @@ register_operator(ReverseSequence, 10, 28)
 
 def _ints(values: Sequence[int], like: Tensor) -> Tensor:
     """A constant int64 input built from an old attribute."""
-    data = torch.tensor([int(v) for v in values], dtype=torch.int64)
+    data = torch.tensor([int(v) for v in values], dtype=torch.int64, device=like.data.device)
     return Tensor(data=data, device=like.device, requires_grad=False)
 
 
@@ -136,7 +136,7 @@ def pad_v2(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -
     mode = attrs.get("mode") or "constant"
     value = None
     if mode == "constant":
-        fill = torch.tensor(attrs.get("value") or 0.0).to(x.dtype)
+        fill = torch.tensor(attrs.get("value") or 0.0, device=x.data.device).to(x.dtype)
         value = Tensor(data=fill, device=x.device, requires_grad=False)
     return _named(Pad(version=11, mode=mode), node)(x, _ints(pads, x), value)
 

@@ -1,0 +1,263 @@
+"""Device placement: tensors an op creates live on its inputs' device.
+
+The machine running the tests has no GPU, so CUDA paths are checked in three ways:
+
+* statically: every torch factory call in the op, converter, layer, optimizer and model code
+  names its ``device=`` (or moves the result with ``.to(device=...)``, or feeds a
+  ``Tensor(data=..., device=...)``), unless a ``# host:`` comment says why host placement is
+  intended;
+* at run time on the CPU: outputs are on the inputs' device;
+* at run time on torch's ``meta`` device, which like CUDA refuses to combine its tensors with
+  CPU tensors of rank 1 or more (but, like CUDA, accepts 0-d CPU tensors): ops and an imported
+  graph run there end to end without a host tensor sneaking in.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import sonnx
+from sonnx import autograd
+from sonnx.device import Device, get_default_device
+from sonnx.errors import BadInputError
+from sonnx.tensor import Tensor
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "sonnx"
+AUDITED = [
+    *sorted((SRC / "autograd").glob("*.py")),
+    *sorted((SRC / "onnx" / "converters").glob("*.py")),
+    SRC / "onnx" / "graph_program.py",
+    *sorted((SRC / "layer").glob("*.py")),
+    *sorted((SRC / "opt").glob("*.py")),
+    SRC / "model.py",
+]
+#: torch functions that create a tensor (on the CPU unless told otherwise).
+FACTORIES = {
+    "tensor",
+    "as_tensor",
+    "arange",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "eye",
+    "linspace",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "Generator",
+    "from_numpy",
+}
+CPU = Device("cpu")
+META = Device("meta")
+
+
+def _has_device(call: ast.Call) -> bool:
+    return any(k.arg == "device" for k in call.keywords)
+
+
+def _moved(call: ast.Call, parents: dict[ast.AST, ast.AST]) -> bool:
+    """``torch.f(...).to(<device>)``, or ``Tensor(data=torch.f(...), device=...)``."""
+    parent = parents.get(call)
+    if isinstance(parent, ast.Attribute) and parent.attr == "to":
+        to_call = parents.get(parent)
+        if isinstance(to_call, ast.Call):
+            return _has_device(to_call) or any("device" in ast.unparse(a) for a in to_call.args)
+    if isinstance(parent, ast.keyword) and parent.arg == "data":
+        owner = parents.get(parent)
+        return (
+            isinstance(owner, ast.Call)
+            and isinstance(owner.func, ast.Name)
+            and owner.func.id == "Tensor"
+            and _has_device(owner)
+        )
+    return False
+
+
+def _marked_host(call: ast.Call, lines: list[str]) -> bool:
+    """A ``# host: <reason>`` comment on the call's lines or in the comment block above."""
+    first, last = call.lineno - 1, (call.end_lineno or call.lineno) - 1
+    candidates = list(lines[first : last + 1])
+    above = first - 1
+    while above >= 0 and lines[above].lstrip().startswith("#"):
+        candidates.append(lines[above])
+        above -= 1
+    for line in candidates:
+        _, hash_, comment = line.partition("# host:")
+        if hash_ and comment.strip():
+            return True
+    return False
+
+
+def _unplaced_lines(path: Path) -> list[int]:
+    """Lines of the torch factory calls in ``path`` that are neither placed nor marked host."""
+    source = path.read_text()
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "torch"
+        and node.func.attr in FACTORIES
+        and not (_has_device(node) or _moved(node, parents) or _marked_host(node, lines))
+    )
+
+
+def test_every_factory_call_is_placed_or_marked_host():
+    assert len(AUDITED) > 40  # the globs found the source tree
+    unplaced = [
+        f"{path.relative_to(SRC)}:{line}" for path in AUDITED for line in _unplaced_lines(path)
+    ]
+    assert unplaced == [], "tensors created without device= and without a '# host:' reason"
+
+
+def test_the_scan_flags_unplaced_calls_and_dtype_only_moves(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import torch\n"
+        "a = torch.tensor([1, 2])\n"
+        "b = torch.zeros(3).to(torch.int64)\n"
+        "c = torch.arange(3, device=x.device)\n"
+        "d = torch.from_numpy(arr).to(device=dev)\n"
+        "e = Tensor(data=torch.tensor(1.0), device=dev)\n"
+        "f = torch.ones(2)  # host: serialised\n"
+        "g = torch.ones(2)  # host:\n"
+        "# host: the reason, on the line above\n"
+        "h = torch.ones(2)\n"
+        "i = torch.from_numpy(arr).to(x.device)\n"
+    )
+    assert _unplaced_lines(probe) == [2, 3, 8]
+
+
+# ---- run time -------------------------------------------------------------------------------
+
+
+def _on(dev: Device, array: np.ndarray) -> Tensor:
+    return Tensor(data=array, device=dev, requires_grad=False)
+
+
+def _devices(result) -> set[Device]:
+    outs = result if isinstance(result, (tuple, list)) else [result]
+    return {t.device for t in outs if t is not None}
+
+
+def _ops(dev: Device) -> dict[str, object]:
+    """Ops whose forward creates tensors from host values, on inputs living on ``dev``."""
+    rng = np.random.default_rng(0)
+    x = _on(dev, rng.random((1, 2, 3, 4), dtype=np.float32))
+    ints = _on(dev, np.arange(12, dtype=np.int32).reshape(3, 4))
+    return {
+        "shrink on ints": lambda: autograd.shrink(ints, 1.0, 2.0),
+        "attention": lambda: autograd.attention(x, x, x),
+        "dynamic_quantize_linear": lambda: autograd.dynamic_quantize_linear(x),
+        "relu": lambda: autograd.relu(x),
+        "mul by a Python number": lambda: autograd.mul(x, 2.0),
+    }
+
+
+def _host_value_ops(dev: Device) -> dict[str, object]:
+    """Ops that also read host values from their inputs (so they cannot run on ``meta``)."""
+    rng = np.random.default_rng(0)
+    x = _on(dev, rng.random((1, 2, 3, 4), dtype=np.float32))
+    u8 = _on(dev, np.arange(12, dtype=np.uint8).reshape(3, 4))
+    indices = _on(dev, np.array([0, 2], dtype=np.int64))
+    return {
+        "pad reflect": lambda: autograd.pad(x, "reflect", [0, 0, 1, 1, 0, 0, 1, 1]),
+        "reduce_max on uint8": lambda: autograd.reduce_max(u8, [1]),
+        "topk on uint8": lambda: autograd.topk(u8, 2),
+        "range": lambda: autograd.range(_on(dev, np.float32(0)), 5.0, 1.0),
+        "resize": lambda: autograd.resize(x, scales=[1, 1, 2, 2]),
+        "onehot": lambda: autograd.onehot(0, indices, 3, [0.0, 1.0]),
+        "array_feature_extractor": lambda: autograd.array_feature_extractor(x, [0, 1]),
+        "gather": lambda: autograd.gather(x, 3, [0, 1]),
+        "adagrad": lambda: autograd.adagrad(0.1, 1, [x], [x], [x]),
+        "constant_of_shape": lambda: autograd.constant_of_shape(_on(dev, np.array([2, 3]))),
+        "col2im": lambda: autograd.col2im(
+            _on(dev, rng.random((1, 4, 4), dtype=np.float32)), [3, 3], [2, 2]
+        ),
+        "random_uniform_like": lambda: autograd.random_uniform_like(x, seed=1),
+        "bernoulli seeded": lambda: autograd.bernoulli(_on(dev, np.full(4, 0.5)), seed=3),
+        "multinomial seeded": lambda: autograd.multinomial(
+            _on(dev, np.zeros((2, 3), np.float32)), 4, seed=3
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", sorted({**_ops(CPU), **_host_value_ops(CPU)}))
+def test_outputs_follow_the_input_device_on_cpu(name):
+    result = {**_ops(CPU), **_host_value_ops(CPU)}[name]()
+    assert _devices(result) == {CPU}
+
+
+@pytest.mark.parametrize("name", sorted(_ops(META)))
+def test_ops_run_on_a_non_cpu_device(name):
+    assert _devices(_ops(META)[name]()) == {META}
+
+
+def _graph_with_input_less_nodes() -> onnx.ModelProto:
+    """Y = (X + RandomUniform) * W + C, with W an initializer and C a Constant node."""
+    nodes = [
+        helper.make_node("RandomUniform", [], ["r"], shape=[2, 3]),
+        helper.make_node("Add", ["X", "r"], ["s"]),
+        helper.make_node("Mul", ["s", "W"], ["m"]),
+        helper.make_node(
+            "Constant", [], ["C"], value=helper.make_tensor("c", TensorProto.FLOAT, [3], [1, 2, 3])
+        ),
+        helper.make_node("Add", ["m", "C"], ["Y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "input_less",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor("W", TensorProto.FLOAT, [3], [1.0, 1.0, 1.0])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("dev", [CPU, META], ids=["cpu", "meta"])
+def test_a_prepared_graph_keeps_everything_on_its_device(dev):
+    before = get_default_device()
+    rep = sonnx.prepare(_graph_with_input_less_nodes(), device=dev)
+    assert {t.device for t in rep.tensor_map.values()} == {dev}  # initializers and constants
+    (y,) = rep.run([np.zeros((2, 3), np.float32)])  # a NumPy input goes to the device
+    assert y.device == dev
+    assert get_default_device() == before  # running restored the default device
+
+
+def test_graph_program_restores_the_default_device_after_a_failure():
+    before = get_default_device()
+    rep = sonnx.prepare(_graph_with_input_less_nodes(), device=META)
+    with pytest.raises(BadInputError):
+        rep.run([np.zeros((3, 3), np.float32)])
+    assert get_default_device() == before
+
+
+def test_sequence_length_of_an_empty_sequence_is_on_the_graph_device():
+    nodes = [
+        helper.make_node("SequenceEmpty", [], ["seq"]),
+        helper.make_node("SequenceLength", ["seq"], ["n"]),
+        helper.make_node("Add", ["n", "X"], ["Y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "seq",
+        [helper.make_tensor_value_info("X", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("Y", TensorProto.INT64, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (y,) = sonnx.prepare(model, device=META).run([np.zeros(2, np.int64)])
+    assert y.device == META
+    (y,) = sonnx.prepare(model).run([np.ones(2, np.int64)])
+    assert y.device == CPU and y.data.tolist() == [1, 1]
