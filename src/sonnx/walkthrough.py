@@ -80,13 +80,11 @@ class LayerCNN(model.Model):
 
 
 class Imported:
-    """An imported model as a trainable network (the seed's ``Infer``)."""
+    """An imported model as a network (the seed's ``Infer``); its float weights are already
+    trainable parameters, as :func:`sonnx.prepare` makes them."""
 
     def __init__(self, rep: SingaRep) -> None:
         self.rep = rep
-        for t in rep.params.values():
-            t.requires_grad = True
-            t.stores_grad = True
 
     def forward(self, x: Tensor) -> Tensor:
         return self.rep.run([x])[0]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import onnx
 
@@ -27,6 +27,7 @@ from sonnx.onnx.attributes import decode_attribute, schema_defaults
 from sonnx.tensor import Tensor
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+OperatorT = TypeVar("OperatorT", bound=Operator)
 
 
 @dataclass(frozen=True)
@@ -100,14 +101,18 @@ def converter(
     return decorate
 
 
+def bind_node(op: OperatorT, node: NodeInfo) -> OperatorT:
+    """Give an operator built for ``node`` the node's name and requested output count."""
+    op.name = node.name
+    op.requested_outputs = node.num_outputs
+    return op
+
+
 def register_operator(cls: type[Operator], *since_versions: int, domain: str = "") -> None:
     """Register an Operator class as its own converter: ``cls(version=v, **attrs)(*inputs)``."""
 
     def convert(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Any:
-        op = cls(version=node.since_version, **attrs)
-        op.requested_outputs = node.num_outputs
-        op.name = node.name
-        return op(*inputs)
+        return bind_node(cls(version=node.since_version, **attrs), node)(*inputs)
 
     convert.__name__ = f"convert_{cls.__name__}"
     convert.__qualname__ = convert.__name__

@@ -25,7 +25,7 @@ from sonnx.autograd.normalization import (
 )
 from sonnx.autograd.operator import is_training
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operator
 from sonnx.tensor import Tensor
 
 register_operator(InstanceNormalization, 1, 6, 22)
@@ -62,10 +62,7 @@ def convert_batch_normalization(
             momentum=float(attrs["momentum"]),
             epsilon=float(attrs["epsilon"]),
         )
-    op = BatchNormalization(version=node.since_version, **attrs)
-    op.requested_outputs = node.num_outputs
-    op.name = node.name
-    return op(*inputs)
+    return bind_node(BatchNormalization(version=node.since_version, **attrs), node)(*inputs)
 
 
 @converter("Dropout", 1, 6, 7, 10)
@@ -83,10 +80,7 @@ def convert_dropout_attribute_ratio(
     training_mode = None
     if node.since_version < 7 and attrs.get("is_test"):
         training_mode = Tensor(data=torch.tensor(False), device=x.device, requires_grad=False)
-    op = Dropout()
-    op.requested_outputs = node.num_outputs
-    op.name = node.name
-    result = op(x, ratio, training_mode)
+    result = bind_node(Dropout(), node)(x, ratio, training_mode)
     if node.num_outputs < 2 or node.since_version >= 10:
         return result
     from sonnx.autograd import cast

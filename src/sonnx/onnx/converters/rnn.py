@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sonnx.autograd.rnn import GRU, LSTM, RNN
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operator
 from sonnx.tensor import Tensor
 
 register_operator(RNN, 7, 14, 22)
@@ -30,7 +30,4 @@ def convert_output_sequence(
     attrs = {k: v for k, v in attrs.items() if k != "output_sequence"}
     if attrs.get("direction") == "foward":
         attrs["direction"] = "forward"
-    op = _CLASSES[node.op_type](version=7, **attrs)
-    op.requested_outputs = node.num_outputs
-    op.name = node.name
-    return op(*inputs)
+    return bind_node(_CLASSES[node.op_type](version=7, **attrs), node)(*inputs)

@@ -38,7 +38,7 @@ from sonnx.autograd.shape import (
     Unsqueeze,
 )
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operator
 from sonnx.tensor import Tensor
 
 register_operator(Reshape, 5, 13, 14, 19, 21, 23, 24, 25)
@@ -81,16 +81,10 @@ def _required(node: NodeInfo, attrs: dict[str, Any], name: str) -> Any:
     return value
 
 
-def _named(op: Any, node: NodeInfo) -> Any:
-    op.name = node.name
-    op.requested_outputs = node.num_outputs
-    return op
-
-
 @converter("Reshape", 1)
 def reshape_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
     x = inputs[0]
-    return _named(Reshape(), node)(x, _ints(_required(node, attrs, "shape"), x))
+    return bind_node(Reshape(), node)(x, _ints(_required(node, attrs, "shape"), x))
 
 
 @converter("Split", 1, 2, 11)
@@ -103,7 +97,7 @@ def split_v1(
     if sizes is None and attrs.get("split"):
         sizes = _ints(attrs["split"], x)
     axis = attrs.get("axis")
-    return _named(Split(axis=0 if axis is None else axis), node)(x, sizes)
+    return bind_node(Split(axis=0 if axis is None else axis), node)(x, sizes)
 
 
 @converter("Slice", 1)
@@ -112,20 +106,20 @@ def slice_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any])
     starts = _ints(_required(node, attrs, "starts"), x)
     ends = _ints(_required(node, attrs, "ends"), x)
     axes = None if attrs.get("axes") is None else _ints(attrs["axes"], x)
-    return _named(Slice(), node)(x, starts, ends, axes)
+    return bind_node(Slice(), node)(x, starts, ends, axes)
 
 
 @converter("Squeeze", 1, 11)
 def squeeze_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
     x = inputs[0]
     axes = None if attrs.get("axes") is None else _ints(attrs["axes"], x)
-    return _named(Squeeze(), node)(x, axes)
+    return bind_node(Squeeze(), node)(x, axes)
 
 
 @converter("Unsqueeze", 1, 11)
 def unsqueeze_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
     x = inputs[0]
-    return _named(Unsqueeze(), node)(x, _ints(_required(node, attrs, "axes"), x))
+    return bind_node(Unsqueeze(), node)(x, _ints(_required(node, attrs, "axes"), x))
 
 
 @converter("Pad", 1, 2)
@@ -138,7 +132,7 @@ def pad_v2(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -
     if mode == "constant":
         fill = torch.tensor(attrs.get("value") or 0.0, device=x.data.device).to(x.dtype)
         value = Tensor(data=fill, device=x.device, requires_grad=False)
-    return _named(Pad(version=11, mode=mode), node)(x, _ints(pads, x), value)
+    return bind_node(Pad(version=11, mode=mode), node)(x, _ints(pads, x), value)
 
 
 @converter("Tile", 1)
@@ -147,7 +141,7 @@ def tile_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) 
     x, tiles, axis = inputs[0], inputs[1], inputs[2]
     repeats = [1] * x.ndim()
     repeats[int(axis.data.reshape(-1)[0])] = int(tiles.data.reshape(-1)[0])
-    return _named(Tile(), node)(x, _ints(repeats, x))
+    return bind_node(Tile(), node)(x, _ints(repeats, x))
 
 
 @converter("Identity", 1, 13, 14, 16, 19, 21, 23, 24, 25)
@@ -155,5 +149,5 @@ def convert_identity(node: NodeInfo, inputs: list, attrs: dict[str, Any]) -> Any
     """Identity of a tensor is recorded; of a sequence or an optional (14+, 16+) passes it on."""
     value = inputs[0]
     if isinstance(value, Tensor):
-        return Identity(version=node.since_version)(value)
+        return bind_node(Identity(version=node.since_version), node)(value)
     return value
