@@ -24,9 +24,6 @@ DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 # Cases sonnx cannot run, each with its reason.
 NOT_RUNNABLE = {
     "test_strnorm_": "string tensors: torch has no string dtype",
-    "test_gradient_of_add": "the Gradient operator (ai.onnx.preview.training) is not supported: "
-    "it needs the forward pass recorded for differentiation; sonnx differentiates through "
-    "autograd.backward instead",
 }
 
 

@@ -25,6 +25,7 @@ from sonnx import dtypes
 from sonnx.device import Device, get_default_device, set_default_device
 from sonnx.errors import BadInputError, BadModelError
 from sonnx.onnx.attributes import densify
+from sonnx.onnx.gradient_graph import with_forward_graphs
 from sonnx.onnx.model_loading import (
     ResolvedNode,
     check_graph_order,
@@ -204,7 +205,8 @@ def compile_graph(
         local = known | {o for n in graph.node for o in n.output}
         known |= {i for n in graph.node for i in needed_inputs(n) if i not in local}
     order = check_graph_order(graph, known)
-    by_index = {r.index: r for r in resolve_nodes(graph, versions)}
+    resolved = with_forward_graphs(graph, resolve_nodes(graph, versions), known)
+    by_index = {r.index: r for r in resolved}
     steps: list[Step] = []
     for i in order:
         step = _make_step(by_index[i], versions, dev)

@@ -8,6 +8,7 @@ from sonnx.onnx.converters import (  # noqa: F401
     conv,
     conv_quantized,
     elementwise,
+    gradient,
     indexing,
     linalg,
     loss,
