@@ -343,6 +343,59 @@ class PlaceHolder(Tensor):
         super().__init__(shape=shape, device=device, dtype=dtype, requires_grad=False, name=name)
 
 
+class RecordedTensor(Tensor):
+    """What the graph keeps of a computed tensor that an operator read: where it came from
+    (``creator``, ``output_index``), its name, shape, dtype and device — not its values.
+
+    Operators hold their inputs so that :func:`sonnx.to_onnx` and ``backward`` can walk the
+    graph. Were those the full tensors, every activation of a training step would stay alive
+    until the step's last tensor is dropped, while torch frees each one during backward as
+    soon as its gradient is done: training would need more memory than plain torch and, on the
+    CPU, fault in fresh pages for the next step's buffers. Reading the values of a record is an
+    error that says so; the tensor the operator returned still has them.
+    """
+
+    def __init__(self, source: Tensor) -> None:
+        self.creator = source.creator
+        self.output_index = source.output_index
+        self.name = source.name
+        self._requires_grad = source._requires_grad
+        self._stores_grad = False
+        self._shape = source.data.shape
+        self._dtype = source.data.dtype
+        self._device = source.data.device
+
+    @property
+    def data(self) -> torch.Tensor:  # type: ignore[override]
+        op = self.creator.op_type if self.creator is not None else "?"
+        raise BadInputError(
+            f"the values of tensor {self.name or ''!r} (output {self.output_index} of {op}, "
+            f"shape {tuple(self._shape)}, {self._dtype}) are not kept by the recorded graph; "
+            "read them from the tensor the operator returned"
+        )
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype
+
+    @property
+    def device(self) -> Device:
+        return Device(self._device)
+
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def size(self) -> int:
+        return self._shape.numel()
+
+    def is_empty(self) -> bool:
+        return self._shape.numel() == 0
+
+
 def _check_shape(shape: Sequence[int] | int) -> tuple[int, ...]:
     if isinstance(shape, int):
         shape = (shape,)

@@ -120,9 +120,10 @@ def test_trajectory_matches_torch(case):
     assert objective(*(p.data for p in params)) < objective(W0, C0)
 
 
-@pytest.mark.parametrize("case", ["sgd-momentum", "adam"])
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_call_backpropagates_and_steps(case):
-    """``opt(loss)`` = backward + update of every parameter + step, on a recorded graph."""
+    """``opt(loss)`` = backward + update of every parameter + step, on a recorded graph (the
+    batched path: SGD's multi-tensor kernels must give torch's trajectory too)."""
     autograd.training = True
     make_ours, make_theirs = CASES[case]
     optimizer, params = make_ours(), sonnx_params()
@@ -145,12 +146,17 @@ def test_param_group_overrides_match_torch_groups():
             weight_decay=0.1,
         )
 
-    optimizer, params = opt.SGD(0.01, momentum=0.9, weight_decay=0.1), sonnx_params()
-    optimizer.add_param_group([params[1]], lr=0.002, weight_decay=0.0)
-    assert optimizer.hyper_parameters(params[1])["weight_decay"] == 0.0
-    for step, expected in enumerate(torch_trajectory(make_theirs)):
-        sonnx_step(optimizer, params)
-        assert_same(params, expected, step)
+    for through_call in (False, True):
+        optimizer, params = opt.SGD(0.01, momentum=0.9, weight_decay=0.1), sonnx_params()
+        optimizer.add_param_group([params[1]], lr=0.002, weight_decay=0.0)
+        assert optimizer.hyper_parameters(params[1])["weight_decay"] == 0.0
+        autograd.training = True
+        for step, expected in enumerate(torch_trajectory(make_theirs)):
+            if through_call:
+                optimizer(LeastSquares()(*params))
+            else:
+                sonnx_step(optimizer, params)
+            assert_same(params, expected, step)
 
 
 @pytest.mark.parametrize("case", ["sgd-momentum", "adam", "rmsprop", "adagrad"])

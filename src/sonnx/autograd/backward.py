@@ -39,8 +39,11 @@ def trainable_tensors(y: Tensor) -> list[Tensor]:
     return found
 
 
-def gradients(y: Tensor, dy: Tensor | torch.Tensor | None = None) -> list[tuple[Tensor, Tensor]]:
-    """``[(param, grad), …]`` for every trainable tensor ``y`` depends on."""
+def parameter_gradients(
+    y: Tensor, dy: Tensor | torch.Tensor | None = None
+) -> tuple[list[Tensor], list[torch.Tensor]]:
+    """The trainable tensors ``y`` depends on and their gradients as torch tensors (unused
+    parameters left out): what an optimizer needs, without wrapping each gradient."""
     if not y.data.requires_grad:
         raise BadInputError(
             "backward: the loss carries no gradient graph; set sonnx.autograd.training = True "
@@ -49,7 +52,7 @@ def gradients(y: Tensor, dy: Tensor | torch.Tensor | None = None) -> list[tuple[
         )
     params = trainable_tensors(y)
     if not params:
-        return []
+        return [], []
     if dy is None:
         grad_out = torch.ones_like(y.data)
     else:
@@ -61,11 +64,14 @@ def gradients(y: Tensor, dy: Tensor | torch.Tensor | None = None) -> list[tuple[
     grads = torch.autograd.grad(
         y.data, [p.data for p in params], grad_outputs=grad_out, allow_unused=True
     )
-    return [
-        (p, Tensor(data=g, requires_grad=False))
-        for p, g in zip(params, grads, strict=True)
-        if g is not None
-    ]
+    used = [k for k, g in enumerate(grads) if g is not None]
+    return [params[k] for k in used], [grads[k] for k in used]
+
+
+def gradients(y: Tensor, dy: Tensor | torch.Tensor | None = None) -> list[tuple[Tensor, Tensor]]:
+    """``[(param, grad), …]`` for every trainable tensor ``y`` depends on."""
+    params, grads = parameter_gradients(y, dy)
+    return [(p, Tensor(data=g, requires_grad=False)) for p, g in zip(params, grads, strict=True)]
 
 
 def backward(y: Tensor, dy: Tensor | torch.Tensor | None = None) -> Iterator[tuple[Tensor, Tensor]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from sonnx.autograd.normalization_common import attrs_at_opset, check_float, compute_dtype
 from sonnx.autograd.operator import Operator, TorchOutputs
@@ -59,6 +60,8 @@ def negative_log_likelihood(
             f"{op}: weight must have shape ({c},) (one per class), received {tuple(weight.shape)}"
         )
     target = target.long()
+    if weight is None and ignore_index is None:
+        return _plain_nll(op, log_prob, target, reduction)
     valid = torch.ones_like(target, dtype=torch.bool)
     if ignore_index is not None:
         valid = target != int(ignore_index)
@@ -81,6 +84,23 @@ def negative_log_likelihood(
     elif reduction == "mean":
         loss = loss.sum() / w.sum()
     return loss.to(log_prob.dtype)
+
+
+def _plain_nll(
+    op: str, log_prob: torch.Tensor, target: torch.Tensor, reduction: str
+) -> torch.Tensor:
+    """The common case, no class weights and no ignored index: torch's own nll_loss, after one
+    range check (torch would index out of bounds on a bad label)."""
+    c = log_prob.shape[1]
+    if target.numel():
+        low, high = (int(v) for v in torch.aminmax(target))
+        if low < 0 or high >= c:
+            raise BadInputError(
+                f"{op}: target values must be class indices in [0, {c}), received "
+                f"{low if low < 0 else high}"
+            )
+    ct = compute_dtype(log_prob.dtype)
+    return F.nll_loss(log_prob.to(ct), target, reduction=reduction).to(log_prob.dtype)
 
 
 class NegativeLogLikelihoodLoss(Operator):

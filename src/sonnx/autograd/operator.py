@@ -23,12 +23,14 @@ import torch
 from sonnx import dtypes
 from sonnx.errors import BadInputError
 from sonnx.onnx.attributes import schema_defaults
-from sonnx.tensor import Tensor
+from sonnx.tensor import RecordedTensor, Tensor
 
 if TYPE_CHECKING:
     from sonnx.onnx.graph_builder import GraphBuilder
 
 TorchOutputs = torch.Tensor | Sequence[torch.Tensor | None]
+# Computed inputs with at most this many elements are kept whole by the operator reading them.
+KEPT_VALUE_SIZE = 64
 # Numbers operator calls in the order they ran, so an export can keep that order.
 _call_order = itertools.count()
 
@@ -95,7 +97,7 @@ class Operator:
         raw = [None if a is None else a.data for a in args]
         with torch.set_grad_enabled(is_training()):
             result = self.forward(*raw)
-        self.inputs = tuple(args)
+        self.inputs = tuple(_recorded(a) for a in args)
         self.sequence = next(_call_order)
         needs_grad = any(a is not None and a.requires_grad for a in args)
         if isinstance(result, torch.Tensor):
@@ -140,6 +142,15 @@ def _wrap(data: torch.Tensor, creator: Operator, index: int, needs_grad: bool) -
     out._requires_grad = needs_grad and data.requires_grad
     out._stores_grad = False
     return out
+
+
+def _recorded(t: Tensor | None) -> Tensor | None:
+    """What this operator keeps of input ``t``: leaves (parameters, constants, graph inputs),
+    parameters and small values whole — an export may write a small computed value (a scale, an
+    axis) as an attribute — and large computed values as a :class:`RecordedTensor`."""
+    if t is None or t.creator is None or t._stores_grad or t.data.numel() <= KEPT_VALUE_SIZE:
+        return t
+    return RecordedTensor(t)
 
 
 def _constant(value: Any, reference: Tensor | None, op_type: str, position: int) -> Tensor:

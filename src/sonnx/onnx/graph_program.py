@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -81,16 +82,44 @@ class GraphProgram:
         values: dict[str, Tensor],
         stop: int | None = None,
         computed: dict[str, Tensor] | None = None,
+        keep: set[str] | None = None,
     ) -> dict[str, Tensor]:
-        """Run steps ``[:stop]``, adding each named output to ``values`` (and ``computed``)."""
+        """Run steps ``[:stop]``, adding each named output to ``values`` (and ``computed``).
+
+        With ``keep``, a value is dropped from ``values`` once no later step reads it unless its
+        name is in ``keep``: an activation then lives no longer than torch needs it (for
+        backward, torch holds what it saved), not until the end of the run.
+        """
         with _default_device(self.device):
-            return self._execute(values, stop, computed)
+            return self._execute(values, stop, computed, keep)
+
+    def outer_names(self) -> set[str]:
+        """Names this (sub)graph reads that it does not define: the enclosing scope's."""
+        defined = set(self.input_names) | set(self.constants)
+        defined |= {o for step in self.steps for o in step.outputs}
+        return {n for step in self.steps for n in _reads(step)} - defined
+
+    @cached_property
+    def last_reads(self) -> list[list[str]]:
+        """For each step, the names that it is the last step to read."""
+        last: dict[str, int] = {}
+        for i, step in enumerate(self.steps):
+            for name in _reads(step):
+                last[name] = i
+        plan: list[list[str]] = [[] for _ in self.steps]
+        for name, i in last.items():
+            plan[i].append(name)
+        return plan
 
     def _execute(
-        self, values: dict[str, Tensor], stop: int | None, computed: dict[str, Tensor] | None
+        self,
+        values: dict[str, Tensor],
+        stop: int | None,
+        computed: dict[str, Tensor] | None,
+        keep: set[str] | None,
     ) -> dict[str, Tensor]:
         debug = os.environ.get("SONNX_DEBUG", "") not in ("", "0")
-        for step in self.steps[:stop]:
+        for index, step in enumerate(self.steps[:stop]):
             try:
                 args = [values[n] if n else None for n in step.inputs]
             except KeyError as e:
@@ -115,7 +144,21 @@ class GraphProgram:
                         computed[name] = t
             if debug:
                 _trace(step, args, time.perf_counter() - started)
+            if keep is not None:
+                for name in self.last_reads[index]:
+                    if name not in keep:
+                        values.pop(name, None)
         return values
+
+
+def _reads(step: Step) -> list[str]:
+    """The names a step reads: its inputs and what its subgraphs take from the outer scope."""
+    names = [n for n in step.inputs if n]
+    if step.has_subgraphs:
+        for value in step.attrs.values():
+            if isinstance(value, Subgraph):
+                names.extend(value.program.outer_names())
+    return names
 
 
 class Subgraph:

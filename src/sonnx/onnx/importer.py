@@ -100,9 +100,9 @@ class SingaRep:
         values = dict(self.tensor_map)
         values.update(self._bind_inputs(inputs))
         stop, wanted = self._plan_stop(last_layers, output)
-        computed: dict[str, Tensor] = {}
-        self.program.execute(values, stop, computed)
         if all_outputs:
+            computed: dict[str, Tensor] = {}
+            self.program.execute(values, stop, computed)
             return computed
         if wanted is not None:
             names = wanted
@@ -110,6 +110,7 @@ class SingaRep:
             names = [n for n in self.steps[stop - 1].outputs if n]
         else:
             names = list(self.outputs)
+        self.program.execute(values, stop, keep={*names, *aux_output})
         missing = [n for n in [*names, *aux_output] if n not in values]
         if missing:
             raise BadInputError(f"run: tensor(s) {missing} were not computed by this run")

@@ -132,12 +132,41 @@ class Optimizer:
         """Advance the step counter (and with it the learning-rate schedule)."""
         self.step_counter += 1
 
-    def backward_and_update(self, loss: Tensor) -> None:
-        """Back-propagate ``loss``, update every parameter it depends on, then :meth:`step`."""
-        from sonnx.autograd import backward
+    def update_tensors(
+        self,
+        ps: list[torch.Tensor],
+        gs: list[torch.Tensor],
+        states: list[State],
+        lr: float,
+        hp: Mapping[str, Any],
+    ) -> None:
+        """:meth:`update_tensor` for many parameters sharing hyper-parameters; a subclass may
+        override it with torch's multi-tensor (``_foreach``) kernels."""
+        for p, g, state in zip(ps, gs, states, strict=True):
+            self.update_tensor(p, g, state, lr, hp)
 
-        for p, g in backward(loss):
-            self.update(p, g)
+    def backward_and_update(self, loss: Tensor) -> None:
+        """Back-propagate ``loss``, update every parameter it depends on, then :meth:`step`.
+
+        The gradients come straight from torch autograd (parameter shape, device and dtype), so
+        they skip :meth:`update`'s checks, and the parameters without a param group of their
+        own are updated together by :meth:`update_tensors`.
+        """
+        from sonnx.autograd.backward import parameter_gradients
+
+        params, grads = parameter_gradients(loss)
+        shared: list[tuple[torch.Tensor, torch.Tensor, State]] = []
+        with torch.no_grad():
+            for param, grad in zip(params, grads, strict=True):
+                hp = self.hyper_parameters(param)
+                if hp is self.defaults:
+                    shared.append((param.data, grad, self._state_of(param)))
+                else:
+                    state = self._state_of(param)
+                    self.update_tensor(param.data, grad, state, hp["lr"](self.step_counter), hp)
+            if shared:
+                ps, gs, states = (list(column) for column in zip(*shared, strict=True))
+                self.update_tensors(ps, gs, states, self.lr_value, self.defaults)
         self.step()
 
     def __call__(self, loss: Tensor) -> None:
