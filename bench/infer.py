@@ -7,8 +7,10 @@
 The models are exported from ``sonnx.testing.torch_models`` with torch's ONNX exporter (opset
 17, BatchNorm folded into Conv as for deployment, dynamic batch): a ResNet-18-style CNN, a
 MobileNet-v2-style CNN and a BERT-style encoder. Both sides load the same serialized bytes;
-the set-up rows time ``sonnx.prepare`` against creating the onnxruntime session. Each run
-feeds NumPy arrays and ends with NumPy outputs on both sides, in inference mode
+the set-up rows time ``sonnx.prepare`` against creating the onnxruntime session. Each batch
+has two sonnx rows: the eager interpreter, and graph mode (``prepare(..., use_graph=True)``:
+one ``torch.compile``'d graph per input shape, whose one-off compile time is ``compile_s``).
+Each run feeds NumPy arrays and ends with NumPy outputs on both sides, in inference mode
 (``sonnx.autograd.training = False``). ``--profile N`` also prints the N most expensive torch
 operators of one sonnx run, and how much of the run was spent outside them (Python dispatch).
 """
@@ -106,6 +108,7 @@ def bench_model(
 ) -> None:
     """Append the set-up row and one row per batch size for ``spec`` (and its profiles)."""
     rep, prepare_s = time_once(lambda: sonnx.prepare(spec.onnx_bytes))
+    graph_rep = sonnx.prepare(spec.onnx_bytes, use_graph=True)
     session, session_s = time_once(lambda: ort_session(spec.onnx_bytes, threads, args.ort_spinning))
     rows.append(Row(f"{spec.name} set-up", prepare_s, session_s, "InferenceSession()"))
     for batch in args.batches:
@@ -115,6 +118,9 @@ def bench_model(
         def ours(arrays: list[np.ndarray] = arrays) -> list[np.ndarray]:
             return [tensor.to_numpy(t) for t in rep.run(arrays)]
 
+        def graph(arrays: list[np.ndarray] = arrays) -> list[np.ndarray]:
+            return [tensor.to_numpy(t) for t in graph_rep.run(arrays)]
+
         def theirs(feed: dict[str, np.ndarray] = feed) -> list[np.ndarray]:
             return session.run(None, feed)
 
@@ -123,19 +129,25 @@ def bench_model(
                 return spec.module(*(torch.from_numpy(a) for a in feed.values())).numpy()
 
         diff = max(float(np.abs(a - b).max()) for a, b in zip(ours(), theirs(), strict=True))
-        mine, ort_timing, torch_timing = time_sides(
-            [ours, theirs, eager], args.repeats, args.warmup
+        graph_out, compile_s = time_once(graph)
+        graph_diff = max(
+            float(np.abs(a - b).max()) for a, b in zip(graph_out, theirs(), strict=True)
         )
-        rows.append(
-            row_from(
-                f"{spec.name} batch {batch}",
-                "onnxruntime run()",
-                (mine, ort_timing),
-                max_abs_diff=diff,
-                torch_ms=torch_timing.median * 1e3,
-                vs_torch=mine.median / torch_timing.median,
+        mine, compiled, ort_timing, torch_timing = time_sides(
+            [ours, graph, theirs, eager], args.repeats, args.warmup
+        )
+        for label, timing, max_diff in (("", mine, diff), (" graph", compiled, graph_diff)):
+            rows.append(
+                row_from(
+                    f"{spec.name} batch {batch}{label}",
+                    "onnxruntime run()",
+                    (timing, ort_timing),
+                    max_abs_diff=max_diff,
+                    torch_ms=torch_timing.median * 1e3,
+                    vs_torch=timing.median / torch_timing.median,
+                )
             )
-        )
+        rows[-1].extra["compile_s"] = compile_s
         if args.profile:
             profiles.append(
                 f"-- sonnx {spec.name} batch {batch}\n{profile_sonnx(ours, args.profile)}"
@@ -182,10 +194,12 @@ def main() -> None:
         },
         rows,
         args.json,
-        extra_columns=("torch_ms", "vs_torch", "max_abs_diff"),
+        extra_columns=("torch_ms", "vs_torch", "max_abs_diff", "compile_s"),
         notes=[
             "set-up rows: sonnx.prepare() vs onnxruntime session creation, once, from bytes",
             "max_abs_diff: largest |sonnx - onnxruntime| over the outputs",
+            "graph rows: sonnx.prepare(..., use_graph=True), one torch.compile'd graph per input "
+            "shape; compile_s: its first run (trace + compile), not in the timings",
             "torch_ms: the source torch.nn module in eager mode under no_grad (BatchNorm folded "
             "into Conv like the file); vs_torch = sonnx / torch eager, i.e. sonnx's own overhead "
             "over its backend",

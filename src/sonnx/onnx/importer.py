@@ -6,6 +6,9 @@ anything runs. ``SingaRep.run`` then executes the nodes in order on sonnx tensor
 operation is recorded: the result can be trained with :func:`sonnx.autograd.backward` and
 exported again with :func:`sonnx.to_onnx`.
 
+``prepare(model, use_graph=True)`` runs inference through one compiled graph per input
+signature instead (see :mod:`sonnx.onnx.graph_mode`); such runs are not recorded.
+
 ``SONNX_DEBUG=1`` in the environment prints, per node, its op, its inputs' shapes and dtypes
 and the time it took.
 """
@@ -22,9 +25,10 @@ import onnx
 import torch
 
 import sonnx.onnx.converters  # noqa: F401  (registers every converter)
-from sonnx import dtypes
+from sonnx import autograd, dtypes
 from sonnx.device import Device, as_device
 from sonnx.errors import BadInputError
+from sonnx.onnx.graph_mode import GraphRunner
 from sonnx.onnx.graph_program import GraphProgram, compile_graph
 from sonnx.onnx.model_loading import ModelSource, load_model, opset_versions
 from sonnx.onnx.values import GraphValue, OptionalValue, TensorSequence
@@ -64,6 +68,7 @@ class SingaRep:
     input_specs: list[InputSpec]
     outputs: list[str]
     program: GraphProgram
+    graph_runner: GraphRunner | None = None
 
     @property
     def steps(self) -> list:
@@ -97,8 +102,14 @@ class SingaRep:
         ``all_outputs=True`` returns every computed tensor by name; ``aux_output`` names extra
         tensors appended to the returned list.
         """
+        bound = self._bind_inputs(inputs)
+        whole = last_layers == -1 and output is None and not all_outputs and not aux_output
+        if self.graph_runner is not None and whole and not autograd.training:
+            compiled = self.graph_runner.run(bound)
+            if compiled is not None:
+                return compiled
         values = dict(self.tensor_map)
-        values.update(self._bind_inputs(inputs))
+        values.update(bound)
         stop, wanted = self._plan_stop(last_layers, output)
         if all_outputs:
             computed: dict[str, Tensor] = {}
@@ -226,11 +237,15 @@ class SingaRep:
         return self.summary()
 
 
-def prepare(model: ModelSource, device: Device | None = None, **options: Any) -> SingaRep:
+def prepare(
+    model: ModelSource, device: Device | None = None, use_graph: bool = False, **options: Any
+) -> SingaRep:
     """Load and check an ONNX model and make it runnable on ``device``.
 
     Accepts a ModelProto, a path or serialized bytes. Unsupported nodes are all reported in one
-    :class:`~sonnx.errors.UnsupportedOperatorError` before anything runs.
+    :class:`~sonnx.errors.UnsupportedOperatorError` before anything runs. With ``use_graph``,
+    inference runs of the whole model go through ``torch.compile`` (see
+    :mod:`sonnx.onnx.graph_mode`); training runs, cuts and ``all_outputs`` stay eager.
     """
     if options:
         raise BadInputError(f"prepare: unknown option(s) {sorted(options)}")
@@ -240,13 +255,18 @@ def prepare(model: ModelSource, device: Device | None = None, **options: Any) ->
     initializer_names = {i.name for i in graph.initializer}
     input_specs = [_input_spec(v) for v in graph.input if v.name not in initializer_names]
     program = compile_graph(graph, opset_versions(proto), dev, [s.name for s in input_specs])
+    outputs = list(program.output_names)
+    runner = None
+    if use_graph:
+        runner = GraphRunner(program, program.constants, [s.name for s in input_specs], outputs)
     return SingaRep(
         model=proto,
         device=dev,
         tensor_map=program.constants,
         input_specs=input_specs,
-        outputs=list(program.output_names),
+        outputs=outputs,
         program=program,
+        graph_runner=runner,
     )
 
 

@@ -1,0 +1,235 @@
+"""Graph mode for imported models: ``prepare(model, use_graph=True)``.
+
+An inference run (``sonnx.autograd.training`` off, the whole graph, its declared outputs) is
+traced once per input signature into an FX graph of torch operations (``make_fx``) and
+compiled with ``torch.compile`` (inductor), the weights frozen in as constants so that, for
+instance, convolution weights are packed once for oneDNN. All of sonnx's per-node Python runs
+at trace time only.
+
+Shape arithmetic (``Shape -> Gather -> Concat -> Reshape``, as in every exported BERT) depends
+only on the input shapes, which the compiled graph is specialised on: :class:`_ValueFlow`
+follows which tensors carry input or weight values and runs every operation that touches none
+of them *outside* the trace, on plain tensors, so its results become constants of the graph
+and the host reads they feed (a reshape's target) happen once, at trace time.
+
+A graph whose control flow or output shapes depend on input values (NonZero, Unique, an ``If``
+on a computed condition, a host read of a computed value), or that draws random numbers, cannot
+be one static graph: such a model keeps running eagerly, with a RuntimeWarning that says why.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.fx import GraphModule
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+
+from sonnx.autograd.operator import tracing
+from sonnx.onnx.graph_program import GraphProgram
+from sonnx.tensor import Tensor
+
+# Operators whose results differ from run to run: a traced graph would replay one draw.
+RANDOM_OPS = frozenset(
+    {
+        "Bernoulli",
+        "Multinomial",
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+    }
+)
+# torch functions whose output *shape* depends on input values.
+_DATA_DEPENDENT_SHAPES = frozenset(
+    {
+        torch.nonzero,
+        torch.Tensor.nonzero,
+        torch.argwhere,
+        torch.Tensor.argwhere,
+        torch.masked_select,
+        torch.Tensor.masked_select,
+        torch.unique,
+        torch.Tensor.unique,
+        torch.unique_consecutive,
+        torch.Tensor.unique_consecutive,
+        torch.repeat_interleave,
+        torch.Tensor.repeat_interleave,
+        torch.bincount,
+        torch.Tensor.bincount,
+    }
+)
+# Ways to read values on the host that do not pass through a traced torch operation.
+_HOST_READS = frozenset(
+    {torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist, torch.Tensor.item}
+)
+
+
+class NotTraceableError(Exception):
+    """The run depends on tensor values in a way one static graph cannot hold."""
+
+
+class _ValueFlow(TorchFunctionMode):
+    """Tracks the tensors computed from traced values (inputs, weights) during a trace.
+
+    A call that touches none of them computes something fixed for this input signature (shape
+    arithmetic, constants): it runs untraced and its result is baked into the graph. A call on
+    traced values is recorded, and its results are traced values in turn.
+    """
+
+    def __init__(self, traced: Sequence[torch.Tensor]) -> None:
+        super().__init__()
+        # id -> tensor; holding the tensors keeps their ids unique for the trace's duration.
+        self._traced: dict[int, torch.Tensor] = {id(t): t for t in traced}
+
+    def _is_traced(self, value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and id(value) in self._traced
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flat = pytree.tree_leaves((args, kwargs))
+        if not any(self._is_traced(v) for v in flat):
+            with disable_proxy_modes_tracing():
+                return func(*args, **kwargs)
+        if func in _HOST_READS:
+            raise NotTraceableError(f"it reads a computed tensor on the host ({func.__name__})")
+        if func in _DATA_DEPENDENT_SHAPES or (
+            func is torch.Tensor.__getitem__
+            and any(self._is_traced(v) and v.dtype == torch.bool for v in flat[1:])
+        ):
+            raise NotTraceableError(f"an output shape depends on tensor values ({func.__name__})")
+        out = func(*args, **kwargs)
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self._traced[id(t)] = t
+        return out
+
+
+def _signature(t: torch.Tensor) -> tuple[Any, ...]:
+    return (tuple(t.shape), t.dtype, t.device)
+
+
+class GraphRunner:
+    """Compiled inference runs of one :class:`GraphProgram`, one per input signature.
+
+    Trainable weights (``stores_grad``) are traced inputs turned into frozen constants of the
+    compiled graph; every constant's identity and version counter are part of the cache key,
+    so after a training step or ``load_states`` the next run compiles afresh.
+    """
+
+    def __init__(
+        self,
+        program: GraphProgram,
+        constants: dict[str, Tensor],
+        input_names: list[str],
+        output_names: list[str],
+        backend: str = "inductor",
+    ) -> None:
+        self.program = program
+        self.constants = constants
+        self.input_names = input_names
+        self.output_names = output_names
+        self.backend = backend
+        self._compiled: dict[tuple[Any, ...], tuple[tuple[Any, ...], Callable[..., Any]]] = {}
+        #: Why this graph runs eagerly (None: it compiles).
+        self.fallback: str | None = None
+        random = sorted({s.info.op_type for s in program.steps} & RANDOM_OPS)
+        if random:
+            self.fallback = f"it draws random numbers ({', '.join(random)})"
+
+    def run(self, inputs: dict[str, Tensor]) -> list[Tensor] | None:
+        """The outputs of a compiled run, or None when this graph must run eagerly."""
+        if self.fallback is not None or not all(
+            isinstance(inputs.get(n), Tensor) for n in self.input_names
+        ):
+            return None
+        xs = [inputs[n].data for n in self.input_names]
+        key = tuple(_signature(x) for x in xs)
+        versions = tuple((id(t.data), t.data._version) for t in self.constants.values())
+        entry = self._compiled.get(key)
+        if entry is None or entry[0] != versions:
+            try:
+                entry = self._compiled[key] = (versions, self._compile(xs))
+            except Exception as e:  # any failure to trace or compile: run eagerly instead
+                self._give_up(e)
+                return None
+        with torch.no_grad():
+            outs = entry[1](*xs)
+        return [
+            Tensor(data=o, requires_grad=False, name=n)
+            for o, n in zip(outs, self.output_names, strict=True)
+        ]
+
+    def _give_up(self, error: Exception) -> None:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        self.fallback = reason
+        self._compiled.clear()
+        warnings.warn(
+            f"graph mode cannot compile this model ({reason}); it runs eagerly, with the same "
+            "results",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def _compile(self, xs: list[torch.Tensor]) -> Callable[..., Any]:
+        weights = {n: t for n, t in self.constants.items() if t.stores_grad}
+        names = list(weights)
+
+        def pure(*flat: torch.Tensor) -> list[torch.Tensor]:
+            params, inputs = flat[: len(names)], flat[len(names) :]
+            values: dict[str, Any] = dict(self.constants)
+            values.update(
+                (n, Tensor(data=p, requires_grad=False, name=n))
+                for n, p in zip(names, params, strict=True)
+            )
+            values.update(
+                (n, Tensor(data=x, requires_grad=False, name=n))
+                for n, x in zip(self.input_names, inputs, strict=True)
+            )
+            with tracing(), _ValueFlow([*params, *inputs]):
+                self.program.execute(values, keep=set(self.output_names))
+            outs = [values.get(n) for n in self.output_names]
+            if not all(isinstance(o, Tensor) for o in outs):
+                raise NotTraceableError("an output is not a tensor (a sequence or an optional)")
+            return [o.data for o in outs]
+
+        params = [weights[n].data.detach() for n in names]
+        with torch.no_grad():
+            graph = make_fx(pure)(*params, *xs)
+            _freeze(graph, params)
+            try:
+                return _compiled(graph, xs, self.backend, pattern_matcher=True)
+            except torch._dynamo.exc.BackendCompilerFailed:
+                # inductor's pattern rewrites (attention fusion) can reject a graph whose
+                # constants are tensors (a softmax scale computed from a shape); without them
+                # the graph still compiles.
+                return _compiled(graph, xs, self.backend, pattern_matcher=False)
+
+
+def _compiled(
+    graph: GraphModule, xs: list[torch.Tensor], backend: str, pattern_matcher: bool
+) -> Callable[..., Any]:
+    """``torch.compile`` of ``graph``, compiled now (first call) with the weights frozen in."""
+    compiled = torch.compile(graph, backend=backend, dynamic=False)
+    with torch._inductor.config.patch(freezing=True, pattern_matcher=pattern_matcher):
+        compiled(*xs)
+    return compiled
+
+
+def _freeze(graph: GraphModule, params: list[torch.Tensor]) -> None:
+    """Turn the graph's first ``len(params)`` inputs into attributes holding ``params``, so the
+    compiled graph takes only the model inputs and treats the weights as constants."""
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"][: len(params)]
+    for i, (node, value) in enumerate(zip(placeholders, params, strict=True)):
+        attr = f"_weight_{i}"
+        graph.register_buffer(attr, value)
+        with graph.graph.inserting_before(node):
+            constant = graph.graph.get_attr(attr)
+        node.replace_all_uses_with(constant)
+        graph.graph.erase_node(node)
+    graph.graph.lint()
+    graph.recompile()

@@ -1,0 +1,163 @@
+"""``prepare(model, use_graph=True)``: compiled inference equals eager, or falls back clearly.
+
+Each compile takes seconds, so the models are small; expected values come from the same
+model run eagerly by sonnx (itself checked against onnxruntime elsewhere).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import sonnx
+from sonnx import autograd
+from sonnx.tensor import to_numpy
+from sonnx.testing import torch_models as tm
+
+
+@pytest.fixture(autouse=True)
+def inference():
+    previous = autograd.training
+    autograd.training = False
+    yield
+    autograd.training = previous
+
+
+@pytest.fixture(scope="module")
+def cnn() -> onnx.ModelProto:
+    torch.manual_seed(0)
+    return tm.export(tm.SmallCNN(), (torch.randn(1, 3, 16, 16),), 17, ["input"])
+
+
+@pytest.fixture(scope="module")
+def bert() -> onnx.ModelProto:
+    torch.manual_seed(0)
+    module = tm.TinyBert(vocab=50, hidden=16, heads=2, layers=1, ffn=32, max_len=8)
+    return tm.export(module, tm.bert_inputs(1, 8, 50), 17, ["input_ids", "attention_mask"])
+
+
+def _same(graph_rep, eager_rep, feeds) -> None:
+    got, expected = graph_rep.run(feeds), eager_rep.run(feeds)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert g.creator is None, "a compiled run returned a recorded tensor"
+        np.testing.assert_allclose(to_numpy(g), to_numpy(e), rtol=1e-5, atol=1e-6)
+
+
+def test_cnn_compiles_once_per_input_shape_and_matches_eager(cnn) -> None:
+    rep, eager = sonnx.prepare(cnn, use_graph=True), sonnx.prepare(cnn)
+    rng = np.random.default_rng(0)
+    for batch in (2, 5, 2):
+        _same(rep, eager, [rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)])
+    assert rep.graph_runner.fallback is None
+    assert len(rep.graph_runner._compiled) == 2
+
+
+def test_shape_arithmetic_of_a_bert_encoder_is_folded_into_the_graph(bert) -> None:
+    rep, eager = sonnx.prepare(bert, use_graph=True), sonnx.prepare(bert)
+    assert sum(s.info.op_type == "Shape" for s in rep.steps) > 0
+    for batch in (1, 3):
+        ids, mask = tm.bert_inputs(batch, 8, 50, seed=batch)
+        _same(rep, eager, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    assert rep.graph_runner.fallback is None
+
+
+def test_changed_weights_are_compiled_in_and_training_runs_stay_eager(cnn) -> None:
+    rep, eager = sonnx.prepare(cnn, use_graph=True), sonnx.prepare(cnn)
+    x = np.random.default_rng(1).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    before = to_numpy(rep.run([x])[0])
+    for name, weight in rep.params.items():
+        with torch.no_grad():
+            weight.data.mul_(1.5)
+            eager.params[name].data.mul_(1.5)
+    _same(rep, eager, [x])
+    assert not np.allclose(to_numpy(rep.run([x])[0]), before)
+    autograd.training = True
+    (trained,) = rep.run([x])
+    assert trained.creator is not None, "a training run must be recorded for backward"
+
+
+def _if_on_a_computed_condition() -> onnx.ModelProto:
+    def branch(name: str, op: str) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node(op, ["x"], [name])],
+            name,
+            [],
+            [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)],
+        )
+
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        helper.make_node("Constant", [], ["zero"], value_float=0.0),
+        helper.make_node("Greater", ["total", "zero"], ["positive"]),
+        helper.make_node(
+            "If",
+            ["positive"],
+            ["y"],
+            then_branch=branch("a", "Relu"),
+            else_branch=branch("b", "Neg"),
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "computed_if",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _nonzero_then_reshape() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["where"]),
+        helper.make_node("Shape", ["where"], ["count"]),
+        helper.make_node("Reshape", ["where", "count"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nonzero",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _random_normal_like() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("RandomNormalLike", ["x"], ["y"])],
+        "random",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (_if_on_a_computed_condition, "reads a computed tensor on the host"),
+        (_nonzero_then_reshape, "output shape depends on tensor values"),
+        (_random_normal_like, "draws random numbers (RandomNormalLike)"),
+    ],
+)
+def test_value_dependent_graphs_fall_back_to_eager_with_a_warning(make, reason) -> None:
+    model = make()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    x = np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32)
+    if make is _random_normal_like:  # no warning: the program is refused before any run
+        (y,) = rep.run([x])
+        assert y.shape == (2, 3) and y.creator is not None
+    else:
+        with pytest.warns(RuntimeWarning, match="runs eagerly, with the same results"):
+            got = rep.run([x])
+        np.testing.assert_array_equal(to_numpy(got[0]), to_numpy(eager.run([x])[0]))
+        with warnings.catch_warnings():  # later runs are eager without a second warning
+            warnings.simplefilter("error", RuntimeWarning)
+            got = rep.run([-x])
+        np.testing.assert_array_equal(to_numpy(got[0]), to_numpy(eager.run([-x])[0]))
+    assert reason in rep.graph_runner.fallback
