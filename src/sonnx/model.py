@@ -36,6 +36,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import sonnx.autograd as autograd
 from sonnx import dist
 from sonnx.autograd.operator import Operator
+from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.device import Device, get_default_device
 from sonnx.errors import BadInputError, ExportError
 from sonnx.layer import Layer, SoftMaxCrossEntropy
@@ -124,9 +125,13 @@ class _CompiledGraph:
         try:
             for s, data in zip(self._states, states, strict=True):
                 s.data = data
-            out = type(self._model).forward(
-                self._model, *(Tensor(data=x, requires_grad=x.requires_grad) for x in xs)
-            )
+            # Integer states are constants (an imported graph's shape indices): not traced, so
+            # shape arithmetic over them folds into the graph.
+            traced = [*(t for t in states if t.is_floating_point()), *xs]
+            with tracing(), ValueFlow(traced):
+                out = type(self._model).forward(
+                    self._model, *(Tensor(data=x, requires_grad=x.requires_grad) for x in xs)
+                )
         finally:
             for s, data in zip(self._states, saved, strict=True):
                 s.data = data
@@ -248,16 +253,17 @@ class Model(Layer):
         if fn is None:
             try:
                 fn = self._graphs[key] = _CompiledGraph(self, states, inputs)
-            except RuntimeError as e:
-                if "data-dependent" not in str(e) and "tracing tensor" not in str(e):
+            except (RuntimeError, NotTraceableError) as e:
+                if isinstance(e, RuntimeError) and not any(
+                    marker in str(e) for marker in ("data-dependent", "tracing tensor")
+                ):
                     raise
-                # e.g. an imported graph whose shape arithmetic reads tensor values on the
-                # host: it cannot become one static graph, so it keeps running eagerly.
+                # A forward whose control flow or shapes follow tensor values cannot become
+                # one static graph, so it keeps running eagerly.
                 self._graph_fallback = str(e).splitlines()[0]
                 warnings.warn(
                     f"{type(self).__name__}: graph mode cannot trace this model's forward "
-                    "(it reads tensor values on the host, as shape arithmetic in imported "
-                    "graphs does); running it eagerly, with the same results",
+                    f"({self._graph_fallback}); running it eagerly, with the same results",
                     RuntimeWarning,
                     stacklevel=2,
                 )

@@ -27,7 +27,15 @@ CASE_FILES = [
     "test_export_models.py",
 ]
 # Public names that are not operations.
-NOT_OPS = {"Operator", "backward", "gradients", "trainable_tensors", "Layer"}
+NOT_OPS = {
+    "Operator",
+    "backward",
+    "gradients",
+    "trainable_tensors",
+    "Layer",
+    "tracing",
+    "value_checks",
+}
 
 
 def _autograd_public() -> tuple[set[str], set[str]]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from onnx import helper
 
 import sonnx
 from sonnx import autograd, layer, opt, tensor
@@ -180,21 +182,54 @@ def test_save_states_then_load_in_a_new_process_is_bit_identical(cnn_onnx, tmp_p
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
 
 
-def test_graph_mode_on_an_imported_graph_with_shape_arithmetic_runs_eagerly() -> None:
-    """SINGA's SONNXModel example compiles with use_graph=True; shape arithmetic in the
-    imported graph cannot be traced into one static graph, so it falls back, same results."""
+def test_graph_mode_compiles_an_imported_graph_with_shape_arithmetic() -> None:
+    """SINGA's SONNXModel example compiles with use_graph=True: the BERT graph's shape
+    arithmetic folds into the traced graph, and inference and training equal eager."""
     torch.manual_seed(0)
     ids, mask = tm.bert_inputs(2)
-    proto = tm.export(tm.TinyBert(), (ids, mask), 13, ["input_ids", "attention_mask"])
+    proto = tm.export(tm.TinyBert(layers=1), (ids, mask), 13, ["input_ids", "attention_mask"])
     a = Tensor(data=ids, requires_grad=False)
     b = Tensor(data=mask, requires_grad=False)
-    eager = sonnx.SONNXModel(proto)
-    eager.compile([a, b], is_train=False)
-    graph = sonnx.SONNXModel(proto)
-    graph.compile([a, b], is_train=False, use_graph=True, sequential=True)
-    with pytest.warns(RuntimeWarning, match="graph mode cannot trace"):
-        out = graph(a, b)
-    np.testing.assert_array_equal(to_numpy(out[0]), to_numpy(eager(a, b)[0]))
+    labels = Tensor(data=np.array([0, 1]), requires_grad=False)
+    models = {}
+    for use_graph in (False, True):
+        model = sonnx.SONNXModel(proto)
+        model.set_optimizer(opt.SGD(lr=0.1))
+        model.compile([a, b], is_train=False, use_graph=use_graph, sequential=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # no fallback to eager
+            out = model(a, b)[0]
+            model.train()
+            autograd.training = True
+            loss = autograd.softmax_cross_entropy(model.forward(a, b)[0], labels)
+            model.optimizer(loss)
+        models[use_graph] = (to_numpy(out), to_numpy(loss), model.get_params())
+        model.eval()
+    (out, loss, params), (g_out, g_loss, g_params) = models[False], models[True]
+    np.testing.assert_allclose(g_out, out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_loss, loss, rtol=1e-5)
+    for name, p in params.items():
+        np.testing.assert_allclose(to_numpy(g_params[name]), to_numpy(p), atol=1e-6, err_msg=name)
+
+
+def test_graph_mode_on_a_value_dependent_graph_warns_and_runs_eagerly() -> None:
+    graph = helper.make_graph(
+        [
+            helper.make_node("NonZero", ["x"], ["where"]),
+            helper.make_node("Shape", ["where"], ["count"]),
+            helper.make_node("Reshape", ["where", "count"], ["y"]),
+        ],
+        "nonzero",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.INT64, None)],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = Tensor(data=np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32))
+    model = sonnx.SONNXModel(proto)
+    model.compile([x], is_train=False, use_graph=True)
+    with pytest.warns(RuntimeWarning, match="output shape depends on tensor values"):
+        (y,) = model(x)
+    np.testing.assert_array_equal(to_numpy(y), np.array([[0, 0, 1], [0, 2, 1]]))
 
 
 def test_fresh_batchnorm_statistics_shared_with_weights_get_their_own_buffers() -> None:

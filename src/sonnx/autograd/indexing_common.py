@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from sonnx.autograd.operator import value_checks
+from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError, ExportError
 
 if TYPE_CHECKING:

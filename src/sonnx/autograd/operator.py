@@ -14,8 +14,7 @@ the importer passes the version it matched, framework code leaves it unset.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -34,26 +33,6 @@ TorchOutputs = torch.Tensor | Sequence[torch.Tensor | None]
 KEPT_VALUE_SIZE = 64
 # Numbers operator calls in the order they ran, so an export can keep that order.
 _call_order = itertools.count()
-
-
-_value_checks = True
-
-
-def value_checks() -> bool:
-    """Whether operators may read tensor values on the host to reject bad ones (an index out
-    of range). False while :func:`tracing` is on: the traced values are placeholders."""
-    return _value_checks
-
-
-@contextmanager
-def tracing() -> Iterator[None]:
-    """Run operators for a graph tracer (``make_fx``): value checks off, restored after."""
-    global _value_checks
-    previous, _value_checks = _value_checks, False
-    try:
-        yield
-    finally:
-        _value_checks = previous
 
 
 def is_training() -> bool:

@@ -7,7 +7,7 @@ instance, convolution weights are packed once for oneDNN. All of sonnx's per-nod
 at trace time only.
 
 Shape arithmetic (``Shape -> Gather -> Concat -> Reshape``, as in every exported BERT) depends
-only on the input shapes, which the compiled graph is specialised on: :class:`_ValueFlow`
+only on the input shapes, which the compiled graph is specialised on: :class:`ValueFlow`
 follows which tensors carry input or weight values and runs every operation that touches none
 of them *outside* the trace, on plain tensors, so its results become constants of the graph
 and the host reads they feed (a reshape's target) happen once, at trace time.
@@ -20,16 +20,14 @@ be one static graph: such a model keeps running eagerly, with a RuntimeWarning t
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.fx import GraphModule
-from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
-from torch.overrides import TorchFunctionMode
-from torch.utils import _pytree as pytree
+from torch.fx.experimental.proxy_tensor import make_fx
 
-from sonnx.autograd.operator import tracing
+from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.onnx.graph_program import GraphProgram
 from sonnx.tensor import Tensor
 
@@ -44,69 +42,6 @@ RANDOM_OPS = frozenset(
         "RandomUniformLike",
     }
 )
-# torch functions whose output *shape* depends on input values.
-_DATA_DEPENDENT_SHAPES = frozenset(
-    {
-        torch.nonzero,
-        torch.Tensor.nonzero,
-        torch.argwhere,
-        torch.Tensor.argwhere,
-        torch.masked_select,
-        torch.Tensor.masked_select,
-        torch.unique,
-        torch.Tensor.unique,
-        torch.unique_consecutive,
-        torch.Tensor.unique_consecutive,
-        torch.repeat_interleave,
-        torch.Tensor.repeat_interleave,
-        torch.bincount,
-        torch.Tensor.bincount,
-    }
-)
-# Ways to read values on the host that do not pass through a traced torch operation.
-_HOST_READS = frozenset(
-    {torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist, torch.Tensor.item}
-)
-
-
-class NotTraceableError(Exception):
-    """The run depends on tensor values in a way one static graph cannot hold."""
-
-
-class _ValueFlow(TorchFunctionMode):
-    """Tracks the tensors computed from traced values (inputs, weights) during a trace.
-
-    A call that touches none of them computes something fixed for this input signature (shape
-    arithmetic, constants): it runs untraced and its result is baked into the graph. A call on
-    traced values is recorded, and its results are traced values in turn.
-    """
-
-    def __init__(self, traced: Sequence[torch.Tensor]) -> None:
-        super().__init__()
-        # id -> tensor; holding the tensors keeps their ids unique for the trace's duration.
-        self._traced: dict[int, torch.Tensor] = {id(t): t for t in traced}
-
-    def _is_traced(self, value: Any) -> bool:
-        return isinstance(value, torch.Tensor) and id(value) in self._traced
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        flat = pytree.tree_leaves((args, kwargs))
-        if not any(self._is_traced(v) for v in flat):
-            with disable_proxy_modes_tracing():
-                return func(*args, **kwargs)
-        if func in _HOST_READS:
-            raise NotTraceableError(f"it reads a computed tensor on the host ({func.__name__})")
-        if func in _DATA_DEPENDENT_SHAPES or (
-            func is torch.Tensor.__getitem__
-            and any(self._is_traced(v) and v.dtype == torch.bool for v in flat[1:])
-        ):
-            raise NotTraceableError(f"an output shape depends on tensor values ({func.__name__})")
-        out = func(*args, **kwargs)
-        for t in pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self._traced[id(t)] = t
-        return out
 
 
 def _signature(t: torch.Tensor) -> tuple[Any, ...]:
@@ -190,7 +125,7 @@ class GraphRunner:
                 (n, Tensor(data=x, requires_grad=False, name=n))
                 for n, x in zip(self.input_names, inputs, strict=True)
             )
-            with tracing(), _ValueFlow([*params, *inputs]):
+            with tracing(), ValueFlow([*params, *inputs]):
                 self.program.execute(values, keep=set(self.output_names))
             outs = [values.get(n) for n in self.output_names]
             if not all(isinstance(o, Tensor) for o in outs):

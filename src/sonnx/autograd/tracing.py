@@ -1,0 +1,108 @@
+"""Running operators under a graph tracer (``make_fx``), for graph mode.
+
+Two things change while a graph is traced. Operators skip the checks that read tensor values
+on the host (an index out of range), since traced values are placeholders: :func:`tracing`.
+And :class:`ValueFlow` follows which tensors carry traced values (model inputs, weights):
+an operation that touches none of them depends only on shapes and constants, which the traced
+graph is specialised on, so it runs untraced and its result becomes a constant of the graph
+(shape arithmetic, ``Shape -> Gather -> Concat -> Reshape``, is folded away this way); an
+operation that would let traced values steer Python (a host read) or decide an output shape
+(NonZero, Unique) raises :class:`NotTraceableError`, and the caller runs eagerly instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+
+__all__ = ["NotTraceableError", "ValueFlow", "tracing", "value_checks"]
+
+_value_checks = True
+
+
+def value_checks() -> bool:
+    """Whether operators may read tensor values on the host to reject bad ones (an index out
+    of range). False while :func:`tracing` is on: the traced values are placeholders."""
+    return _value_checks
+
+
+@contextmanager
+def tracing() -> Iterator[None]:
+    """Run operators for a graph tracer (``make_fx``): value checks off, restored after."""
+    global _value_checks
+    previous, _value_checks = _value_checks, False
+    try:
+        yield
+    finally:
+        _value_checks = previous
+
+
+# torch functions whose output *shape* depends on input values.
+_DATA_DEPENDENT_SHAPES = frozenset(
+    {
+        torch.nonzero,
+        torch.Tensor.nonzero,
+        torch.argwhere,
+        torch.Tensor.argwhere,
+        torch.masked_select,
+        torch.Tensor.masked_select,
+        torch.unique,
+        torch.Tensor.unique,
+        torch.unique_consecutive,
+        torch.Tensor.unique_consecutive,
+        torch.repeat_interleave,
+        torch.Tensor.repeat_interleave,
+        torch.bincount,
+        torch.Tensor.bincount,
+    }
+)
+# Ways to read values on the host that do not pass through a traced torch operation.
+_HOST_READS = frozenset(
+    {torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist, torch.Tensor.item}
+)
+
+
+class NotTraceableError(Exception):
+    """The run depends on tensor values in a way one static graph cannot hold."""
+
+
+class ValueFlow(TorchFunctionMode):
+    """Tracks the tensors computed from traced values (inputs, weights) during a trace.
+
+    A call that touches none of them computes something fixed for this input signature (shape
+    arithmetic, constants): it runs untraced and its result is baked into the graph. A call on
+    traced values is recorded, and its results are traced values in turn.
+    """
+
+    def __init__(self, traced: Sequence[torch.Tensor]) -> None:
+        super().__init__()
+        # id -> tensor; holding the tensors keeps their ids unique for the trace's duration.
+        self._traced: dict[int, torch.Tensor] = {id(t): t for t in traced}
+
+    def _is_traced(self, value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and id(value) in self._traced
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flat = pytree.tree_leaves((args, kwargs))
+        if not any(self._is_traced(v) for v in flat):
+            with disable_proxy_modes_tracing():
+                return func(*args, **kwargs)
+        if func in _HOST_READS:
+            raise NotTraceableError(f"it reads a computed tensor on the host ({func.__name__})")
+        if func in _DATA_DEPENDENT_SHAPES or (
+            func is torch.Tensor.__getitem__
+            and any(self._is_traced(v) and v.dtype == torch.bool for v in flat[1:])
+        ):
+            raise NotTraceableError(f"an output shape depends on tensor values ({func.__name__})")
+        out = func(*args, **kwargs)
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self._traced[id(t)] = t
+        return out
