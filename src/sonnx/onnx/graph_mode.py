@@ -70,27 +70,33 @@ class GraphRunner:
         self.output_names = output_names
         self.backend = backend
         self._compiled: dict[tuple[Any, ...], tuple[tuple[Any, ...], Callable[..., Any]]] = {}
-        #: Why this graph runs eagerly (None: it compiles).
+        # Input signatures whose trace or compile failed: they run eagerly.
+        self._eager: set[tuple[Any, ...]] = set()
+        #: Why this graph (or its last failed input signature) runs eagerly; None: it compiles.
         self.fallback: str | None = None
+        self._program_fallback = False
         random = sorted({s.info.op_type for s in program.steps} & RANDOM_OPS)
         if random:
             self.fallback = f"it draws random numbers ({', '.join(random)})"
+            self._program_fallback = True
 
     def run(self, inputs: dict[str, Tensor]) -> list[Tensor] | None:
         """The outputs of a compiled run, or None when this graph must run eagerly."""
-        if self.fallback is not None or not all(
+        if self._program_fallback or not all(
             isinstance(inputs.get(n), Tensor) for n in self.input_names
         ):
             return None
         xs = [inputs[n].data for n in self.input_names]
         key = tuple(_signature(x) for x in xs)
+        if key in self._eager:
+            return None
         versions = tuple((id(t.data), t.data._version) for t in self.constants.values())
         entry = self._compiled.get(key)
         if entry is None or entry[0] != versions:
             try:
                 entry = self._compiled[key] = (versions, self._compile(xs))
             except Exception as e:  # any failure to trace or compile: run eagerly instead
-                self._give_up(e)
+                self._give_up(key, e)
                 return None
         with torch.no_grad():
             outs = entry[1](*xs)
@@ -99,16 +105,19 @@ class GraphRunner:
             for o, n in zip(outs, self.output_names, strict=True)
         ]
 
-    def _give_up(self, error: Exception) -> None:
+    def _give_up(self, key: tuple[Any, ...], error: Exception) -> None:
+        """Run inputs of signature ``key`` eagerly from now on; warn the first time."""
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        self._eager.add(key)
+        self._compiled.pop(key, None)
+        if self.fallback is None:
+            warnings.warn(
+                f"graph mode cannot compile this model ({reason}); it runs eagerly, with the "
+                "same results",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         self.fallback = reason
-        self._compiled.clear()
-        warnings.warn(
-            f"graph mode cannot compile this model ({reason}); it runs eagerly, with the same "
-            "results",
-            RuntimeWarning,
-            stacklevel=3,
-        )
 
     def _compile(self, xs: list[torch.Tensor]) -> Callable[..., Any]:
         weights = {n: t for n, t in self.constants.items() if t.stores_grad}
