@@ -27,20 +27,18 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from sonnx.autograd import random_ops
+from sonnx.autograd.operator import Operator
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.onnx.graph_program import GraphProgram
 from sonnx.tensor import Tensor
 
-# Operators whose results differ from run to run: a traced graph would replay one draw.
+# Operators whose results differ from run to run (a traced graph would replay one draw): the
+# operators of sonnx.autograd.random_ops.
 RANDOM_OPS = frozenset(
-    {
-        "Bernoulli",
-        "Multinomial",
-        "RandomNormal",
-        "RandomNormalLike",
-        "RandomUniform",
-        "RandomUniformLike",
-    }
+    value.op_type
+    for value in (getattr(random_ops, name) for name in random_ops.__all__)
+    if isinstance(value, type) and issubclass(value, Operator)
 )
 
 
