@@ -261,3 +261,28 @@ def test_sequence_length_of_an_empty_sequence_is_on_the_graph_device():
     assert y.device == META
     (y,) = sonnx.prepare(model).run([np.ones(2, np.int64)])
     assert y.device == CPU and y.data.tolist() == [1, 1]
+
+
+def test_an_imported_bert_runs_on_a_device_without_reading_values_back():
+    """On torch's meta device any read of a device value fails, where on a GPU it would wait
+    for the device. A BERT-style encoder's shape arithmetic (Shape, Gather, Concat, Range,
+    Reshape) runs on the host and its index checks are deferred to one read at the end of
+    the run (dropped on meta), so the whole run completes there."""
+    import torch
+
+    from sonnx.testing import torch_models as tm
+
+    torch.manual_seed(0)
+    module = tm.TinyBert(vocab=50, hidden=16, heads=2, layers=1, ffn=32, max_len=8)
+    proto = tm.export(module, tm.bert_inputs(1, 8, 50), 17, ["input_ids", "attention_mask"])
+    assert sum(n.op_type in ("Shape", "Range") for n in proto.graph.node) > 0
+    rep = sonnx.prepare(proto, device=META)
+    ids, mask = tm.bert_inputs(3, 8, 50)
+    previous = autograd.training
+    autograd.training = False
+    try:
+        (out,) = rep.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    finally:
+        autograd.training = previous
+    cpu_out = sonnx.prepare(proto).run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    assert out.device == META and out.shape == cpu_out[0].shape

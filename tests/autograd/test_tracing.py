@@ -50,3 +50,21 @@ def test_shape_arithmetic_runs_untraced_and_only_value_ops_are_recorded() -> Non
 def test_value_dependence_is_refused(fn, message) -> None:
     with pytest.raises(NotTraceableError, match=message):
         _trace(fn, torch.randn(2, 3))
+
+
+def test_deferred_checks_are_read_once_at_the_end_of_the_outermost_run() -> None:
+    from sonnx.autograd.tracing import defer_check, deferred_checks, defers_checks_on
+    from sonnx.errors import BadInputError
+
+    assert not defers_checks_on(torch.device("meta"))  # outside a run: checked at once
+    with pytest.raises(BadInputError, match="Gather: index 7 out of range"), deferred_checks():
+        assert defers_checks_on(torch.device("meta")) and not defers_checks_on(torch.device("cpu"))
+        defer_check(torch.tensor(False), lambda: "never shown")
+        with deferred_checks():  # a nested subgraph run leaves the reading to the outer one
+            defer_check(torch.tensor(True), lambda: "Gather: index 7 out of range")
+        reached_after_the_nested_run = True
+    assert reached_after_the_nested_run
+    with deferred_checks():  # all passed: nothing raised
+        defer_check(torch.tensor(False), lambda: "fine")
+    with deferred_checks():  # meta values have no contents: their checks are dropped
+        defer_check(torch.ones((), dtype=torch.bool, device="meta"), lambda: "unreadable")

@@ -34,6 +34,9 @@ NOT_OPS = {
     "trainable_tensors",
     "Layer",
     "tracing",
+    "defer_check",
+    "deferred_checks",
+    "defers_checks_on",
     "value_checks",
 }
 

@@ -25,6 +25,7 @@ from sonnx.autograd.elementwise_base import (
     to_ordered,
 )
 from sonnx.autograd.elementwise_binary import Add
+from sonnx.autograd.host_values import host
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError, ExportError
 from sonnx.onnx.graph_builder import GraphBuilder
@@ -155,7 +156,7 @@ class Clip(Operator):
         if _scalar_bound(lo, x) and _scalar_bound(hi, x) and x.dtype.is_floating_point:
             # Python-number bounds take torch's much faster scalar kernel (ReLU6 is a Clip)
             return torch.clamp(
-                x, None if lo is None else lo.item(), None if hi is None else hi.item()
+                x, None if lo is None else host(lo).item(), None if hi is None else host(hi).item()
             )
         if x.dtype in NO_KERNEL_UINTS:
             lo_key = None if lo is None else to_ordered(lo)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from sonnx.autograd.host_values import host
 from sonnx.autograd.indexing_common import (
     from_order_key,
     norm_axis,
@@ -331,7 +332,7 @@ class OneHot(Operator):
                 f"OneHot: depth must be a scalar and values a pair [off, on], received depth "
                 f"shape {tuple(depth.shape)} and values shape {tuple(values.shape)}"
             )
-        n = int(depth.reshape(-1)[0].item())
+        n = int(host(depth).reshape(-1)[0].item())
         if n < 1:
             raise BadInputError(f"OneHot: depth must be positive, received {n}")
         axis = norm_axis(self.op_type, self.attr("axis"), indices.dim() + 1)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from sonnx.autograd.tracing import value_checks
+from sonnx.autograd.tracing import defer_check, defers_checks_on, value_checks
 from sonnx.errors import BadInputError, ExportError
 
 if TYPE_CHECKING:
@@ -72,12 +72,19 @@ def norm_indices(op: str, name: str, indices: torch.Tensor, size: int) -> torch.
     ``[-size, size)``); out-of-range indices raise BadInputError naming ``op`` and ``name``."""
     idx = indices.to(torch.int64)
     wrapped = torch.where(idx < 0, idx + size, idx)
+    if not value_checks():
+        return wrapped
     outside = (wrapped < 0) | (wrapped >= size)
-    if value_checks() and bool(outside.any()):  # one reduction and one host read
+
+    def message() -> str:
         bad = int(idx[outside].reshape(-1)[0])
-        raise BadInputError(
-            f"{op}: input {name} must hold indices in [{-size}, {size - 1}], received {bad}"
-        )
+        return f"{op}: input {name} must hold indices in [{-size}, {size - 1}], received {bad}"
+
+    if defers_checks_on(idx.device):  # checked at the end of the run; clamp until then
+        defer_check(outside.any(), message)
+        return wrapped.clamp(0, max(size - 1, 0))
+    if bool(outside.any()):  # one reduction and one host read
+        raise BadInputError(message())
     return wrapped
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
+from sonnx.autograd.host_values import forget, host, place_inputs
 from sonnx.errors import BadInputError
 from sonnx.onnx.attributes import schema_defaults
 from sonnx.tensor import RecordedTensor, Tensor
@@ -94,9 +95,14 @@ class Operator:
         Returns one :class:`Tensor`, or a tuple when the operator has several outputs.
         """
         args = self._as_tensors(inputs)
-        raw = [None if a is None else a.data for a in args]
-        with torch.set_grad_enabled(is_training()):
-            result = self.forward(*raw)
+        given = [None if a is None else a.data for a in args]
+        raw = place_inputs(self.op_type, given)
+        try:
+            with torch.set_grad_enabled(is_training()):
+                result = self.forward(*raw)
+        finally:
+            if raw is not given:
+                forget(raw)
         self.inputs = tuple(_recorded(a) for a in args)
         self.sequence = next(_call_order)
         needs_grad = any(a is not None and a.requires_grad for a in args)
@@ -117,15 +123,6 @@ class Operator:
                 args.append(x)
             else:
                 args.append(_constant(x, reference, self.op_type, position))
-        present = [a for a in args if a is not None]
-        if present:
-            first = present[0].data.device
-            for position, a in enumerate(args):
-                if a is not None and a.data.device != first:
-                    raise BadInputError(
-                        f"{self.op_type}: all inputs must be on one device; input 0 is on "
-                        f"{first}, input {position} is on {a.data.device}"
-                    )
         return args
 
     def __repr__(self) -> str:
@@ -181,4 +178,4 @@ def host_ints(x: torch.Tensor | None) -> list[int] | None:
     """An integer tensor input (a shape, axes, pads) as a Python list; None stays None."""
     if x is None:
         return None
-    return [int(v) for v in x.reshape(-1).tolist()]
+    return [int(v) for v in host(x).reshape(-1).tolist()]

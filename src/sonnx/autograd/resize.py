@@ -22,6 +22,7 @@ import onnx
 import torch
 
 from sonnx import dtypes
+from sonnx.autograd.host_values import host
 from sonnx.autograd.operator import Operator, host_ints
 from sonnx.autograd.resize_grid import (
     AffineGrid,
@@ -271,7 +272,7 @@ class Resize(Operator):
                 f"received {given.numel()} for input shape {tuple(x.shape)}"
             )
         if have_scales:
-            scale_list = [float(s) for s in scales.reshape(-1).tolist()]
+            scale_list = [float(s) for s in host(scales).reshape(-1).tolist()]
             if any(s <= 0 for s in scale_list):
                 raise BadInputError(f"Resize: scales must be positive, received {scale_list}")
             return scale_list, [
@@ -291,7 +292,7 @@ class Resize(Operator):
     ) -> list[tuple[float, float] | None]:
         if self.attr("coordinate_transformation_mode") != "tf_crop_and_resize":
             return [None] * len(axes)
-        values = [] if roi is None else [float(v) for v in roi.reshape(-1).tolist()]
+        values = [] if roi is None else [float(v) for v in host(roi).reshape(-1).tolist()]
         n = len(axes)
         if len(values) == 2 * n:
             return [(values[k], values[n + k]) for k in range(n)]

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
+from sonnx.autograd.host_values import host
 from sonnx.autograd.operator import Operator, host_ints
 from sonnx.autograd.shape_common import attrs_without, int64_input
 from sonnx.device import as_device
@@ -68,7 +69,8 @@ class Shape(Operator):
         start = self.attr("start") or 0
         end = self.attr("end")
         # Python slicing clamps negative and out-of-range bounds exactly as ONNX does.
-        return torch.tensor(list(x.shape)[start:end], dtype=torch.int64, device=x.device)
+        # host: shape values live on the host (see sonnx.autograd.host_values)
+        return torch.tensor(list(x.shape)[start:end], dtype=torch.int64)
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         start, end = self.attr("start") or 0, self.attr("end")
@@ -92,7 +94,7 @@ class Size(Operator):
     op_type = "Size"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tensor(x.numel(), dtype=torch.int64, device=x.device)
+        return torch.tensor(x.numel(), dtype=torch.int64)  # host: a shape value
 
 
 class Constant(Operator):
@@ -170,11 +172,11 @@ class Range(Operator):
                 )
         dtype = start.dtype
         if dtype.is_floating_point:
-            s, stop, d = (float(t.item()) for t in (start, limit, delta))
+            s, stop, d = (float(host(t).item()) for t in (start, limit, delta))
             count = max(math.ceil((stop - s) / d), 0) if d else None
             steps = torch.arange(count or 0, dtype=torch.float64, device=start.device)
         else:
-            s, stop, d = (int(t.item()) for t in (start, limit, delta))
+            s, stop, d = (int(host(t).item()) for t in (start, limit, delta))
             count = max(-((s - stop) // d), 0) if d else None
             steps = torch.arange(count or 0, dtype=torch.int64, device=start.device)
         if count is None:

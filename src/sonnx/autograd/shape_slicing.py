@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.nn import functional
 
+from sonnx.autograd.host_values import host
 from sonnx.autograd.operator import Operator, host_ints
 from sonnx.autograd.shape_common import (
     as_int_list,
@@ -270,7 +271,7 @@ class Pad(Operator):
                 x = x.narrow(a, first, max(x.shape[a] - first - last, 0))
         begins, ends = [max(b, 0) for b in begins], [max(e, 0) for e in ends]
         if mode == "constant":
-            value = 0 if constant_value is None else constant_value.reshape(-1)[0].item()
+            value = 0 if constant_value is None else host(constant_value).reshape(-1)[0].item()
             flat = [p for a in reversed(builtins.range(rank)) for p in (begins[a], ends[a])]
             return functional.pad(x, flat, value=value) if rank else x.clone()
         for a in builtins.range(rank):
@@ -318,7 +319,7 @@ class Pad(Operator):
                     f"Pad: at opset {g.opset} the pad value must be an attribute, but this "
                     "graph computes it at run time; export at opset 11 or later"
                 )
-            value = float(constant.reshape(-1)[0].item())
+            value = float(host(constant).reshape(-1)[0].item())
         name = "pads" if g.opset >= 2 else "paddings"
         g.add_node("Pad", inputs[:1], outputs, mode=mode, value=value, **{name: full})
 

@@ -12,7 +12,7 @@ operation that would let traced values steer Python (a host read) or decide an o
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,7 +21,17 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-__all__ = ["NotTraceableError", "ValueFlow", "tracing", "value_checks"]
+from sonnx.errors import BadInputError
+
+__all__ = [
+    "NotTraceableError",
+    "ValueFlow",
+    "defer_check",
+    "deferred_checks",
+    "defers_checks_on",
+    "tracing",
+    "value_checks",
+]
 
 _value_checks = True
 
@@ -41,6 +51,46 @@ def tracing() -> Iterator[None]:
         yield
     finally:
         _value_checks = previous
+
+
+# Checks of device values deferred to the end of a graph run: (failed flag, message).
+_deferred: list[tuple[torch.Tensor, Callable[[], str]]] | None = None
+
+
+def defers_checks_on(device: torch.device) -> bool:
+    """Whether a check of values on ``device`` is deferred: inside a graph run, off the CPU
+    (reading a GPU value waits for the GPU, so a run reads all its checks back at once)."""
+    return _deferred is not None and device.type != "cpu"
+
+
+def defer_check(failed: torch.Tensor, message: Callable[[], str]) -> None:
+    """Record a 0-d boolean ``failed`` to read at the end of the run; ``message()`` names the
+    problem if it is True."""
+    if _deferred is None:
+        raise RuntimeError("defer_check outside deferred_checks()")
+    _deferred.append((failed, message))
+
+
+@contextmanager
+def deferred_checks() -> Iterator[None]:
+    """Collect the deferred checks of a graph run and read them back once, at its end (an
+    enclosing run, if any, does it for nested subgraph runs). A failed check raises
+    :class:`BadInputError` with its message. Values on torch's ``meta`` device have no
+    contents to read, so their checks are dropped."""
+    global _deferred
+    if _deferred is not None:
+        yield
+        return
+    _deferred = []
+    try:
+        yield
+        pending = [(flag, message) for flag, message in _deferred if flag.device.type != "meta"]
+    finally:
+        _deferred = None
+    if pending and bool(torch.stack([flag.to(pending[0][0].device) for flag, _ in pending]).any()):
+        for flag, message in pending:
+            if bool(flag):
+                raise BadInputError(message())
 
 
 # torch functions whose output *shape* depends on input values.

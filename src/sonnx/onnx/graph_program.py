@@ -23,6 +23,8 @@ import onnx
 from onnx import numpy_helper
 
 from sonnx import dtypes
+from sonnx.autograd.host_values import constant_device
+from sonnx.autograd.tracing import deferred_checks
 from sonnx.device import Device, get_default_device, set_default_device
 from sonnx.errors import BadInputError, BadModelError
 from sonnx.onnx.attributes import densify
@@ -36,6 +38,8 @@ from sonnx.onnx.model_loading import (
 from sonnx.onnx.registry import NodeInfo, node_attributes
 from sonnx.onnx.values import is_single_value
 from sonnx.tensor import Tensor
+
+CPU = Device("cpu")
 
 
 @dataclass
@@ -90,7 +94,7 @@ class GraphProgram:
         name is in ``keep``: an activation then lives no longer than torch needs it (for
         backward, torch holds what it saved), not until the end of the run.
         """
-        with _default_device(self.device):
+        with _default_device(self.device), deferred_checks():
             return self._execute(values, stop, computed, keep)
 
     def outer_names(self) -> set[str]:
@@ -219,15 +223,23 @@ def initializer_tensors(graph: onnx.GraphProto, dev: Device) -> dict[str, Tensor
             array = numpy_helper.to_array(init)
         except Exception as e:  # malformed or unreadable initializer data
             raise BadModelError(f"initializer {init.name!r} cannot be decoded: {e}") from e
-        t = Tensor(data=np.array(array), device=dev, requires_grad=False, name=init.name)
+        t = Tensor(data=np.array(array), device=CPU, requires_grad=False, name=init.name)
+        _place_constant(t, dev)
         if dtypes.is_float(t.dtype):
             t.requires_grad = True
             t.stores_grad = True
         tensors[init.name] = t
     for sparse in graph.sparse_initializer:
         name = sparse.values.name
-        tensors[name] = Tensor(data=densify(sparse), device=dev, requires_grad=False, name=name)
+        tensors[name] = Tensor(data=densify(sparse), device=CPU, requires_grad=False, name=name)
+        _place_constant(tensors[name], dev)
     return tensors
+
+
+def _place_constant(t: Tensor, dev: Device) -> None:
+    """Move a constant to the graph's device, except small integer ones (shape arithmetic's
+    indices and axes), which stay on the host: see :mod:`sonnx.autograd.host_values`."""
+    t.to_device(Device(constant_device(t.data, dev.torch_device)))
 
 
 def compile_graph(
@@ -255,7 +267,7 @@ def compile_graph(
         step = _make_step(by_index[i], versions, dev)
         if step.info.op_type == "Constant" and step.info.domain == "":
             value = step.convert(step.info, [], step.attrs)
-            value.to_device(dev)
+            _place_constant(value, dev)
             value.name = step.outputs[0]
             value.creator = None
             constants[step.outputs[0]] = value

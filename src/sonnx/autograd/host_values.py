@@ -1,0 +1,82 @@
+"""Shape values live on the host, so shape arithmetic never waits for a device.
+
+In an exported graph, ``Shape -> Gather -> Concat -> Reshape`` chains compute shapes from
+shapes. ``Shape`` and ``Size`` therefore create their outputs on the CPU, and an imported
+graph keeps its small integer constants there (:func:`constant_device`): the whole chain runs
+on the host, and the operator that finally reads the values (a Reshape's target) reads host
+memory instead of copying from a GPU and waiting for it.
+
+Where such a host value meets a tensor on a device (position ids from ``Range`` indexing an
+embedding on the GPU), :func:`place_inputs` copies it over for the operator's math, without
+waiting; :func:`host` still hands operators that read values on the host the original.
+On the CPU nothing moves and nothing changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from sonnx.errors import BadInputError
+
+#: Integer constants of an imported graph with at most this many elements stay on the host.
+HOST_CONSTANT_SIZE = 64
+
+# For the operator call in progress: id(device copy) -> host original.
+_originals: dict[int, torch.Tensor] = {}
+
+
+def is_host_value(t: torch.Tensor) -> bool:
+    """An integer or boolean tensor on the CPU: a shape, an index, a mask made from shapes."""
+    return t.device.type == "cpu" and not (t.is_floating_point() or t.is_complex())
+
+
+def constant_device(t: torch.Tensor, graph_device: torch.device) -> torch.device:
+    """Where an imported graph keeps constant ``t``: small integer constants on the host."""
+    if t.is_floating_point() or t.is_complex() or t.numel() > HOST_CONSTANT_SIZE:
+        return graph_device
+    return torch.device("cpu")
+
+
+def place_inputs(op_type: str, inputs: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+    """The inputs on one device: host values joining device tensors are copied over.
+
+    Returns ``inputs`` itself when they already share a device, else a new list. Any other mix
+    (float data on the CPU with data on a GPU, two GPUs) is the caller's error.
+    """
+    present = [(i, t) for i, t in enumerate(inputs) if t is not None]
+    devices = {t.device for _, t in present}
+    if len(devices) < 2:
+        return inputs
+    targets = {d for d in devices if d.type != "cpu"}
+    movable = all(t.device in targets or is_host_value(t) for _, t in present)
+    if len(targets) != 1 or not movable:
+        first, first_device = present[0][0], present[0][1].device
+        position, other = next((i, t) for i, t in present if t.device != first_device)
+        raise BadInputError(
+            f"{op_type}: all inputs must be on one device; input {first} is on {first_device}, "
+            f"input {position} is on {other.device}"
+        )
+    (target,) = targets
+    placed: list[torch.Tensor | None] = []
+    for t in inputs:
+        if t is not None and t.device != target:
+            copy = t.to(target, non_blocking=True)
+            _originals[id(copy)] = t
+            t = copy
+        placed.append(t)
+    return placed
+
+
+def forget(placed: Sequence[torch.Tensor | None]) -> None:
+    """After the operator call that :func:`place_inputs` served: drop its device copies."""
+    for t in placed:
+        if t is not None:
+            _originals.pop(id(t), None)
+
+
+def host(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or the host original of an input copied to the device for this operator call:
+    what an operator reads when it needs values on the host (``.tolist()``, ``.item()``)."""
+    return _originals.get(id(t), t)
