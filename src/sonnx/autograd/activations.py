@@ -18,6 +18,7 @@ import torch
 from torch.nn import functional as F
 
 from sonnx import dtypes
+from sonnx.autograd.elementwise_base import broadcast_shapes
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError, ExportError
 from sonnx.onnx.attributes import schema_defaults
@@ -186,7 +187,7 @@ class PRelu(_Activation):
         if self._per_channel(x, slope):
             slope = slope.reshape(-1, *[1] * (x.dim() - 2))
         try:
-            shape = torch.broadcast_shapes(x.shape, slope.shape)
+            shape = broadcast_shapes(x.shape, slope.shape)
         except RuntimeError:
             shape = None
         if shape != x.shape:

@@ -106,26 +106,32 @@ def same_dtype(op: str, names: Sequence[str], xs: Sequence[torch.Tensor]) -> Non
             )
 
 
-def broadcast_shape(op: str, names: Sequence[str], xs: Sequence[torch.Tensor]) -> torch.Size:
-    """NumPy-style broadcast shape of the inputs, or a clear error naming every shape.
-
-    Computed on the shape tuples in plain Python: this runs for every element-wise op, and
-    ``torch.broadcast_shapes`` costs several times more.
-    """
-    shapes = [tuple(x.shape) for x in xs]
-    first = shapes[0]
-    if all(s == first for s in shapes[1:]):
+def broadcast_shapes(*shapes: Sequence[int]) -> torch.Size:
+    """``torch.broadcast_shapes`` (NumPy rules; RuntimeError when they do not broadcast),
+    computed on the shape tuples in plain Python: operators check shapes on every call, and
+    torch's version costs several times more."""
+    tuples = [tuple(s) for s in shapes]
+    first = tuples[0]
+    if all(s == first for s in tuples[1:]):
         return torch.Size(first)
     out = []
-    for i in range(1, max(len(s) for s in shapes) + 1):
-        dims = {s[-i] for s in shapes if len(s) >= i} - {1}
+    for i in range(1, max(len(s) for s in tuples) + 1):
+        dims = {s[-i] for s in tuples if len(s) >= i} - {1}
         if len(dims) > 1:
-            shown = ", ".join(f"{n} {s}" for n, s in zip(names, shapes, strict=False))
-            raise BadInputError(
-                f"{op}: inputs must be broadcastable to one shape (NumPy rules), received {shown}"
-            )
+            raise RuntimeError(f"shapes {tuples} do not broadcast")
         out.append(dims.pop() if dims else 1)
     return torch.Size(reversed(out))
+
+
+def broadcast_shape(op: str, names: Sequence[str], xs: Sequence[torch.Tensor]) -> torch.Size:
+    """NumPy-style broadcast shape of the inputs, or a clear error naming every shape."""
+    try:
+        return broadcast_shapes(*(x.shape for x in xs))
+    except RuntimeError:
+        shown = ", ".join(f"{n} {tuple(x.shape)}" for n, x in zip(names, xs, strict=False))
+        raise BadInputError(
+            f"{op}: inputs must be broadcastable to one shape (NumPy rules), received {shown}"
+        ) from None
 
 
 @cache

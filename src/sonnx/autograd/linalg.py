@@ -13,6 +13,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.autograd.activations import StrictExport
+from sonnx.autograd.elementwise_base import broadcast_shapes
 from sonnx.autograd.operator import host_ints
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
@@ -66,7 +67,7 @@ def _matmul(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             f"({k_b}), received shapes {_shape(a)} and {_shape(b)}"
         )
     try:
-        torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except RuntimeError:
         raise BadInputError(
             f"{op}: the batch dimensions of A and B must broadcast, received shapes {_shape(a)} "
@@ -121,7 +122,7 @@ class Gemm(StrictExport):
         if c is None:
             return y
         try:
-            shape = torch.broadcast_shapes(c.shape, y.shape)
+            shape = broadcast_shapes(c.shape, y.shape)
         except RuntimeError:
             shape = None
         if shape != y.shape:

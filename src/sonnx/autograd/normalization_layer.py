@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
+from sonnx.autograd.elementwise_base import broadcast_shapes
 from sonnx.autograd.normalization_common import (
     attrs_at_opset,
     check_float,
@@ -40,7 +41,7 @@ __all__ = [
 def _check_broadcast(op: str, name: str, t: torch.Tensor, target: Sequence[int]) -> None:
     """Raise unless ``t`` broadcasts to ``target`` without growing it."""
     try:
-        ok = torch.broadcast_shapes(t.shape, tuple(target)) == tuple(target)
+        ok = broadcast_shapes(t.shape, tuple(target)) == tuple(target)
     except RuntimeError:
         ok = False
     if not ok:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sonnx.autograd.elementwise_base import broadcast_shapes
 from sonnx.autograd.operator import Operator, host_ints
 from sonnx.autograd.shape_common import (
     as_int_list,
@@ -186,7 +187,7 @@ class Expand(Operator):
     def forward(self, x: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
         target = host_ints(shape)
         try:
-            out = torch.broadcast_shapes(tuple(x.shape), tuple(target))
+            out = broadcast_shapes(tuple(x.shape), tuple(target))
         except RuntimeError:
             raise BadInputError(
                 f"Expand: input of shape {tuple(x.shape)} cannot be broadcast with shape {target}"
