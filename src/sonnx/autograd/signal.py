@@ -120,7 +120,7 @@ class DFT(Operator):
             else:
                 ins.append(g.constant(np.int64(axis), "dft_axis"))
         else:
-            attrs["axis"] = axis % self.inputs[0].data.dim()
+            attrs["axis"] = axis % self.inputs[0].ndim()
         g.add_node(self.op_type, ins, outputs, **attrs)
 
 
