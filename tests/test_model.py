@@ -121,6 +121,27 @@ def test_graph_mode_equals_eager(cls):
         torch.testing.assert_close(graph_states[name], value, rtol=0, atol=0, msg=name)
 
 
+class DropoutNet(model.Model):
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = layer.Dropout(0.5)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(x)
+
+
+def test_graph_mode_draws_a_new_dropout_mask_every_call():
+    m = DropoutNet()
+    m.graph_backend = "aot_eager"
+    x = Tensor(data=np.ones((4, 64), np.float32), requires_grad=False)
+    m.compile([x], is_train=False, use_graph=True)
+    m.train()
+    masks = {tuple(m.forward(x).data.reshape(-1).tolist()) for _ in range(4)}
+    assert len(masks) > 1, "graph mode replays one dropout mask"
+    m.eval()
+    torch.testing.assert_close(m(x).data, x.data)
+
+
 def test_graph_mode_records_one_node_that_export_refuses():
     m = CNN()
     m.graph_backend = "aot_eager"

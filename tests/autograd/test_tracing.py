@@ -68,3 +68,12 @@ def test_deferred_checks_are_read_once_at_the_end_of_the_outermost_run() -> None
         defer_check(torch.tensor(False), lambda: "fine")
     with deferred_checks():  # meta values have no contents: their checks are dropped
         defer_check(torch.ones((), dtype=torch.bool, device="meta"), lambda: "unreadable")
+
+
+def test_random_draws_stay_in_the_graph_so_each_run_draws_afresh() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x * (torch.rand(x.shape) >= 0.5)  # a dropout mask: no traced input
+
+    graph = _trace(fn, torch.ones(64))
+    masks = {tuple(graph(torch.ones(64)).tolist()) for _ in range(4)}
+    assert len(masks) > 1, "the traced graph replays one draw"

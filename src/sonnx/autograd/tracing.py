@@ -112,6 +112,34 @@ _DATA_DEPENDENT_SHAPES = frozenset(
         torch.Tensor.bincount,
     }
 )
+# torch functions that draw random numbers: always traced, so each run draws afresh (run
+# untraced, a draw would become a constant of the graph).
+_RANDOM = frozenset(
+    {
+        torch.rand,
+        torch.randn,
+        torch.randint,
+        torch.randperm,
+        torch.rand_like,
+        torch.randn_like,
+        torch.randint_like,
+        torch.bernoulli,
+        torch.Tensor.bernoulli,
+        torch.normal,
+        torch.poisson,
+        torch.multinomial,
+        torch.Tensor.multinomial,
+        torch.Tensor.uniform_,
+        torch.Tensor.normal_,
+        torch.Tensor.bernoulli_,
+        torch.Tensor.random_,
+        torch.Tensor.exponential_,
+        torch.Tensor.geometric_,
+        torch.Tensor.log_normal_,
+        torch.Tensor.cauchy_,
+        torch.nn.functional.dropout,
+    }
+)
 # Ways to read values on the host that do not pass through a traced torch operation.
 _HOST_READS = frozenset(
     {torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist, torch.Tensor.item}
@@ -127,7 +155,8 @@ class ValueFlow(TorchFunctionMode):
 
     A call that touches none of them computes something fixed for this input signature (shape
     arithmetic, constants): it runs untraced and its result is baked into the graph. A call on
-    traced values is recorded, and its results are traced values in turn.
+    traced values, or one that draws random numbers, is recorded, and its results are traced
+    values in turn.
     """
 
     def __init__(self, traced: Sequence[torch.Tensor]) -> None:
@@ -141,7 +170,7 @@ class ValueFlow(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         flat = pytree.tree_leaves((args, kwargs))
-        if not any(self._is_traced(v) for v in flat):
+        if func not in _RANDOM and not any(self._is_traced(v) for v in flat):
             with disable_proxy_modes_tracing():
                 return func(*args, **kwargs)
         if func in _HOST_READS:
