@@ -155,9 +155,15 @@ class GraphRunner:
 def _compiled(
     graph: GraphModule, xs: list[torch.Tensor], backend: str, pattern_matcher: bool
 ) -> Callable[..., Any]:
-    """``torch.compile`` of ``graph``, compiled now (first call) with the weights frozen in."""
+    """``torch.compile`` of ``graph``, compiled now (first call) with the weights frozen in.
+
+    ``cpp_wrapper`` makes inductor launch the kernels from C++ instead of a Python wrapper,
+    which at batch 1 is a large part of a run (measured: MobileNet-v2 22 -> 14 ms, the BERT
+    encoder 3.5 -> 2.7 ms) for a few more seconds of compiling.
+    """
     compiled = torch.compile(graph, backend=backend, dynamic=False)
-    with torch._inductor.config.patch(freezing=True, pattern_matcher=pattern_matcher):
+    options = {"freezing": True, "pattern_matcher": pattern_matcher, "cpp_wrapper": True}
+    with torch._inductor.config.patch(**options):
         compiled(*xs)
     return compiled
 
