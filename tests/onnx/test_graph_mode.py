@@ -16,7 +16,9 @@ from onnx import TensorProto, helper
 
 import sonnx
 from sonnx import autograd
-from sonnx.tensor import to_numpy
+from sonnx.errors import ExportError
+from sonnx.onnx.graph_mode import CompiledInference
+from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm
 
 
@@ -45,7 +47,7 @@ def _same(graph_rep, eager_rep, feeds) -> None:
     got, expected = graph_rep.run(feeds), eager_rep.run(feeds)
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
-        assert g.creator is None, "a compiled run returned a recorded tensor"
+        assert isinstance(g.creator, CompiledInference), "not a compiled run"
         np.testing.assert_allclose(to_numpy(g), to_numpy(e), rtol=1e-5, atol=1e-6)
 
 
@@ -80,6 +82,15 @@ def test_changed_weights_are_compiled_in_and_training_runs_stay_eager(cnn) -> No
     autograd.training = True
     (trained,) = rep.run([x])
     assert trained.creator is not None, "a training run must be recorded for backward"
+
+
+def test_exporting_a_compiled_run_says_to_run_eagerly(cnn) -> None:
+    rep = sonnx.prepare(cnn, use_graph=True)
+    x = Tensor(data=np.zeros((2, 3, 16, 16), np.float32), requires_grad=False, name="input")
+    (y,) = rep.run([x])
+    assert y.name == rep.outputs[0]
+    with pytest.raises(ExportError, match="run a model prepared without use_graph"):
+        sonnx.to_onnx([x], [y])
 
 
 def _if_on_a_computed_condition() -> onnx.ModelProto:
