@@ -27,16 +27,20 @@ HOST_CONSTANT_SIZE = 64
 _originals: dict[int, torch.Tensor] = {}
 
 
+def _integral(t: torch.Tensor) -> bool:
+    return not (t.is_floating_point() or t.is_complex())
+
+
 def is_host_value(t: torch.Tensor) -> bool:
     """An integer or boolean tensor on the CPU: a shape, an index, a mask made from shapes."""
-    return t.device.type == "cpu" and not (t.is_floating_point() or t.is_complex())
+    return t.device.type == "cpu" and _integral(t)
 
 
 def constant_device(t: torch.Tensor, graph_device: torch.device) -> torch.device:
     """Where an imported graph keeps constant ``t``: small integer constants on the host."""
-    if t.is_floating_point() or t.is_complex() or t.numel() > HOST_CONSTANT_SIZE:
-        return graph_device
-    return torch.device("cpu")
+    if _integral(t) and t.numel() <= HOST_CONSTANT_SIZE:
+        return torch.device("cpu")
+    return graph_device
 
 
 def place_inputs(op_type: str, inputs: list[torch.Tensor | None]) -> list[torch.Tensor | None]:

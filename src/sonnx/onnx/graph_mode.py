@@ -78,18 +78,13 @@ class GraphRunner:
     so after a training step or ``load_states`` the next run compiles afresh.
     """
 
-    def __init__(
-        self,
-        program: GraphProgram,
-        constants: dict[str, Tensor],
-        input_names: list[str],
-        output_names: list[str],
-        backend: str = "inductor",
-    ) -> None:
+    def __init__(self, program: GraphProgram, backend: str = "inductor") -> None:
         self.program = program
-        self.constants = constants
-        self.input_names = input_names
-        self.output_names = output_names
+        # The program's own (the SingaRep's tensor_map is the same dict), so weights a user
+        # changes or trains are the ones compiled in.
+        self.constants = program.constants
+        self.input_names = program.input_names
+        self.output_names = program.output_names
         self.backend = backend
         self._compiled: dict[tuple[Any, ...], tuple[tuple[Any, ...], Callable[..., Any]]] = {}
         # Input signatures whose trace or compile failed: they run eagerly.

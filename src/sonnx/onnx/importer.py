@@ -255,18 +255,14 @@ def prepare(
     initializer_names = {i.name for i in graph.initializer}
     input_specs = [_input_spec(v) for v in graph.input if v.name not in initializer_names]
     program = compile_graph(graph, opset_versions(proto), dev, [s.name for s in input_specs])
-    outputs = list(program.output_names)
-    runner = None
-    if use_graph:
-        runner = GraphRunner(program, program.constants, [s.name for s in input_specs], outputs)
     return SingaRep(
         model=proto,
         device=dev,
         tensor_map=program.constants,
         input_specs=input_specs,
-        outputs=outputs,
+        outputs=list(program.output_names),
         program=program,
-        graph_runner=runner,
+        graph_runner=GraphRunner(program) if use_graph else None,
     )
 
 

@@ -158,11 +158,10 @@ class Optimizer:
         shared: list[tuple[torch.Tensor, torch.Tensor, State]] = []
         with torch.no_grad():
             for param, grad in zip(params, grads, strict=True):
-                hp = self.hyper_parameters(param)
+                hp, state = self.hyper_parameters(param), self._state_of(param)
                 if hp is self.defaults:
-                    shared.append((param.data, grad, self._state_of(param)))
+                    shared.append((param.data, grad, state))
                 else:
-                    state = self._state_of(param)
                     self.update_tensor(param.data, grad, state, hp["lr"](self.step_counter), hp)
             if shared:
                 ps, gs, states = (list(column) for column in zip(*shared, strict=True))
