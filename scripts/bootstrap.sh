@@ -9,9 +9,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
-python -m pip install --quiet --disable-pip-version-check --upgrade pip
-python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-python -m pip install --quiet --disable-pip-version-check -e ".[${extras}]"
+# Every package comes at the exact version in constraints.txt (what CI tested); refresh it only
+# with scripts/refresh-constraints.sh. The package is built in this venv (no build isolation)
+# so its build backend is pinned too.
+pip_install() { python -m pip install --quiet --disable-pip-version-check -c constraints.txt "$@"; }
+pip_install pip setuptools
+pip_install "torch==2.13.0"
+pip_install --no-build-isolation -e ".[${extras}]"
 # The default demo data: Debian's real Fashion-MNIST. Where apt-get is missing (or we are not
 # root) sonnx falls back to scikit-learn's bundled digits.
 if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null 2>&1 \

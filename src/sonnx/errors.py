@@ -27,5 +27,17 @@ class ExportError(SonnxError, ValueError):
     """A recorded graph cannot be written as ONNX."""
 
 
+class OpsetTooOldError(ExportError):
+    """An operator, or one of its attributes, cannot be written at the export opset.
+
+    ``needed`` is the first opset that can write it; the exporter raises its default target to
+    that opset, while an opset the user asked for stays an error.
+    """
+
+    def __init__(self, message: str, needed: int) -> None:
+        super().__init__(message)
+        self.needed = needed
+
+
 class DistributedError(SonnxError, RuntimeError):
     """Distributed training failed: a peer died, timed out, or the group is misconfigured."""

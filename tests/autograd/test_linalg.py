@@ -78,7 +78,9 @@ def test_gemm_matches_reference(attrs, c_shape):
     b = RNG.standard_normal((5, 4) if attrs.get("transB") else (4, 5)).astype(np.float32)
     c = None if c_shape is None else RNG.standard_normal(c_shape).astype(np.float32)
     got = la.Gemm(**attrs)(_tensor(a), _tensor(b), None if c is None else _tensor(c)).numpy()
-    np.testing.assert_allclose(got, _reference("Gemm", [a, b, c], 13, **attrs), rtol=1e-5)
+    np.testing.assert_allclose(
+        got, _reference("Gemm", [a, b, c], 13, **attrs), rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("trans", [(0, 0), (1, 1)])
@@ -121,7 +123,9 @@ def test_gemm_exports_to_old_opsets(opset):
     b = RNG.standard_normal((4, 5)).astype(np.float32)
     op = la.Gemm(alpha=2.0)
     expected = op(_tensor(a), _tensor(b)).numpy()
-    np.testing.assert_allclose(_export_and_run(op, [a, b], opset, (3, 5)), expected, rtol=1e-5)
+    np.testing.assert_allclose(
+        _export_and_run(op, [a, b], opset, (3, 5)), expected, rtol=1e-5, atol=1e-6
+    )
     g = GraphBuilder(opset)
     op.export(g, ["a", "b"], ["y"])
     assert len(g.nodes[0].input) == (3 if opset < 11 else 2)

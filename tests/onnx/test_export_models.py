@@ -17,6 +17,8 @@ from onnx.backend.test.runner import Runner
 
 import sonnx
 import sonnx.autograd as ag
+from sonnx.autograd.resize_grid import affine_grid
+from sonnx.errors import ExportError
 from sonnx.onnx import exporter
 from sonnx.onnx.exporter import default_opset, save, to_onnx
 from sonnx.tensor import Tensor, to_numpy
@@ -253,11 +255,24 @@ def test_mixed_model_exports_at_old_and_default_opsets(opset: int | None) -> Non
     assert model.opset_import[0].version == (opset or default_opset())
 
 
-def test_default_opset_is_the_newest_onnxruntime_runs() -> None:
-    import onnxruntime
+def test_default_export_opset_is_fixed_and_lowered_to_what_the_nodes_need() -> None:
+    # Default target 18 whatever onnxruntime is installed; the model imports the newest
+    # since-version its nodes have at 18 (Relu-14, Gemm-13, ...), no higher.
+    assert default_opset() == 18
+    inputs, outputs = run_eager(small_net, rng_inputs(((3, 4, 4), F))(2))
+    model = to_onnx(inputs, list(outputs))
+    needed = max(onnx.defs.get_schema(n.op_type, 18, "").since_version for n in model.graph.node)
+    assert model.opset_import[0].version == needed <= 18
 
-    assert 21 <= default_opset() <= onnx.defs.onnx_opset_version()
-    assert onnxruntime.__version__  # the probe ran against this onnxruntime
+
+def test_default_opset_rises_to_the_first_that_has_a_node() -> None:
+    # AffineGrid has no decomposition into older operators: the default target rises to 20.
+    theta = Tensor(data=np.zeros((2, 2, 3), F), requires_grad=False)
+    y = affine_grid(theta, [2, 1, 4, 4])
+    model = to_onnx([theta], [y])
+    assert model.opset_import[0].version == 20
+    with pytest.raises(ExportError, match="does not exist at opset 18"):
+        to_onnx([theta], [y], opset=18)
 
 
 # ---- save -------------------------------------------------------------------------------------

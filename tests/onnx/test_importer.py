@@ -162,3 +162,24 @@ def test_debug_switch_traces_each_node(monkeypatch, capsys) -> None:
     sonnx.prepare(_chain_model()).run([X])
     err = capsys.readouterr().err
     assert err.count("[sonnx]") == 4 and "Relu" in err and "ms" in err
+
+
+@pytest.mark.parametrize("declared", [-1, 0, None])
+def test_minus_one_zero_and_missing_dims_mean_any_size(declared) -> None:
+    # paddle2onnx writes x: [-1, 3, ?, ?]; onnxruntime takes any size there, and so must sonnx.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [declared, 3, 2])
+    if declared is None:
+        x.type.tensor_type.shape.dim[0].Clear()
+    else:
+        x.type.tensor_type.shape.dim[0].dim_value = declared
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [x],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    rep = sonnx.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    data = np.linspace(-1, 1, 5 * 3 * 2, dtype=np.float32).reshape(5, 3, 2)
+    np.testing.assert_array_equal(to_numpy(rep.run([data])[0]), np.maximum(data, 0))
+    with pytest.raises(BadInputError, match=r"input 'x' expects .*received shape \(5, 4, 2\)"):
+        rep.run([np.zeros((5, 4, 2), np.float32)])

@@ -20,8 +20,9 @@ from torch.nn import functional as F
 from sonnx import dtypes
 from sonnx.autograd.elementwise_base import broadcast_shapes
 from sonnx.autograd.operator import Operator
-from sonnx.errors import BadInputError, ExportError
+from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.onnx.attributes import schema_defaults
+from sonnx.onnx.graph_builder import first_opset
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -85,7 +86,10 @@ def attrs_for_opset(op: Operator, opset: int) -> dict[str, Any]:
     try:
         schema = onnx.defs.get_schema(op.op_type, opset, op.domain)
     except onnx.defs.SchemaError:
-        raise ExportError(f"{op.op_type}: no such ONNX operator at opset {opset}") from None
+        raise OpsetTooOldError(
+            f"{op.op_type}: no such ONNX operator at opset {opset}",
+            first_opset(op.op_type, op.domain),
+        ) from None
     own_defaults = schema_defaults(op.op_type, op.version, op.domain)
     out: dict[str, Any] = {}
     for name, value in op.attrs.items():
@@ -146,8 +150,9 @@ class _Activation(StrictExport):
             self.decompose(g, inputs, outputs)
 
     def decompose(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
-        raise ExportError(
-            f"{self.op_type}: needs opset >= {self.since}, cannot be written at opset {g.opset}"
+        raise OpsetTooOldError(
+            f"{self.op_type}: needs opset >= {self.since}, cannot be written at opset {g.opset}",
+            self.since,
         )
 
 

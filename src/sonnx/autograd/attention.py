@@ -23,7 +23,7 @@ from sonnx.autograd.attention_linear import (
     linear_attention,
 )
 from sonnx.autograd.operator import Operator
-from sonnx.errors import BadInputError, ExportError
+from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -250,9 +250,10 @@ class Attention(Operator):
         elif needed == 23:
             _export_decomposed(self, g, inputs, outputs)
         else:
-            raise ExportError(
+            raise OpsetTooOldError(
                 f"Attention: {self!r} needs opset {needed} (nonpad_kv_seqlen needs 24, window "
-                f"sizes 25), cannot write it at opset {g.opset}"
+                f"sizes 25), cannot write it at opset {g.opset}",
+                needed,
             )
 
 

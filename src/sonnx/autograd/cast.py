@@ -19,7 +19,7 @@ from onnx import TensorProto
 
 from sonnx import dtypes
 from sonnx.autograd.operator import Operator
-from sonnx.errors import BadInputError, ExportError
+from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
 
@@ -186,8 +186,8 @@ class Cast(Operator):
 def _cast_attrs(op: Operator, g: GraphBuilder, target: torch.dtype) -> dict[str, Any]:
     """``to`` plus the attributes that exist at ``g.opset`` (saturate 19+, round_mode 24+)."""
     if target in FLOAT8 and g.opset < 19:
-        raise ExportError(
-            f"{op.op_type} to {target} needs opset 19 or later, exporting at {g.opset}"
+        raise OpsetTooOldError(
+            f"{op.op_type} to {target} needs opset 19 or later, exporting at {g.opset}", 19
         )
     attrs: dict[str, Any] = {"to": dtypes.torch_to_onnx(target)}
     if g.opset >= 19 and op.attrs.get("saturate") is not None:

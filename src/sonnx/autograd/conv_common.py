@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from sonnx.autograd.operator import Operator
-from sonnx.errors import BadInputError, ExportError
+from sonnx.errors import BadInputError, OpsetTooOldError
 
 if TYPE_CHECKING:
     from sonnx.onnx.graph_builder import GraphBuilder
@@ -138,8 +138,8 @@ def check_window(op_type: str, out_sizes: Sequence[int], sizes: Sequence[int]) -
 def require_opset(g: GraphBuilder, op_type: str, since: int) -> None:
     """Raise ExportError when the export opset predates the operator."""
     if g.opset < since:
-        raise ExportError(
-            f"{op_type} does not exist before opset {since}; export opset is {g.opset}"
+        raise OpsetTooOldError(
+            f"{op_type} does not exist before opset {since}; export opset is {g.opset}", since
         )
 
 

@@ -27,7 +27,7 @@ from sonnx.autograd.elementwise_base import (
 from sonnx.autograd.elementwise_binary import Add
 from sonnx.autograd.host_values import host
 from sonnx.autograd.operator import Operator
-from sonnx.errors import BadInputError, ExportError
+from sonnx.errors import BadInputError, OpsetTooOldError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
 
@@ -167,9 +167,10 @@ class Clip(Operator):
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         dtype = next(t.dtype for t in self.inputs if t is not None)
         if g.opset < 12 and not dtypes.is_float(dtype):
-            raise ExportError(
+            raise OpsetTooOldError(
                 f"Clip of {dtype} needs opset 12 or later (integer types), exporting at "
-                f"opset {g.opset}"
+                f"opset {g.opset}",
+                12,
             )
         g.add_node(self.op_type, inputs, outputs)
 

@@ -20,7 +20,7 @@ from sonnx.autograd.indexing_common import (
     signed_bits,
 )
 from sonnx.autograd.operator import Operator, host_ints
-from sonnx.errors import BadInputError, ExportError
+from sonnx.errors import BadInputError, OpsetTooOldError
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -142,9 +142,10 @@ class _ArgReduce(Operator):
         if g.opset >= 12:
             attrs["select_last_index"] = last
         elif last:
-            raise ExportError(
+            raise OpsetTooOldError(
                 f"{self.op_type}: select_last_index=1 needs opset 12; cannot export to opset "
-                f"{g.opset}"
+                f"{g.opset}",
+                12,
             )
         return attrs
 

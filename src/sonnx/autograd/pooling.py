@@ -45,7 +45,7 @@ from sonnx.autograd.pooling_global import (
     lp_export_p,
     max_unpool,
 )
-from sonnx.errors import BadInputError, ExportError
+from sonnx.errors import BadInputError, OpsetTooOldError
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -232,7 +232,9 @@ class MaxPool(Operator):
             self, g, {"storage_order": (8, 0), "ceil_mode": (10, 0), "dilations": (10, None)}
         )
         if len(outputs) > 1 and g.opset < 8:
-            raise ExportError(f"MaxPool: the Indices output needs opset 8, export opset {g.opset}")
+            raise OpsetTooOldError(
+                f"MaxPool: the Indices output needs opset 8, export opset {g.opset}", 8
+            )
         g.add_node(self.op_type, inputs, outputs, **attrs)
 
 
@@ -290,9 +292,10 @@ def _attrs_for_opset(
         value = attrs.pop(name)
         is_neutral = all(int(v) == 1 for v in value) if neutral is None else value == neutral
         if not is_neutral:
-            raise ExportError(
+            raise OpsetTooOldError(
                 f"{op.op_type}: attribute {name}={value} needs opset {first}, "
-                f"export opset is {g.opset}"
+                f"export opset is {g.opset}",
+                first,
             )
     return attrs
 

@@ -24,7 +24,7 @@ from sonnx.autograd.cast import (
     encode_sub_byte,
     sub_byte_range,
 )
-from sonnx.errors import BadInputError, ExportError
+from sonnx.errors import BadInputError, OpsetTooOldError
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -213,9 +213,10 @@ class DequantizeLinear(StrictExport):
 def _check_granularity(op: StrictExport, g: GraphBuilder) -> None:
     """Per-axis scales need opset 13, blocked ones 21 (block_size is checked as an attribute)."""
     if g.opset < 13 and op.inputs[1] is not None and op.inputs[1].size() > 1:
-        raise ExportError(
+        raise OpsetTooOldError(
             f"{op.op_type}: a per-axis scale of shape {op.inputs[1].shape} needs opset >= 13, "
-            f"cannot be written at opset {g.opset}"
+            f"cannot be written at opset {g.opset}",
+            13,
         )
 
 

@@ -32,7 +32,7 @@ from sonnx.autograd.resize_grid import (
     grid_sample,
     roi_align,
 )
-from sonnx.errors import BadInputError, ExportError
+from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -333,9 +333,10 @@ class Resize(Operator):
     def _full_rank_inputs(self, g: GraphBuilder, ins: list[str]) -> list[str]:
         """Before opset 18 there is no ``axes``: write scales or sizes for every axis."""
         if self.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
-            raise ExportError(
+            raise OpsetTooOldError(
                 f"Resize: tf_crop_and_resize with axes needs opset 18, cannot write it at "
-                f"opset {g.opset}"
+                f"opset {g.opset}",
+                18,
             )
         in_shape, out_shape = self._shapes
         if ins[2]:

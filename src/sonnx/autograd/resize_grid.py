@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from sonnx.autograd.operator import Operator, host_ints
-from sonnx.errors import BadInputError, ExportError
+from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -83,14 +83,17 @@ class GridSample(Operator):
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         if g.opset < 16:
-            raise ExportError(f"GridSample: no ONNX GridSample before opset 16 (asked {g.opset})")
+            raise OpsetTooOldError(
+                f"GridSample: no ONNX GridSample before opset 16 (asked {g.opset})", 16
+            )
         attrs = self.export_attrs(g)
         mode = self.attr("mode")
         if g.opset < 20:
             if self.inputs[0].ndim() != 4:
-                raise ExportError(
+                raise OpsetTooOldError(
                     f"GridSample: opset {g.opset} only has 2-D GridSample (4-D X), received "
-                    f"X shape {self.inputs[0].shape}; export at opset 20 or later"
+                    f"X shape {self.inputs[0].shape}; export at opset 20 or later",
+                    20,
                 )
             attrs["mode"] = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)
         else:

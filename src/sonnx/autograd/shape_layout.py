@@ -22,7 +22,7 @@ from sonnx.autograd.shape_common import (
     ints_for_attribute,
     normalize_axes,
 )
-from sonnx.errors import BadInputError, ExportError
+from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -89,9 +89,10 @@ class Reshape(Operator):
         if self.attr("allowzero"):
             shape = ints_for_attribute(self, 1, "shape", g, 5)
             if shape is None or 0 in shape:
-                raise ExportError(
+                raise OpsetTooOldError(
                     f"Reshape: allowzero=1 with a 0 in shape needs opset 14; cannot export at "
-                    f"opset {g.opset}"
+                    f"opset {g.opset}",
+                    14,
                 )
         if g.opset >= 5:
             g.add_node("Reshape", inputs, outputs)

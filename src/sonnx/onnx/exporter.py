@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Sequence
-from functools import cache
 from pathlib import Path
 
 import onnx
@@ -21,8 +20,8 @@ from onnx import helper
 
 from sonnx import dtypes
 from sonnx.autograd.operator import Operator
-from sonnx.errors import ExportError
-from sonnx.onnx.graph_builder import GraphBuilder
+from sonnx.errors import ExportError, OpsetTooOldError
+from sonnx.onnx.graph_builder import GraphBuilder, first_opset
 from sonnx.tensor import Tensor
 
 # Below 2 GiB protobuf can hold the whole model; above it, weights go to external data.
@@ -35,31 +34,28 @@ EXTERNAL_TENSOR_MIN_BYTES = 1024
 OLDEST_EXPORT_OPSET = 11
 
 
-@cache
+#: The opset ``to_onnx`` targets unless asked for another: torch.onnx's default, which every
+#: maintained runtime runs (onnxruntime since 1.14, TensorRT 10, OpenVINO 2023). A fixed number,
+#: so an exported file never depends on which onnxruntime the exporting machine has.
+DEFAULT_EXPORT_OPSET = 18
+
+
 def default_opset() -> int:
-    """The newest opset both onnx and the installed onnxruntime accept (onnx's if no ORT)."""
-    newest = onnx.defs.onnx_opset_version()
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return newest
-    for opset in range(newest, OLDEST_EXPORT_OPSET - 1, -1):
-        probe = helper.make_model(
-            helper.make_graph(
-                [helper.make_node("Identity", ["x"], ["y"])],
-                "probe",
-                [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
-                [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
-            ),
-            opset_imports=[helper.make_opsetid("", opset)],
-            ir_version=helper.find_min_ir_version_for([helper.make_opsetid("", opset)]),
-        )
-        try:
-            ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-            return opset
-        except Exception:  # this onnxruntime does not know that opset; try an older one
-            continue
-    return OLDEST_EXPORT_OPSET
+    """The opset :func:`to_onnx` targets when none is given (:data:`DEFAULT_EXPORT_OPSET`)."""
+    return DEFAULT_EXPORT_OPSET
+
+
+def needed_opset(graph: onnx.GraphProto, target: int) -> int:
+    """The lowest default-domain opset under which every node of ``graph`` (subgraphs included)
+    keeps the schema it has at ``target``: the newest since-version among them."""
+    needed = 1
+    for node in graph.node:
+        if node.domain in ("", "ai.onnx"):
+            needed = max(needed, onnx.defs.get_schema(node.op_type, target, "").since_version)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                needed = max(needed, needed_opset(sub, target))
+    return needed
 
 
 def _topological_ops(outputs: Sequence[Tensor]) -> list[Operator]:
@@ -148,6 +144,44 @@ def to_onnx(
             f"to_onnx: opset must be in [{OLDEST_EXPORT_OPSET}, "
             f"{onnx.defs.onnx_opset_version()}], received {target}"
         )
+    while True:
+        try:
+            model = _export(inputs, outputs, model_name, target, dynamic_batch, doc_string)
+            break
+        except OpsetTooOldError as e:
+            # The default target rises to the first opset that has every node; an explicit
+            # opset is the user's choice and stays an error.
+            if opset is not None or e.needed <= target:
+                raise
+            target = e.needed
+    if opset is None:
+        _lower_opset(model, target)
+    try:
+        onnx.checker.check_model(model if model.ByteSize() < _PROTOBUF_LIMIT else _stub(model))
+    except onnx.checker.ValidationError as e:
+        raise ExportError(f"to_onnx produced a model the ONNX checker rejects: {e}") from e
+    return model
+
+
+def _lower_opset(model: onnx.ModelProto, target: int) -> None:
+    """Import the lowest default-domain opset that keeps every node's schema (a model of old
+    operators then loads in older runtimes too), but not below :data:`OLDEST_EXPORT_OPSET`
+    (IR versions before 4, which older opsets imply, want initializers listed as inputs)."""
+    version = max(needed_opset(model.graph, target), OLDEST_EXPORT_OPSET)
+    for opset_id in model.opset_import:
+        if opset_id.domain in ("", "ai.onnx"):
+            opset_id.version = version
+    model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
+
+
+def _export(
+    inputs: list[Tensor],
+    outputs: list[Tensor],
+    model_name: str,
+    target: int,
+    dynamic_batch: bool,
+    doc_string: str | None,
+) -> onnx.ModelProto:
     g = GraphBuilder(target)
     namer = _Namer(g)
     graph_inputs = []
@@ -193,10 +227,6 @@ def to_onnx(
     )
     if dynamic_batch:
         _type_outputs(model, outputs)
-    try:
-        onnx.checker.check_model(model if model.ByteSize() < _PROTOBUF_LIMIT else _stub(model))
-    except onnx.checker.ValidationError as e:
-        raise ExportError(f"to_onnx produced a model the ONNX checker rejects: {e}") from e
     return model
 
 
@@ -293,9 +323,10 @@ def _check_nodes_exist(g: GraphBuilder, first: int, op: Operator) -> None:
         try:
             schema = onnx.defs.get_schema(node.op_type, g.opset, "")
         except onnx.defs.SchemaError:
-            raise ExportError(
+            raise OpsetTooOldError(
                 f"to_onnx: {op.op_type} exports as ONNX {node.op_type}, which does not exist at "
-                f"opset {g.opset}; choose a newer opset"
+                f"opset {g.opset}; choose a newer opset",
+                first_opset(node.op_type),
             ) from None
         if schema.deprecated:
             raise ExportError(

@@ -42,6 +42,18 @@ def _domain_opset(op_type: str, domain: str) -> int:
         return 1
 
 
+def first_opset(op_type: str, domain: str = "") -> int:
+    """The first opset of ``domain`` that has ``op_type`` (0 if none does)."""
+    newest = onnx.defs.onnx_opset_version() if domain in ("", "ai.onnx") else 100
+    for opset in range(1, newest + 1):
+        try:
+            onnx.defs.get_schema(op_type, opset, domain)
+            return opset
+        except onnx.defs.SchemaError:
+            continue
+    return 0
+
+
 class GraphBuilder:
     """Collects nodes, initializers and names for one exported graph at one opset."""
 

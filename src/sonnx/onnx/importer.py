@@ -273,8 +273,12 @@ def _dims(value: onnx.ValueInfoProto) -> tuple[int | str | None, ...] | None:
         return None
     dims: list[int | str | None] = []
     for d in tt.shape.dim:
-        which = d.WhichOneof("value")
-        dims.append(d.dim_value if which == "dim_value" else (d.dim_param or None))
+        if d.WhichOneof("value") == "dim_value" and d.dim_value > 0:
+            dims.append(d.dim_value)
+        else:
+            # A -1 or 0 dim_value (paddle2onnx writes -1) or a missing dim means any size, as
+            # in onnxruntime.
+            dims.append(d.dim_param or None)
     return tuple(dims)
 
 
