@@ -377,18 +377,21 @@ def test_import_versions_the_reference_lacks():
         np.testing.assert_array_equal(got.numpy(), expected)
 
 
-def test_import_records_modern_form():
+def test_import_of_attribute_axes_runs_and_exports_its_own_form():
+    node = helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0])
     model = helper.make_model(
         helper.make_graph(
-            [helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0])],
+            [node],
             "g",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
         ),
         opset_imports=[helper.make_opsetid("", 11)],
     )
-    (y,) = sonnx.prepare(model).run([np.ones(2, dtype=np.float32)])
-    assert y.creator.op_type == "Unsqueeze" and y.creator.inputs[1].numpy().tolist() == [0]
+    x = Tensor(data=np.ones(2, dtype=np.float32), requires_grad=False)
+    (y,) = sonnx.prepare(model).run([x])
+    assert y.shape == (1, 2)
+    assert list(sonnx.to_onnx([x], [y]).graph.node) == [node]
 
 
 # ---- export ----------------------------------------------------------------------------------

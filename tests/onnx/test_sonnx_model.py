@@ -95,7 +95,7 @@ def test_transfer_learning_trains_only_unfrozen_parameters(cnn_onnx) -> None:
     losses = [float(to_numpy(model(x, y)[1])[0]) for x, y in _batches(30)]
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
     for name, before in imported.items():
-        np.testing.assert_array_equal(to_numpy(model.rep.tensor_map[name]), before)
+        np.testing.assert_array_equal(to_numpy(model.rep.constants[name]), before)
     assert "linear.W" in model.get_params()
     first = next(iter(imported))
     assert model.unfreeze(first) == 1
@@ -116,13 +116,13 @@ def test_imported_batchnorm_follows_train_and_eval_mode() -> None:
     assert stats and not set(stats) & set(model.get_params())
     assert set(stats) <= set(model.get_states())
     x = Tensor(data=np.random.default_rng(0).standard_normal((4, 3, 16, 16)).astype(np.float32))
-    before = to_numpy(model.rep.tensor_map[stats[0]]).copy()
+    before = to_numpy(model.rep.constants[stats[0]]).copy()
     model.eval()
     first = to_numpy(model.forward(x)[0])
-    np.testing.assert_array_equal(to_numpy(model.rep.tensor_map[stats[0]]), before)
+    np.testing.assert_array_equal(to_numpy(model.rep.constants[stats[0]]), before)
     model.train()
     model.forward(x)
-    assert not np.array_equal(to_numpy(model.rep.tensor_map[stats[0]]), before)
+    assert not np.array_equal(to_numpy(model.rep.constants[stats[0]]), before)
     model.eval()
     assert not np.allclose(to_numpy(model.forward(x)[0]), first)
 

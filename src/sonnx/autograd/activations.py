@@ -177,19 +177,20 @@ class PRelu(_Activation):
 
     op_type = "PRelu"
 
-    def _per_channel(self, x: torch.Tensor, slope: torch.Tensor) -> bool:
-        """Before version 7 a 1-D slope held one value per channel (axis 1 of X)."""
+    def _per_channel(self, x_shape: tuple[int, ...], slope_shape: tuple[int, ...]) -> bool:
+        """Before version 7 a 1-D slope held one value per channel (axis 1 of X). Reads shapes
+        only: an export sees a large computed X as a record without values."""
         return (
             self.version is not None
             and self.version < 7
-            and slope.dim() == 1
-            and x.dim() > 2
-            and slope.numel() == x.shape[1]
-            and slope.numel() > 1
+            and len(slope_shape) == 1
+            and len(x_shape) > 2
+            and slope_shape[0] == x_shape[1]
+            and slope_shape[0] > 1
         )
 
     def forward(self, x: torch.Tensor, slope: torch.Tensor) -> torch.Tensor:
-        if self._per_channel(x, slope):
+        if self._per_channel(tuple(x.shape), tuple(slope.shape)):
             slope = slope.reshape(-1, *[1] * (x.dim() - 2))
         try:
             shape = broadcast_shapes(x.shape, slope.shape)
@@ -204,7 +205,7 @@ class PRelu(_Activation):
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         x, slope = self.inputs[0], self.inputs[1]
-        if x is not None and slope is not None and self._per_channel(x.data, slope.data):
+        if x is not None and slope is not None and self._per_channel(x.shape, slope.shape):
             shaped = g.fresh_name("prelu_slope")
             shape = g.constant([slope.size(), *[1] * (x.ndim() - 2)], "slope_shape", np.int64)
             g.add_node("Reshape", [inputs[1], shape], [shaped])

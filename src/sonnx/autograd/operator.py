@@ -36,6 +36,11 @@ KEPT_VALUE_SIZE = 64
 _call_order = itertools.count()
 
 
+def next_call_number() -> int:
+    """The next position in the order of operator calls (see :attr:`Operator.sequence`)."""
+    return next(_call_order)
+
+
 def is_training() -> bool:
     """The module flag ``sonnx.autograd.training`` (read at call time, so users may set it)."""
     import sonnx.autograd as autograd_module
@@ -103,8 +108,8 @@ class Operator:
         finally:
             if raw is not given:
                 forget(raw)
-        self.inputs = tuple(_recorded(a) for a in args)
-        self.sequence = next(_call_order)
+        self.inputs = tuple(recorded_input(a) for a in args)
+        self.sequence = next_call_number()
         needs_grad = any(a is not None and a.requires_grad for a in args)
         if isinstance(result, torch.Tensor):
             self.num_outputs = 1
@@ -141,7 +146,7 @@ def _wrap(data: torch.Tensor, creator: Operator, index: int, needs_grad: bool) -
     return out
 
 
-def _recorded(t: Tensor | None) -> Tensor | None:
+def recorded_input(t: Tensor | None) -> Tensor | None:
     """What this operator keeps of input ``t``: leaves (parameters, constants, graph inputs),
     parameters and small values whole — an export may write a small computed value (a scale, an
     axis) as an attribute — and large computed values as a :class:`RecordedTensor`."""

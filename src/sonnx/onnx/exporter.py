@@ -21,7 +21,9 @@ from onnx import helper
 from sonnx import dtypes
 from sonnx.autograd.operator import Operator
 from sonnx.errors import ExportError, OpsetTooOldError
-from sonnx.onnx.graph_builder import GraphBuilder, first_opset
+from sonnx.onnx.export_names import DynamicAxes, GraphNames
+from sonnx.onnx.graph_builder import GraphBuilder, first_opset, tensor_proto
+from sonnx.onnx.imported_graph import GraphSource, ImportedExport, ImportedGraph
 from sonnx.tensor import Tensor
 
 # Below 2 GiB protobuf can hold the whole model; above it, weights go to external data.
@@ -93,21 +95,35 @@ def _value_info(name: str, t: Tensor, dynamic_batch: bool) -> onnx.ValueInfoProt
 
 
 class _Namer:
-    """Names for tensors: the user's name where given and free, else a generated one."""
+    """Names for tensors: an imported graph's own names, else the user's name where given and
+    free, else a generated one."""
 
-    def __init__(self, g: GraphBuilder) -> None:
+    def __init__(
+        self, g: GraphBuilder, plans: dict[int, ImportedExport], ops: list[Operator]
+    ) -> None:
         self.g = g
+        self.plans = plans
         self.by_leaf: dict[int, str] = {}
         self.by_output: dict[tuple[int, int], str] = {}
+        # Leaves read by an imported graph: its first reader and the input position there.
+        self.imported_reads: dict[int, tuple[ImportedExport, int]] = {}
+        for op in ops:
+            if id(op) in plans:
+                for position, x in enumerate(op.inputs):
+                    self.imported_reads.setdefault(id(x), (plans[id(op)], position))
 
     def of(self, t: Tensor) -> str:
         if t.creator is None:
             return self.by_leaf[id(t)]
         key = (id(t.creator), t.output_index)
         if key not in self.by_output:
-            self.by_output[key] = (
-                self.g.reserve(t.name) if t.name else self.g.fresh_name(t.creator.op_type.lower())
-            )
+            plan = self.plans.get(id(t.creator))
+            if plan is not None:
+                self.by_output[key] = plan.output_name(t.output_index)
+            elif t.name:
+                self.by_output[key] = self.g.reserve(t.name)
+            else:
+                self.by_output[key] = self.g.fresh_name(t.creator.op_type.lower())
         return self.by_output[key]
 
     def outputs_of(self, op: Operator, known: dict[tuple[int, int], Tensor]) -> list[str]:
@@ -119,16 +135,33 @@ class _Namer:
             )
         return names
 
+    def imported_consumer(self, t: Tensor) -> tuple[ImportedExport | None, int]:
+        """The first imported graph that reads leaf ``t``, and at which input position."""
+        return self.imported_reads.get(id(t), (None, -1))
+
 
 def to_onnx(
     inputs: Sequence[Tensor],
     outputs: Sequence[Tensor],
-    model_name: str = "sonnx",
+    model_name: str | None = None,
     opset: int | None = None,
     dynamic_batch: bool = True,
     doc_string: str | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    dynamic_axes: DynamicAxes | None = None,
 ) -> onnx.ModelProto:
-    """An ONNX model computing ``outputs`` from ``inputs`` as recorded when they were run."""
+    """An ONNX model computing ``outputs`` from ``inputs``.
+
+    Operations built with sonnx are written as recorded when they ran; a run of an imported
+    model (``SingaRep.run``, ``SONNXModel``) writes that model's own graph, pruned to what the
+    outputs need, with its current weights, names, symbolic dims and opset.
+
+    ``input_names``/``output_names`` name the graph's inputs and outputs; ``dynamic_axes``
+    (``{name: {axis: "dim_name"}}`` or ``{name: [axis, ...]}``, torch.onnx.export's meaning)
+    declares which dims of which inputs and outputs are symbolic: all others are fixed. Without
+    it, the batch dim (axis 0) of inputs built with sonnx is symbolic when ``dynamic_batch``.
+    """
     inputs, outputs = list(inputs), list(outputs)
     if not outputs:
         raise ExportError("to_onnx: no outputs given")
@@ -138,29 +171,62 @@ def to_onnx(
                 raise ExportError(
                     f"to_onnx: {kind}[{i}] must be a sonnx Tensor, received {type(t).__name__}"
                 )
-    target = default_opset() if opset is None else int(opset)
-    if not OLDEST_EXPORT_OPSET <= target <= onnx.defs.onnx_opset_version():
-        raise ExportError(
-            f"to_onnx: opset must be in [{OLDEST_EXPORT_OPSET}, "
-            f"{onnx.defs.onnx_opset_version()}], received {target}"
-        )
+    names = GraphNames.check(inputs, outputs, input_names, output_names, dynamic_axes)
+    ops = _topological_ops(outputs)
+    sources = _imported_sources(ops)
+    target = _target_opset(opset, sources)
     while True:
         try:
-            model = _export(inputs, outputs, model_name, target, dynamic_batch, doc_string)
+            model = _export(
+                inputs, outputs, ops, model_name, target, dynamic_batch, doc_string, names
+            )
             break
         except OpsetTooOldError as e:
             # The default target rises to the first opset that has every node; an explicit
-            # opset is the user's choice and stays an error.
-            if opset is not None or e.needed <= target:
+            # opset (or an imported graph's) stays an error.
+            if opset is not None or sources or e.needed <= target:
                 raise
             target = e.needed
-    if opset is None:
+    if opset is None and not sources:
         _lower_opset(model, target)
     try:
         onnx.checker.check_model(model if model.ByteSize() < _PROTOBUF_LIMIT else _stub(model))
     except onnx.checker.ValidationError as e:
         raise ExportError(f"to_onnx produced a model the ONNX checker rejects: {e}") from e
     return model
+
+
+def _imported_sources(ops: list[Operator]) -> list[GraphSource]:
+    found: dict[int, GraphSource] = {}
+    for op in ops:
+        if isinstance(op, ImportedGraph):
+            found.setdefault(id(op.source), op.source)
+    return list(found.values())
+
+
+def _target_opset(opset: int | None, sources: list[GraphSource]) -> int:
+    """The opset to write: an imported graph's own (its nodes mean what they mean there), else
+    the one asked for, else :data:`DEFAULT_EXPORT_OPSET`."""
+    own = sorted({s.opset for s in sources})
+    if len(own) > 1:
+        raise ExportError(
+            f"to_onnx: the outputs come from imported models of opsets {own}; "
+            "one export can hold graphs of one opset"
+        )
+    if own and opset is not None and int(opset) != own[0]:
+        raise ExportError(
+            f"to_onnx: the outputs come from an imported model of opset {own[0]}; writing it at "
+            f"opset {opset} would change what its nodes mean: leave opset unset"
+        )
+    if own:
+        return own[0]
+    target = default_opset() if opset is None else int(opset)
+    if not OLDEST_EXPORT_OPSET <= target <= onnx.defs.onnx_opset_version():
+        raise ExportError(
+            f"to_onnx: opset must be in [{OLDEST_EXPORT_OPSET}, "
+            f"{onnx.defs.onnx_opset_version()}], received {target}"
+        )
+    return target
 
 
 def _lower_opset(model: onnx.ModelProto, target: int) -> None:
@@ -177,13 +243,21 @@ def _lower_opset(model: onnx.ModelProto, target: int) -> None:
 def _export(
     inputs: list[Tensor],
     outputs: list[Tensor],
-    model_name: str,
+    ops: list[Operator],
+    model_name: str | None,
     target: int,
     dynamic_batch: bool,
     doc_string: str | None,
+    names: GraphNames,
 ) -> onnx.ModelProto:
     g = GraphBuilder(target)
-    namer = _Namer(g)
+    produced = _reachable_tensors(ops, outputs)
+    plans = {
+        id(op): op.plan_export(g, sorted(i for (o, i) in produced if o == id(op)))
+        for op in ops
+        if isinstance(op, ImportedGraph)
+    }
+    namer = _Namer(g, plans, ops)
     graph_inputs = []
     for i, t in enumerate(inputs):
         if t.creator is not None:
@@ -191,46 +265,88 @@ def _export(
                 f"to_onnx: inputs[{i}] was computed by {t.creator.op_type}; "
                 "graph inputs must be leaf tensors"
             )
-        name = g.reserve(t.name or f"input_{i}")
+        plan, position = namer.imported_consumer(t)
+        declared = plan.input_info(position) if plan is not None else None
+        if names.inputs is not None:
+            name = g.reserve(names.inputs[i])
+        elif plan is not None:
+            name = plan.input_name(position)
+        else:
+            name = g.reserve(t.name or f"input_{i}")
         namer.by_leaf[id(t)] = name
-        graph_inputs.append(_value_info(name, t, dynamic_batch))
-    ops = _topological_ops(outputs)
-    produced = _reachable_tensors(ops, outputs)
-    _name_leaves(ops, outputs, namer, g, inputs)
+        graph_inputs.append(names.input_info(name, t, declared, dynamic_batch))
+    _name_leaves(ops, outputs, namer, g)
     _check_connected(outputs, inputs)
     for op in ops:
         ins = ["" if x is None else namer.of(x) for x in op.inputs]
         first = len(g.nodes)
-        op.export(g, ins, namer.outputs_of(op, produced))
+        if id(op) in plans:
+            plans[id(op)].write(g, ins)
+        else:
+            op.export(g, ins, namer.outputs_of(op, produced))
         _check_nodes_exist(g, first, op)
-    graph_outputs = []
+    graph_outputs, declared_outputs = [], []
     for i, t in enumerate(outputs):
         name = namer.of(t) if t.creator is not None else namer.by_leaf[id(t)]
-        if name in {o.name for o in graph_outputs} or t.creator is None:
-            alias = g.reserve(f"output_{i}")
+        wanted = names.outputs[i] if names.outputs is not None else None
+        if wanted != name and (
+            wanted or name in {o.name for o in graph_outputs} or t.creator is None
+        ):
+            alias = g.reserve(wanted or f"output_{i}")
             g.add_node("Identity", [name], [alias])
             name = alias
+        plan = plans.get(id(t.creator)) if t.creator is not None else None
+        declared = plan.output_info(t.output_index) if plan is not None else None
+        if declared is not None:
+            declared.name = name
+        declared_outputs.append(declared is not None)
         graph_outputs.append(
-            _value_info(name, t, dynamic_batch=False)
-            if not dynamic_batch
-            else helper.make_tensor_value_info(name, dtypes.torch_to_onnx(t.dtype), None)
+            declared
+            or (
+                _value_info(name, t, dynamic_batch=False)
+                if not dynamic_batch
+                else helper.make_tensor_value_info(name, dtypes.torch_to_onnx(t.dtype), None)
+            )
         )
-    graph = helper.make_graph(g.nodes, model_name, graph_inputs, graph_outputs, g.initializers)
-    opsets = [helper.make_opsetid("", target)]
-    opsets += [helper.make_opsetid(d, v) for d, v in g.extra_opsets.items()]
+    first_source = next(iter(plans.values())).source.model if plans else None
+    graph = helper.make_graph(
+        g.nodes,
+        model_name or (first_source.graph.name if first_source is not None else "sonnx"),
+        graph_inputs,
+        graph_outputs,
+        g.initializers,
+        doc_string=first_source.graph.doc_string if first_source is not None else None,
+        value_info=g.value_infos,
+        sparse_initializer=g.sparse_initializers,
+    )
+    opsets = {"": target, **g.extra_opsets}
+    if first_source is not None:
+        for o in first_source.opset_import:
+            if o.domain not in ("", "ai.onnx"):
+                opsets[o.domain] = max(opsets.get(o.domain, 1), o.version)
+    opset_ids = [helper.make_opsetid(d, v) for d, v in opsets.items()]
     model = helper.make_model(
         graph,
-        opset_imports=opsets,
+        opset_imports=opset_ids,
         producer_name="sonnx",
-        ir_version=helper.find_min_ir_version_for(opsets),
-        doc_string=doc_string or "",
+        ir_version=helper.find_min_ir_version_for(opset_ids),
+        doc_string=doc_string
+        if doc_string is not None
+        else (first_source.doc_string if first_source is not None else ""),
     )
-    if dynamic_batch:
-        _type_outputs(model, outputs)
+    if first_source is not None:
+        model.ir_version = max(model.ir_version, first_source.ir_version)
+        model.functions.extend(first_source.functions)
+        model.metadata_props.extend(first_source.metadata_props)
+    if dynamic_batch or names.axes:
+        _type_outputs(model, outputs, declared_outputs)
+    names.name_output_dims(model, outputs)
     return model
 
 
-def _type_outputs(model: onnx.ModelProto, outputs: Sequence[Tensor]) -> None:
+def _type_outputs(
+    model: onnx.ModelProto, outputs: Sequence[Tensor], declared: Sequence[bool]
+) -> None:
     """Give the outputs the shapes ONNX shape inference derives from the symbolic batch.
 
     An output's traced shape may depend on the batch size on any axis (or on none: a loss), so
@@ -243,7 +359,9 @@ def _type_outputs(model: onnx.ModelProto, outputs: Sequence[Tensor]) -> None:
             inferred = {o.name: o for o in done.graph.output}
         except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
             inferred = {}
-    for out, t in zip(model.graph.output, outputs, strict=True):
+    for out, t, keep in zip(model.graph.output, outputs, declared, strict=True):
+        if keep:
+            continue
         tensor_type = out.type.tensor_type
         tensor_type.shape.SetInParent()
         found = inferred.get(out.name)
@@ -270,12 +388,18 @@ def _reachable_tensors(
     return found
 
 
-def _name_leaves(ops, outputs, namer: _Namer, g: GraphBuilder, inputs) -> None:
-    """Give every leaf a name: graph inputs already have one; others become initializers."""
+def _name_leaves(ops, outputs, namer: _Namer, g: GraphBuilder) -> None:
+    """Give every leaf a name: graph inputs already have one; others become initializers (an
+    imported graph's weights under their own names)."""
     leaves = [x for op in ops for x in op.inputs if x is not None and x.creator is None]
     leaves += [t for t in outputs if t.creator is None]
     for t in leaves:
         if id(t) in namer.by_leaf:
+            continue
+        plan, position = namer.imported_consumer(t)
+        if plan is not None:
+            namer.by_leaf[id(t)] = plan.input_name(position)
+            g.initializers.append(tensor_proto(t.data, namer.by_leaf[id(t)]))
             continue
         if t.requires_grad and not t.stores_grad:
             raise ExportError(

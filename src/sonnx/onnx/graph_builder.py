@@ -61,6 +61,9 @@ class GraphBuilder:
         self.opset = opset
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
+        self.sparse_initializers: list[onnx.SparseTensorProto] = []
+        # Declared types of intermediate tensors (an imported graph's own value_info).
+        self.value_infos: list[onnx.ValueInfoProto] = []
         self.extra_opsets: dict[str, int] = {}
         self._used_names: set[str] = set()
         self._counter = 0

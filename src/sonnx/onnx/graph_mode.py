@@ -30,8 +30,6 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from sonnx.autograd import random_ops
 from sonnx.autograd.operator import Operator
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
-from sonnx.errors import ExportError
-from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.onnx.graph_program import GraphProgram
 from sonnx.tensor import Tensor
 
@@ -42,28 +40,6 @@ RANDOM_OPS = frozenset(
     for value in (getattr(random_ops, name) for name in random_ops.__all__)
     if isinstance(value, type) and issubclass(value, Operator)
 )
-
-
-class CompiledInference(Operator):
-    """A whole compiled run, recorded as one node so that an export says what to do instead
-    of failing on outputs that seem to come from nowhere."""
-
-    op_type = "CompiledInference"
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self._fn = fn
-
-    def forward(self, *xs: torch.Tensor | None) -> Any:
-        outs = self._fn(*xs)
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
-        raise ExportError(
-            "CompiledInference: a run of prepare(..., use_graph=True) is one compiled graph "
-            "with no ONNX form; run a model prepared without use_graph to record an exportable "
-            "graph"
-        )
 
 
 def _signature(t: torch.Tensor) -> tuple[Any, ...]:
@@ -116,11 +92,11 @@ class GraphRunner:
                 self._give_up(key, e)
                 return None
         with torch.no_grad():
-            outs = CompiledInference(entry[1])(*(inputs[n] for n in self.input_names))
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        for t, name in zip(outs, self.output_names, strict=True):
-            t.name = name
-        return list(outs)
+            outs = entry[1](*xs)
+        return [
+            Tensor(data=t, requires_grad=False, name=name)
+            for t, name in zip(outs, self.output_names, strict=True)
+        ]
 
     def _give_up(self, key: tuple[Any, ...], error: Exception) -> None:
         """Run inputs of signature ``key`` eagerly from now on; warn the first time."""

@@ -225,7 +225,9 @@ def initializer_tensors(graph: onnx.GraphProto, dev: Device) -> dict[str, Tensor
             raise BadModelError(f"initializer {init.name!r} cannot be decoded: {e}") from e
         t = Tensor(data=np.array(array), device=CPU, requires_grad=False, name=init.name)
         _place_constant(t, dev)
-        if dtypes.is_float(t.dtype):
+        # A 0-d float is a constant that parameterises an operation (an epsilon, an exponent,
+        # a quantization scale), not a weight.
+        if dtypes.is_float(t.dtype) and t.data.dim() > 0:
             t.requires_grad = True
             t.stores_grad = True
         tensors[init.name] = t
@@ -274,6 +276,7 @@ def compile_graph(
             continue
         steps.append(step)
     _mark_statistics_as_buffers(steps, constants)
+    _mark_parameterising_constants(steps, constants)
     produced = known | {o for s in steps for o in s.outputs} | set(constants)
     for out in graph.output:
         if out.name not in produced:
@@ -281,8 +284,35 @@ def compile_graph(
     return GraphProgram(constants, list(input_names), [o.name for o in graph.output], steps, dev)
 
 
+#: What the importer appends to a shared statistics input's name for its own buffer.
+STATISTICS_SUFFIX = "/statistics"
 # Inputs that hold running statistics rather than weights: (op type, input positions).
 _STATISTICS_INPUTS = {"BatchNormalization": (3, 4)}
+
+
+# Inputs that parameterise an operation rather than hold weights: (op type, input positions).
+_PARAMETERISING_INPUTS = {
+    "Pow": (1,),
+    "Clip": (1, 2),
+    "DequantizeLinear": (1, 2),
+    "QuantizeLinear": (1, 2),
+}
+
+
+def _mark_parameterising_constants(steps: list[Step], constants: dict[str, Tensor]) -> None:
+    """Float initializers read only as exponents, bounds or quantization parameters are
+    constants: training them is never meant (a trained exponent's gradient is NaN for
+    negative bases)."""
+    readers: dict[str, list[tuple[str, int]]] = {}
+    for step in steps:
+        for position, name in enumerate(step.inputs):
+            readers.setdefault(name, []).append((step.info.op_type, position))
+    for name, uses in readers.items():
+        if name in constants and all(
+            position in _PARAMETERISING_INPUTS.get(op_type, ()) for op_type, position in uses
+        ):
+            constants[name].stores_grad = False
+            constants[name].requires_grad = False
 
 
 def _mark_statistics_as_buffers(steps: list[Step], constants: dict[str, Tensor]) -> None:
@@ -302,7 +332,7 @@ def _mark_statistics_as_buffers(steps: list[Step], constants: dict[str, Tensor])
                 and source.info.op_type == "Identity"
                 and source.inputs[0] in constants
             ):
-                own = f"{name}/statistics"
+                own = name + STATISTICS_SUFFIX
                 if own not in constants:
                     constants[own] = constants[source.inputs[0]].clone()
                     constants[own].name = own

@@ -2,9 +2,11 @@
 
 ``prepare`` validates the model, turns initializers into tensors (float ones into trainable
 parameters), evaluates ``Constant`` nodes once, and resolves every node to a converter before
-anything runs. ``SingaRep.run`` then executes the nodes in order on sonnx tensors, so every
-operation is recorded: the result can be trained with :func:`sonnx.autograd.backward` and
-exported again with :func:`sonnx.to_onnx`.
+anything runs. ``SingaRep.run`` then executes the nodes in order on sonnx tensors; torch
+autograd records the gradient, so the result can be trained with
+:func:`sonnx.autograd.backward`. Each run is recorded as one
+:class:`~sonnx.onnx.imported_graph.ImportedGraph` operator, so :func:`sonnx.to_onnx` writes the
+original graph (pruned at a cut, with the current weights) rather than a trace of the run.
 
 ``prepare(model, use_graph=True)`` runs inference through one compiled graph per input
 signature instead (see :mod:`sonnx.onnx.graph_mode`); such runs are not recorded.
@@ -30,6 +32,7 @@ from sonnx.device import Device, as_device
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_mode import GraphRunner
 from sonnx.onnx.graph_program import GraphProgram, compile_graph
+from sonnx.onnx.imported_graph import GraphSource, ImportedGraph
 from sonnx.onnx.model_loading import ModelSource, load_model, opset_versions
 from sonnx.onnx.values import GraphValue, OptionalValue, TensorSequence
 from sonnx.tensor import Tensor
@@ -58,8 +61,10 @@ class SingaRep:
     """A prepared ONNX model. Run it with :meth:`run`; its weights are in :attr:`params`.
 
     ``program.steps`` are the model's layers in execution order: every node except ``Constant``
-    nodes, whose values were computed once by :func:`prepare` and live in ``tensor_map`` with
-    the initializers.
+    nodes, whose values were computed once by :func:`prepare` and live in :attr:`constants`
+    with the initializers. ``tensor_map`` holds the model's weights only (trainable float
+    initializers), so SINGA's idiom of setting ``requires_grad``/``stores_grad`` on every
+    tensor in it never makes an exponent, an epsilon or a shape trainable.
     """
 
     model: onnx.ModelProto
@@ -68,7 +73,14 @@ class SingaRep:
     input_specs: list[InputSpec]
     outputs: list[str]
     program: GraphProgram
+    source: GraphSource
     graph_runner: GraphRunner | None = None
+
+    @property
+    def constants(self) -> dict[str, Tensor]:
+        """Every value the graph holds by name: weights, statistics, other initializers and
+        the values of Constant nodes."""
+        return self.program.constants
 
     @property
     def steps(self) -> list:
@@ -83,7 +95,7 @@ class SingaRep:
     @property
     def params(self) -> dict[str, Tensor]:
         """The trainable weights by name (float initializers)."""
-        return {k: t for k, t in self.tensor_map.items() if t.stores_grad}
+        return {k: t for k, t in self.constants.items() if t.stores_grad}
 
     # ---- running --------------------------------------------------------------------------
     def run(
@@ -107,14 +119,15 @@ class SingaRep:
         if self.graph_runner is not None and whole and not autograd.training:
             compiled = self.graph_runner.run(bound)
             if compiled is not None:
-                return compiled
-        values = dict(self.tensor_map)
+                results = dict(zip(self.outputs, compiled, strict=True))
+                return list(ImportedGraph.record(self.source, bound, results).values())
+        values = dict(self.constants)
         values.update(bound)
         stop, wanted = self._plan_stop(last_layers, output)
         if all_outputs:
             computed: dict[str, Tensor] = {}
             self.program.execute(values, stop, computed)
-            return computed
+            return ImportedGraph.record(self.source, bound, computed)
         if wanted is not None:
             names = wanted
         elif stop < len(self.steps):
@@ -125,7 +138,9 @@ class SingaRep:
         missing = [n for n in [*names, *aux_output] if n not in values]
         if missing:
             raise BadInputError(f"run: tensor(s) {missing} were not computed by this run")
-        return [values[n] for n in names] + [values[n] for n in aux_output]
+        order = list(dict.fromkeys([*names, *aux_output]))
+        results = ImportedGraph.record(self.source, bound, {n: values[n] for n in order})
+        return [results[n] for n in names] + [results[n] for n in aux_output]
 
     def _plan_stop(self, last_layers: int, output: str | None) -> tuple[int, list[str] | None]:
         """How many steps to run, and which tensor names to return (None: the default)."""
@@ -133,7 +148,7 @@ class SingaRep:
             for i, step in enumerate(self.steps):
                 if output in step.outputs:
                     return i + 1, [output]
-            if output in self.tensor_map:
+            if output in self.constants:
                 return 0, [output]
             raise BadInputError(
                 f"run: no node produces a tensor named {output!r}; layer outputs are e.g. "
@@ -255,13 +270,19 @@ def prepare(
     initializer_names = {i.name for i in graph.initializer}
     input_specs = [_input_spec(v) for v in graph.input if v.name not in initializer_names]
     program = compile_graph(graph, opset_versions(proto), dev, [s.name for s in input_specs])
+    weights = {
+        name: program.constants[name]
+        for name in initializer_names
+        if name in program.constants and program.constants[name].stores_grad
+    }
     return SingaRep(
         model=proto,
         device=dev,
-        tensor_map=program.constants,
+        tensor_map=weights,
         input_specs=input_specs,
         outputs=list(program.output_names),
         program=program,
+        source=GraphSource(proto, program.constants),
         graph_runner=GraphRunner(program) if use_graph else None,
     )
 

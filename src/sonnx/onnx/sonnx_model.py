@@ -48,7 +48,7 @@ class SONNXModel(Model):
         """The user's attributes, then the imported initializers under their ONNX names."""
         yield from super()._children()
         for name in self._weight_names:
-            yield name, self._rep.tensor_map[name]
+            yield name, self._rep.constants[name]
 
     def forward(self, *x: Any, last_layers: int = -1, output: str | None = None) -> list[Tensor]:
         """The imported graph's outputs (a list), or those at a cut: ``last_layers=-k`` drops
@@ -73,9 +73,9 @@ class SONNXModel(Model):
 
     def _matching(self, patterns: tuple[str, ...], what: str) -> list[Tensor]:
         params = {
-            n: self._rep.tensor_map[n]
+            n: self._rep.constants[n]
             for n in self._weight_names
-            if self._rep.tensor_map[n].stores_grad
+            if self._rep.constants[n].stores_grad
         }
         chosen = []
         for pattern in patterns:

@@ -201,15 +201,18 @@ def export(
     output_names: list[str] | None = None,
     dynamic_batch: bool = True,
     keep_batchnorm: bool = False,
+    dynamic_axes: dict[str, dict[int, str]] | None = None,
 ) -> onnx.ModelProto:
     """``module`` in eval mode exported with torch's TorchScript-based ONNX exporter.
 
     torch folds BatchNorm into the preceding Conv; ``keep_batchnorm=True`` keeps the
     BatchNormalization nodes (with their running statistics) for fine-tuning tests.
+    ``dynamic_axes`` (torch's meaning) replaces the default of a symbolic batch dim.
     """
     module.eval()
     names = output_names or ["output"]
     axes = {n: {0: "batch"} for n in [*input_names, *names]} if dynamic_batch else None
+    axes = dynamic_axes if dynamic_axes is not None else axes
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -1,0 +1,209 @@
+"""Export of imported models is a fixed point: the original graph, pruned at a cut, joined to
+appended layers, with the current weights, runs in onnxruntime at shapes, branches and trip
+counts other than the example's."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+import sonnx
+from sonnx import autograd, layer, opt
+from sonnx.tensor import Tensor, to_numpy
+from tests.onnx.imported_families import FAMILIES, Family
+
+# Families whose example run differs from the other feeds in more than the batch size.
+OTHER_VARIANT = 1
+
+
+@pytest.fixture(autouse=True)
+def inference_afterwards():
+    previous = autograd.training
+    yield
+    autograd.training = previous
+
+
+def _tensors(feeds: dict[str, np.ndarray]) -> dict[str, Tensor]:
+    return {n: Tensor(data=a, requires_grad=False) for n, a in feeds.items()}
+
+
+def _run(rep: sonnx.SingaRep, feeds: dict[str, np.ndarray]):
+    xs = _tensors(feeds)
+    return list(xs.values()), rep.run(xs)
+
+
+def _fine_tune(rep: sonnx.SingaRep, family: Family, steps: int = 3) -> None:
+    sgd = opt.SGD(lr=0.05)
+    autograd.training = True
+    for step in range(steps):
+        outs = rep.run(_tensors(family.make(2 + step, 0)))
+        loss = autograd.reduce_mean(autograd.mul(outs[0], outs[0]), keepdims=0)
+        sgd(loss)
+    autograd.training = False
+
+
+def ort_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """onnxruntime without its extended rewrites: those turn DequantizeLinear -> MatMul into a
+    dynamically quantized MatMul, which differs from the model's float math by ~1 %."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    return ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def _initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_export_without_training_is_the_original_graph(name: str) -> None:
+    family = FAMILIES[name]()
+    original = family.model
+    rep = sonnx.prepare(original)
+    xs, ys = _run(rep, family.make(2, 0))
+    exported = sonnx.to_onnx(xs, ys)
+    assert list(exported.graph.node) == list(original.graph.node)
+    assert list(exported.graph.input) == [
+        v for v in original.graph.input if v.name not in _initializers(original)
+    ]
+    assert list(exported.graph.output) == list(original.graph.output)
+    opsets = {(o.domain, o.version) for o in original.opset_import}
+    assert {(o.domain, o.version) for o in exported.opset_import} == opsets
+    before, after = _initializers(original), _initializers(exported)
+    assert before.keys() == after.keys()
+    for key, value in before.items():
+        assert after[key].dtype == value.dtype, key
+        np.testing.assert_array_equal(after[key], value, err_msg=key)
+    onnx.checker.check_model(exported, full_check=True)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_fine_tuned_export_runs_at_other_shapes_branches_and_trip_counts(name: str) -> None:
+    family = FAMILIES[name]()
+    rep = sonnx.prepare(family.model)
+    _fine_tune(rep, family)
+    xs, ys = _run(rep, family.make(2, 0))
+    exported = sonnx.to_onnx(xs, ys)
+    onnx.checker.check_model(exported, full_check=True)
+    trained = _initializers(exported)
+    changed = [n for n, v in _initializers(family.model).items() if n in rep.tensor_map]
+    assert changed, "the family has trainable weights"
+    assert any(not np.array_equal(trained[n], _initializers(family.model)[n]) for n in changed)
+    session = ort_session(exported)
+    for batch, variant in [(1, OTHER_VARIANT), (3, OTHER_VARIANT), (5, 2), (4, 0)]:
+        feeds = family.make(batch, variant)
+        ours = [to_numpy(y) for y in rep.run(feeds)]
+        theirs = session.run(None, feeds)
+        for k, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5, err_msg=f"output {k}")
+
+
+def test_int8_weights_stay_int8_with_their_dequantize() -> None:
+    family = FAMILIES["int8"]()
+    rep = sonnx.prepare(family.model)
+    assert set(rep.tensor_map) == {"bias"}  # int8 weights, scale and zero point are constants
+    _fine_tune(rep, family)
+    exported = sonnx.to_onnx(*_run(rep, family.make(2, 0)))
+    types = {t.name: t.data_type for t in exported.graph.initializer}
+    assert types["W_q"] == onnx.TensorProto.INT8
+    assert exported.graph.node[0].op_type == "DequantizeLinear"
+
+
+@pytest.mark.parametrize("cut", [{"last_layers": -2}, {"output": "cut"}])
+def test_cut_and_appended_layers_export_with_the_kept_inputs(cut) -> None:
+    family = FAMILIES["cnn"]()
+    rep = sonnx.prepare(family.model)
+    if "output" in cut:
+        cut = {"output": next(n.output[0] for n in family.model.graph.node if n.op_type == "Relu")}
+    head = layer.Linear(4)
+    sgd = opt.SGD(lr=0.05)
+
+    def forward(x: Tensor) -> Tensor:
+        features = rep.run([x], **cut)[0]
+        if features.ndim() == 4:
+            features = autograd.reduce_mean(features, [2, 3], keepdims=0)
+        return head(autograd.relu(features))
+
+    autograd.training = True
+    for step in range(3):
+        x = Tensor(data=family.make(2 + step, 0)["x"], requires_grad=False)
+        sgd(autograd.reduce_mean(autograd.mul(forward(x), forward(x)), keepdims=0))
+    autograd.training = False
+    x = Tensor(data=family.make(2, 0)["x"], requires_grad=False)
+    exported = sonnx.to_onnx([x], [forward(x)])
+    onnx.checker.check_model(exported, full_check=True)
+    assert list(exported.graph.input) == list(family.model.graph.input)
+    session = ort_session(exported)
+    for batch in (1, 3, 6):
+        feeds = family.make(batch, 1)
+        ours = to_numpy(forward(Tensor(data=feeds["x"], requires_grad=False)))
+        np.testing.assert_allclose(session.run(None, feeds)[0], ours, rtol=1e-5, atol=1e-6)
+
+
+def test_seed_retraining_idiom_on_a_transformer_trains_like_sonnx_model() -> None:
+    family = FAMILIES["bert"]()
+    rep = sonnx.prepare(family.model)
+    for t in rep.tensor_map.values():  # the SINGA docs' Infer class
+        t.requires_grad = True
+        t.stores_grad = True
+    constants = [n for n in rep.constants if n not in rep.tensor_map]
+    assert constants and not any(rep.constants[n].is_param for n in constants)
+    sgd = opt.SGD(lr=1e-3)
+    autograd.training = True
+    labels = np.array([0, 1, 1], np.int32)
+    losses = []
+    for _ in range(3):
+        (logits,) = rep.run(family.make(3, 0))
+        loss = autograd.softmax_cross_entropy(logits, Tensor(data=labels, requires_grad=False))
+        sgd(loss)
+        losses.append(float(to_numpy(loss).reshape(())))
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+def test_names_and_dynamic_axes_of_a_sonnx_built_model() -> None:
+    w = Tensor(data=np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32))
+    w.stores_grad = True
+    x = Tensor(data=np.ones((2, 5, 4), np.float32), requires_grad=False)
+    y = autograd.softmax(autograd.matmul(x, w), -1)
+    axes = {"tokens": {0: "batch", 1: "seq"}, "probs": {0: "batch", 1: "seq"}}
+    model = sonnx.to_onnx(
+        [x], [y], input_names=["tokens"], output_names=["probs"], dynamic_axes=axes
+    )
+    dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert model.graph.input[0].name == "tokens" and dims == ["batch", "seq", 4]
+    out_dims = model.graph.output[0].type.tensor_type.shape.dim
+    assert model.graph.output[0].name == "probs"
+    assert [d.dim_param or d.dim_value for d in out_dims] == ["batch", "seq", 3]
+    session = ort_session(model)
+    feed = np.random.default_rng(1).standard_normal((3, 7, 4)).astype(np.float32)
+    expected = to_numpy(autograd.softmax(autograd.matmul(Tensor(data=feed), w), -1))
+    np.testing.assert_allclose(session.run(None, {"tokens": feed})[0], expected, rtol=1e-5)
+    with pytest.raises(sonnx.errors.ExportError, match="dynamic_axes names 'x'"):
+        sonnx.to_onnx([x], [y], input_names=["tokens"], dynamic_axes={"x": [0]})
+    with pytest.raises(sonnx.errors.ExportError, match="axes are in"):
+        sonnx.to_onnx([x], [y], input_names=["tokens"], dynamic_axes={"tokens": [3]})
+
+
+def test_prelu_after_a_computed_input_exports() -> None:
+    # PRelu's export read its input's values, which a recorded computed input no longer keeps.
+    import torch
+
+    from sonnx.testing import torch_models as tm
+
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.PReLU(8)
+    )
+    model = tm.export(net, (torch.randn(2, 3, 9, 9),), 13, ["x"], keep_batchnorm=True)
+    rep = sonnx.prepare(model)
+    x = Tensor(data=np.random.default_rng(0).standard_normal((2, 3, 9, 9)).astype(np.float32))
+    (y,) = rep.run([x])
+    w = Tensor(data=np.full((8, 1, 1), 0.1, np.float32))
+    w.stores_grad = True
+    z = autograd.prelu(autograd.relu(y), w)  # a sonnx PRelu reading a large computed input
+    exported = sonnx.to_onnx([x], [z])
+    got = ort_session(exported).run(None, {"x": to_numpy(x)})[0]
+    np.testing.assert_allclose(got, to_numpy(z), rtol=1e-5, atol=1e-6)
