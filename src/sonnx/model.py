@@ -44,6 +44,7 @@ from sonnx.opt import DistOpt, Optimizer
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
+    from sonnx.onnx.export_names import DynamicAxes
     from sonnx.onnx.graph_builder import GraphBuilder
 
 __all__ = ["Model"]
@@ -277,12 +278,17 @@ class Model(Layer):
         example_inputs: Sequence[Tensor],
         opset: int | None = None,
         dynamic_batch: bool = True,
+        input_names: Sequence[str] | None = None,
+        output_names: Sequence[str] | None = None,
+        dynamic_axes: DynamicAxes | None = None,
     ) -> onnx.ModelProto:
         """Export the model as ONNX: one eager forward in inference mode on
         ``example_inputs`` is recorded and written (saved to ``path`` when given).
 
         Batch-norm layers export with their running statistics and dropout as identity, as
         inference needs; the model's training mode and graph mode are restored afterwards.
+        An imported part (a :class:`~sonnx.SONNXModel`) is written as its own graph. The
+        names and ``dynamic_axes`` have :func:`sonnx.to_onnx`'s meaning.
         """
         from sonnx.onnx.exporter import save, to_onnx
 
@@ -301,6 +307,9 @@ class Model(Layer):
             model_name=type(self).__name__,
             opset=opset,
             dynamic_batch=dynamic_batch,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
         )
         if path is not None:
             save(model, path)

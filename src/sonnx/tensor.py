@@ -8,6 +8,7 @@ is a parameter whose gradient :func:`sonnx.autograd.backward` yields) and a ``na
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.device import Device, as_device
+from sonnx.dims import Dim
 from sonnx.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -124,7 +126,10 @@ class Tensor:
     # ---- shape, dtype, device -------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.data.shape)
+        """The sizes, as :class:`~sonnx.dims.Dim` ints that remember this tensor and axis, so
+        a shape computed from them exports as graph operations (see :mod:`sonnx.dims`)."""
+        ref = weakref.ref(self)
+        return tuple(Dim(size, ("dim", ref, axis)) for axis, size in enumerate(self.data.shape))
 
     @property
     def dtype(self) -> torch.dtype:

@@ -207,3 +207,75 @@ def test_prelu_after_a_computed_input_exports() -> None:
     exported = sonnx.to_onnx([x], [z])
     got = ort_session(exported).run(None, {"x": to_numpy(x)})[0]
     np.testing.assert_allclose(got, to_numpy(z), rtol=1e-5, atol=1e-6)
+
+
+def test_shape_computed_from_the_input_exports_as_graph_ops() -> None:
+    w = Tensor(data=np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32))
+    w.stores_grad = True
+
+    def forward(x: Tensor) -> Tensor:
+        y = autograd.matmul(x, w)
+        return y.reshape((y.shape[0], y.shape[1] * y.shape[2]))  # [batch, seq * 3]
+
+    x = Tensor(data=np.ones((2, 5, 4), np.float32), requires_grad=False)
+    model = sonnx.to_onnx(
+        [x], [forward(x)], input_names=["x"], dynamic_axes={"x": {0: "batch", 1: "seq"}}
+    )
+    assert {"Shape", "Gather", "Mul", "Concat"} <= {n.op_type for n in model.graph.node}
+    session = ort_session(model)
+    for batch, seq in [(1, 3), (4, 9)]:
+        feed = np.random.default_rng(seq).standard_normal((batch, seq, 4)).astype(np.float32)
+        expected = to_numpy(forward(Tensor(data=feed, requires_grad=False)))
+        assert expected.shape == (batch, seq * 3)
+        np.testing.assert_allclose(
+            session.run(None, {"x": feed})[0], expected, rtol=1e-5, atol=1e-6
+        )
+
+
+class _Transfer(sonnx.SONNXModel):
+    """SINGA's transfer-learning shape: the imported body cut before its head, a new head."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        super().__init__(model)
+        self.head = layer.Linear(3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        (features,) = super().forward(x, last_layers=-2)  # pooled, before the Gemm head
+        return self.head(features)
+
+
+def test_sonnx_model_with_a_new_head_exports_with_model_to_onnx(tmp_path) -> None:
+    family = FAMILIES["cnn"]()
+    net = _Transfer(family.model)
+    net.set_optimizer(opt.SGD(lr=0.05))
+    net.freeze("features.0")
+    x = Tensor(data=family.make(2, 0)["x"], requires_grad=False)
+    labels = Tensor(data=np.array([1, 2], np.int32), requires_grad=False)
+    net.train()
+    for _ in range(3):
+        net.train_one_batch(x, labels)
+    net.eval()
+    exported = net.to_onnx(tmp_path / "transfer.onnx", [x], output_names=["scores"])
+    assert exported.graph.input[0] == family.model.graph.input[0]
+    assert exported.graph.output[0].name == "scores"
+    session = ort_session(onnx.load(tmp_path / "transfer.onnx"))
+    for batch in (1, 4):
+        feeds = family.make(batch, 1)
+        ours = to_numpy(net.forward(Tensor(data=feeds["x"], requires_grad=False)))
+        np.testing.assert_allclose(session.run(None, feeds)[0], ours, rtol=1e-5, atol=1e-6)
+
+
+def test_two_runs_of_one_model_in_one_export_keep_apart() -> None:
+    family = FAMILIES["int8"]()
+    rep = sonnx.prepare(family.model)
+    a = Tensor(data=family.make(2, 0)["x"], requires_grad=False)
+    b = Tensor(data=family.make(2, 1)["x"], requires_grad=False)
+    total = autograd.add(rep.run([a])[0], rep.run([b])[0])
+    exported = sonnx.to_onnx([a, b], [total], input_names=["a", "b"])
+    # Each run writes the model's nodes once (the second under renamed tensors), joined to
+    # the graph inputs a, b and to the one shared trainable bias by Identity nodes.
+    ops = sorted(n.op_type for n in exported.graph.node)
+    original = sorted(n.op_type for n in family.model.graph.node)
+    assert ops == sorted([*original, *original, "Add", "Identity", "Identity", "Identity"])
+    got = ort_session(exported).run(None, {"a": to_numpy(a), "b": to_numpy(b)})[0]
+    np.testing.assert_allclose(got, to_numpy(total), rtol=1e-5, atol=1e-6)

@@ -9,7 +9,9 @@ import numpy as np
 import torch
 
 from sonnx.autograd.operator import Operator
+from sonnx.autograd.shape_dims import shape_from_dims
 from sonnx.device import as_device
+from sonnx.dims import has_dims
 from sonnx.errors import BadInputError, ExportError
 from sonnx.tensor import PlaceHolder, Tensor
 
@@ -50,6 +52,9 @@ def int64_input(value: Tensor | int | Sequence[int] | None, like: Tensor | None)
     """
     if value is None or isinstance(value, Tensor):
         return value
+    if has_dims(value):
+        # Sizes read from tensors' shapes: a computed input, so exports follow those dims.
+        return shape_from_dims(value)
     device = like.data.device if like is not None else as_device(None).torch_device
     data = torch.tensor(as_int_list(value), dtype=torch.int64, device=device)
     return Tensor(data=data, device=device, requires_grad=False)
