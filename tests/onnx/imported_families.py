@@ -128,6 +128,73 @@ def if_on_input() -> Family:
     return Family(model, make)
 
 
+def if_with_branch_weights() -> Family:
+    """``If(ReduceSum(x) > 0, x @ Wt, x @ We)`` with each weight an initializer of its branch."""
+    branches = []
+    for name, seed in (("then", 5), ("else", 6)):
+        branches.append(
+            helper.make_graph(
+                [helper.make_node("MatMul", ["x", f"W_{name}"], [f"{name}_y"], name=f"{name}_mm")],
+                f"{name}_branch",
+                [],
+                [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)],
+                [_weight(f"W_{name}", 4, 3, seed=seed)],
+            )
+        )
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["total"], name="total", keepdims=0),
+        helper.make_node("Greater", ["total", "zero"], ["cond"], name="positive"),
+        helper.make_node(
+            "If", ["cond"], ["y"], name="branch", then_branch=branches[0], else_branch=branches[1]
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "if_inner_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(np.array(0.0, F), "zero")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return Family(model, if_on_input().make)
+
+
+def local_function() -> Family:
+    """A model-local function ``LinearRelu(x, W, b)`` called twice, with metadata and docs."""
+    body = [
+        helper.make_node("MatMul", ["X", "W"], ["XW"]),
+        helper.make_node("Add", ["XW", "B"], ["S"]),
+        helper.make_node("Relu", ["S"], ["Y"]),
+    ]
+    function = helper.make_function(
+        "local", "LinearRelu", ["X", "W", "B"], ["Y"], body, [helper.make_opsetid("", 17)]
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("LinearRelu", ["x", "W1", "b1"], ["h"], name="first", domain="local"),
+            helper.make_node("LinearRelu", ["h", "W2", "b2"], ["y"], name="second", domain="local"),
+        ],
+        "function_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [_weight("W1", 4, 5), _weight("b1", 5, seed=1), _weight("W2", 5, 3, seed=2),
+         _weight("b2", 3, seed=3)],
+        doc_string="two linear layers",
+    )  # fmt: skip
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+        functions=[function],
+        doc_string="a model with a local function",
+    )
+    helper.set_model_props(model, {"author": "sonnx tests", "license": "Apache-2.0"})
+
+    def make(batch: int, variant: int) -> Feeds:
+        return {"x": np.random.default_rng(batch + variant).standard_normal((batch, 4)).astype(F)}
+
+    return Family(model, make)
+
+
 def loop_with_trip_count() -> Family:
     """``h = tanh(h @ W + b)`` repeated ``n`` times, ``n`` an input."""
     body = helper.make_graph(
@@ -219,6 +286,8 @@ FAMILIES = {
     "cnn": cnn,
     "bert": bert,
     "if": if_on_input,
+    "if_inner": if_with_branch_weights,
+    "function": local_function,
     "loop": loop_with_trip_count,
     "lstm": lstm,
     "int8": int8_weights,

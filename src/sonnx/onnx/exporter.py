@@ -329,7 +329,7 @@ def _export(
         graph,
         opset_imports=opset_ids,
         producer_name="sonnx",
-        ir_version=helper.find_min_ir_version_for(opset_ids),
+        ir_version=helper.find_min_ir_version_for(opset_ids, ignore_unknown=True),
         doc_string=doc_string
         if doc_string is not None
         else (first_source.doc_string if first_source is not None else ""),
@@ -399,7 +399,8 @@ def _name_leaves(ops, outputs, namer: _Namer, g: GraphBuilder) -> None:
         plan, position = namer.imported_consumer(t)
         if plan is not None:
             namer.by_leaf[id(t)] = plan.input_name(position)
-            g.initializers.append(tensor_proto(t.data, namer.by_leaf[id(t)]))
+            if not plan.writes_input(position):
+                g.initializers.append(tensor_proto(t.data, namer.by_leaf[id(t)]))
             continue
         if t.requires_grad and not t.stores_grad:
             raise ExportError(

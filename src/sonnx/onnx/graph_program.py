@@ -103,6 +103,14 @@ class GraphProgram:
         defined |= {o for step in self.steps for o in step.outputs}
         return {n for step in self.steps for n in _reads(step)} - defined
 
+    def step_producing(self, name: str) -> Step | None:
+        """The step that computes tensor ``name``, or None."""
+        return self._producers.get(name)
+
+    @cached_property
+    def _producers(self) -> dict[str, Step]:
+        return {o: step for step in self.steps for o in step.outputs if o}
+
     @cached_property
     def last_reads(self) -> list[list[str]]:
         """For each step, the names that it is the last step to read."""

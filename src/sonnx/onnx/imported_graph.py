@@ -21,7 +21,7 @@ from sonnx import dtypes
 from sonnx.autograd.operator import Operator, next_call_number, recorded_input
 from sonnx.errors import ExportError
 from sonnx.onnx.graph_builder import GraphBuilder, tensor_proto
-from sonnx.onnx.graph_program import STATISTICS_SUFFIX
+from sonnx.onnx.graph_program import STATISTICS_SUFFIX, GraphProgram, Subgraph
 from sonnx.onnx.model_loading import needed_inputs
 from sonnx.tensor import Tensor
 
@@ -37,15 +37,17 @@ class GraphSlice:
 
 
 class GraphSource:
-    """An imported model as its export needs it: the original proto and the live tensors.
+    """An imported model as its export needs it: the original proto and the prepared program.
 
-    ``constants`` is the prepared program's own dict, so the values an export writes are the
-    current ones (trained weights, updated BatchNorm statistics).
+    ``constants`` is the program's own dict, so the values an export writes are the current
+    ones (trained weights, updated BatchNorm statistics); the program's subgraphs hold the
+    weights of branches and loop bodies.
     """
 
-    def __init__(self, model: onnx.ModelProto, constants: dict[str, Tensor]) -> None:
+    def __init__(self, model: onnx.ModelProto, program: GraphProgram) -> None:
         self.model = model
-        self.constants = constants
+        self.program = program
+        self.constants = program.constants
         graph = model.graph
         self.producer = {o: i for i, node in enumerate(graph.node) for o in node.output if o}
         self.initializers = {t.name: t for t in graph.initializer}
@@ -54,10 +56,21 @@ class GraphSource:
         self.graph_outputs = {v.name: v for v in graph.output}
         self.value_info = {v.name: v for v in graph.value_info}
         self._slices: dict[tuple[str, ...], GraphSlice] = {}
+        self._inner: dict[GraphSlice, dict[str, Tensor]] = {}
 
     @property
     def opset(self) -> int:
         return next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+    def inner_weights(self, part: GraphSlice) -> dict[str, Tensor]:
+        """The trainable weights inside the subgraphs of the part's nodes, by name."""
+        floats = self._inner.get(part)
+        if floats is None:
+            floats = self._inner[part] = {}
+            for index in part.nodes:
+                for _, sub in subprograms(self.program, self.model.graph.node[index]):
+                    _collect_floats(sub, floats)
+        return {n: t for n, t in floats.items() if t.is_param}
 
     def slice(self, outputs: tuple[str, ...]) -> GraphSlice:
         """The part of the graph that computes ``outputs`` (cached per output tuple)."""
@@ -103,12 +116,20 @@ class ImportedGraph(Operator):
     op_type = "ImportedGraph"
 
     def __init__(
-        self, source: GraphSource, fed: list[str], weights: list[str], outputs: list[str]
+        self,
+        source: GraphSource,
+        fed: list[str],
+        weights: list[str],
+        inner: list[str],
+        outputs: list[str],
     ) -> None:
         super().__init__()
         self.source = source
-        self.input_names = fed + weights
+        self.input_names = fed + weights + inner
         self.weight_names = frozenset(weights)
+        #: Weights of subgraphs: inputs here so that ``backward`` finds them, written by the
+        #: export inside their subgraph.
+        self.inner_weight_names = frozenset(inner)
         self.output_names = outputs
 
     def forward(self, *xs: torch.Tensor | None) -> Any:
@@ -126,9 +147,11 @@ class ImportedGraph(Operator):
         names = [n for n, v in results.items() if isinstance(v, Tensor)]
         part = source.slice(tuple(names))
         weights = [n for n in part.initializers if source.constants[n].is_param]
+        inner = source.inner_weights(part)
         given = [n for n in source.graph_inputs if isinstance(fed.get(n), Tensor)]
-        op = cls(source, given, weights, names)
+        op = cls(source, given, weights, list(inner), names)
         args = [fed[n] for n in given] + [source.constants[n] for n in weights]
+        args += list(inner.values())
         op.inputs = tuple(recorded_input(a) for a in args)
         op.sequence = next_call_number()
         op.num_outputs = len(names)
@@ -181,6 +204,10 @@ class ImportedExport:
     def output_name(self, index: int) -> str:
         return self.name(self.op.output_names[index])
 
+    def writes_input(self, position: int) -> bool:
+        """Whether input ``position`` is a subgraph weight, which this export writes itself."""
+        return self.op.input_names[position] in self.op.inner_weight_names
+
     def input_info(self, position: int) -> onnx.ValueInfoProto | None:
         """The original declaration (type, symbolic dims) of a graph input, renamed."""
         return self._declared(self.op.input_names[position], self.source.graph_inputs)
@@ -223,6 +250,7 @@ class ImportedExport:
             node = onnx.NodeProto()
             node.CopyFrom(graph.node[index])
             self._rewire_statistics(g, node)
+            _refresh_subgraph_weights(self.source.program, node)
             if self.renamed:
                 _rename_node(node, self.rename)
             g.nodes.append(node)
@@ -267,6 +295,41 @@ class ImportedExport:
         """The value a statistics input has in the graph: an initializer read via Identity."""
         producer = self.source.model.graph.node[self.source.producer[name]]
         return self.source.constants[producer.input[0]].data
+
+
+def subprograms(program: GraphProgram, node: onnx.NodeProto) -> list[tuple[str, GraphProgram]]:
+    """The compiled subgraphs of ``node`` by attribute name (found through its outputs)."""
+    if not any(a.HasField("g") or a.graphs for a in node.attribute):
+        return []
+    step = program.step_producing(node.output[0]) if node.output else None
+    if step is None:
+        return []
+    return [(k, v.program) for k, v in step.attrs.items() if isinstance(v, Subgraph)]
+
+
+def _collect_floats(program: GraphProgram, found: dict[str, Tensor]) -> None:
+    """Every float constant of ``program`` and of the subgraphs inside it."""
+    found.update((n, t) for n, t in program.constants.items() if dtypes.is_float(t.dtype))
+    for step in program.steps:
+        for value in step.attrs.values():
+            if isinstance(value, Subgraph):
+                _collect_floats(value.program, found)
+
+
+def _refresh_subgraph_weights(program: GraphProgram, node: onnx.NodeProto) -> None:
+    """Write the current values of the float initializers of ``node``'s subgraphs."""
+    programs = dict(subprograms(program, node))
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+            inner = programs.get(attr.name)
+            if inner is None:
+                continue
+            for k, init in enumerate(sub.initializer):
+                current = inner.constants.get(init.name)
+                if current is not None and dtypes.is_float(current.dtype):
+                    sub.initializer[k].CopyFrom(tensor_proto(current.data, init.name))
+            for inner_node in sub.node:
+                _refresh_subgraph_weights(inner, inner_node)
 
 
 def _node_names(node: onnx.NodeProto) -> list[str]:

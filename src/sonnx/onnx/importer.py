@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx.inliner
 import torch
 
 import sonnx.onnx.converters  # noqa: F401  (registers every converter)
@@ -266,7 +267,8 @@ def prepare(
         raise BadInputError(f"prepare: unknown option(s) {sorted(options)}")
     proto = load_model(model)
     dev = as_device(device)
-    graph = proto.graph
+    # Model-local functions run inlined; the export writes the original calls (GraphSource).
+    graph = onnx.inliner.inline_local_functions(proto).graph if proto.functions else proto.graph
     initializer_names = {i.name for i in graph.initializer}
     input_specs = [_input_spec(v) for v in graph.input if v.name not in initializer_names]
     program = compile_graph(graph, opset_versions(proto), dev, [s.name for s in input_specs])
@@ -282,7 +284,7 @@ def prepare(
         input_specs=input_specs,
         outputs=list(program.output_names),
         program=program,
-        source=GraphSource(proto, program.constants),
+        source=GraphSource(proto, program),
         graph_runner=GraphRunner(program) if use_graph else None,
     )
 
