@@ -36,12 +36,19 @@ class BinaryOp(Operator):
     """Two inputs ``A`` and ``B`` of one element type, broadcast NumPy-style."""
 
     input_names = ("A", "B")
+    # The last input signature that passed the checks: an imported graph runs one operator
+    # object many times, mostly on the same shapes, and need not check them again.
+    _checked: tuple[Any, ...] | None = None
 
     def check(self, a: torch.Tensor, b: torch.Tensor, numeric: bool = True) -> None:
+        signature = (a.shape, b.shape, a.dtype, b.dtype, numeric)
+        if signature == self._checked:
+            return
         same_dtype(self.op_type, self.input_names, (a, b))
         broadcast_shape(self.op_type, self.input_names, (a, b))
         if numeric:
             require(self.op_type, self.input_names[0], a, "a numeric tensor", a.dtype != torch.bool)
+        self._checked = signature
 
 
 class Add(BinaryOp):

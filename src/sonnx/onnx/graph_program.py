@@ -20,13 +20,15 @@ from typing import Any
 
 import numpy as np
 import onnx
+import torch
 from onnx import numpy_helper
 
 from sonnx import dtypes
-from sonnx.autograd.host_values import constant_device
+from sonnx.autograd.host_values import constant_device, forget, place_inputs
+from sonnx.autograd.operator import Operator, is_training
 from sonnx.autograd.tracing import deferred_checks
 from sonnx.device import Device, get_default_device, set_default_device
-from sonnx.errors import BadInputError, BadModelError
+from sonnx.errors import BadInputError, BadModelError, SonnxError
 from sonnx.onnx.attributes import densify
 from sonnx.onnx.gradient_graph import with_forward_graphs
 from sonnx.onnx.model_loading import (
@@ -35,7 +37,7 @@ from sonnx.onnx.model_loading import (
     needed_inputs,
     resolve_nodes,
 )
-from sonnx.onnx.registry import NodeInfo, node_attributes
+from sonnx.onnx.registry import NodeInfo, OperatorConverter, node_attributes
 from sonnx.onnx.values import is_single_value
 from sonnx.tensor import Tensor
 
@@ -44,7 +46,14 @@ CPU = Device("cpu")
 
 @dataclass
 class Step:
-    """One node ready to run: converter, decoded attributes and wiring."""
+    """One node ready to run: converter, decoded attributes and wiring.
+
+    ``op`` is the node's operator, built once, for nodes whose converter is an Operator class:
+    a run calls its ``forward`` on the inputs' torch tensors directly. The run as a whole is
+    recorded as one :class:`~sonnx.onnx.imported_graph.ImportedGraph` (export writes the
+    original graph; ``backward`` needs only torch's graph and the weights), so nothing per
+    node is recorded.
+    """
 
     info: NodeInfo
     attrs: dict[str, Any]
@@ -52,6 +61,35 @@ class Step:
     outputs: list[str]
     convert: Callable[..., Any]
     has_subgraphs: bool = False
+    op: Operator | None = None
+
+    def run(self, args: list[Any], attrs: dict[str, Any]) -> Any:
+        """The node's output value(s) for input values ``args``."""
+        op = self.op
+        if op is None or not all(a is None or type(a) is Tensor for a in args):
+            return self.convert(self.info, args, attrs)
+        raw = [None if a is None else a.data for a in args]
+        placed = place_inputs(op.op_type, raw)
+        try:
+            result = op.forward(*placed)
+        finally:
+            if placed is not raw:
+                forget(placed)
+        if isinstance(result, torch.Tensor):
+            return _plain(result)
+        return tuple(None if r is None else _plain(r) for r in result)
+
+
+def _plain(data: torch.Tensor) -> Tensor:
+    """A tensor computed inside an imported run: values only, no creator."""
+    out = Tensor.__new__(Tensor)
+    out.data = data
+    out.creator = None
+    out.output_index = 0
+    out.name = None
+    out._requires_grad = data.requires_grad
+    out._stores_grad = False
+    return out
 
 
 @contextmanager
@@ -94,7 +132,8 @@ class GraphProgram:
         name is in ``keep``: an activation then lives no longer than torch needs it (for
         backward, torch holds what it saved), not until the end of the run.
         """
-        with _default_device(self.device), deferred_checks():
+        grad = torch.set_grad_enabled(is_training())
+        with _default_device(self.device), deferred_checks(), grad:
             return self._execute(values, stop, computed, keep)
 
     def outer_names(self) -> set[str]:
@@ -145,7 +184,7 @@ class GraphProgram:
                     k: v.bind(values) if isinstance(v, Subgraph) else v for k, v in attrs.items()
                 }
             started = time.perf_counter() if debug else 0.0
-            result = step.convert(step.info, args, attrs)
+            result = step.run(args, attrs)
             outs = (result,) if is_single_value(result) else tuple(result)
             for name, t in zip(step.outputs, outs, strict=False):
                 if name and t is not None:
@@ -365,6 +404,7 @@ def _make_step(r: ResolvedNode, versions: dict[str, int], dev: Device) -> Step:
     except Exception as e:  # a malformed attribute in the protobuf
         raise BadModelError(f"node {info.name!r} ({node.op_type}): bad attribute: {e}") from e
     has_subgraphs = False
+    op = None
     for key, value in attrs.items():
         if isinstance(value, onnx.GraphProto):
             inputs = [i.name for i in value.input]
@@ -372,4 +412,11 @@ def _make_step(r: ResolvedNode, versions: dict[str, int], dev: Device) -> Step:
                 compile_graph(value, versions, dev, inputs, is_subgraph=True), f"{info.name}.{key}"
             )
             has_subgraphs = True
-    return Step(info, attrs, list(node.input), list(node.output), r.convert, has_subgraphs)
+    if isinstance(r.convert, OperatorConverter) and not has_subgraphs:
+        try:
+            op = r.convert.build(info, attrs)
+        except SonnxError:
+            op = None  # a bad attribute: running the node reports it, as before
+    step = Step(info, attrs, list(node.input), list(node.output), r.convert, has_subgraphs)
+    step.op = op
+    return step

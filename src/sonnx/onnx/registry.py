@@ -108,14 +108,26 @@ def bind_node(op: OperatorT, node: NodeInfo) -> OperatorT:
     return op
 
 
+class OperatorConverter:
+    """The converter of an Operator class registered with :func:`register_operator`: builds
+    ``cls(version=v, **attrs)`` for the node. The importer builds it once per node
+    (:meth:`build`) and calls its ``forward`` on every run; called as a converter, it builds
+    and runs a recorded operator."""
+
+    def __init__(self, cls: type[Operator]) -> None:
+        self.operator_class = cls
+        self.__name__ = self.__qualname__ = f"convert_{cls.__name__}"
+
+    def build(self, node: NodeInfo, attrs: dict[str, Any]) -> Operator:
+        return bind_node(self.operator_class(version=node.since_version, **attrs), node)
+
+    def __call__(self, node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Any:
+        return self.build(node, attrs)(*inputs)
+
+
 def register_operator(cls: type[Operator], *since_versions: int, domain: str = "") -> None:
     """Register an Operator class as its own converter: ``cls(version=v, **attrs)(*inputs)``."""
-
-    def convert(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Any:
-        return bind_node(cls(version=node.since_version, **attrs), node)(*inputs)
-
-    convert.__name__ = f"convert_{cls.__name__}"
-    convert.__qualname__ = convert.__name__
+    convert = OperatorConverter(cls)
     for v in since_versions:
         REGISTRY.register(cls.op_type, v, convert, domain or cls.domain)
 
