@@ -245,3 +245,11 @@ def multinomial(
     attrs = _attrs(dtype, seed)
     attrs["sample_size"] = int(sample_size)
     return Multinomial(**attrs)(x)
+
+
+#: The ONNX op types whose results differ from run to run.
+RANDOM_OP_TYPES = frozenset(
+    cls.op_type
+    for cls in (Bernoulli, Multinomial, RandomNormal, RandomNormalLike, RandomUniform,
+                RandomUniformLike)
+)  # fmt: skip

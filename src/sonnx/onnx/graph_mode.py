@@ -27,19 +27,10 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from sonnx.autograd import random_ops
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.random_ops import RANDOM_OP_TYPES
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.onnx.graph_program import GraphProgram
 from sonnx.tensor import Tensor
-
-# Operators whose results differ from run to run (a traced graph would replay one draw): the
-# operators of sonnx.autograd.random_ops.
-RANDOM_OPS = frozenset(
-    value.op_type
-    for value in (getattr(random_ops, name) for name in random_ops.__all__)
-    if isinstance(value, type) and issubclass(value, Operator)
-)
 
 
 def _signature(t: torch.Tensor) -> tuple[Any, ...]:
@@ -68,7 +59,7 @@ class GraphRunner:
         #: Why this graph (or its last failed input signature) runs eagerly; None: it compiles.
         self.fallback: str | None = None
         self._program_fallback = False
-        random = sorted({s.info.op_type for s in program.steps} & RANDOM_OPS)
+        random = sorted({s.info.op_type for s in program.steps} & RANDOM_OP_TYPES)
         if random:
             self.fallback = f"it draws random numbers ({', '.join(random)})"
             self._program_fallback = True

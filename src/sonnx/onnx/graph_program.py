@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -26,7 +26,8 @@ from onnx import numpy_helper
 from sonnx import dtypes
 from sonnx.autograd.host_values import constant_device, forget, place_inputs
 from sonnx.autograd.operator import Operator, is_training
-from sonnx.autograd.tracing import deferred_checks
+from sonnx.autograd.random_ops import RANDOM_OP_TYPES
+from sonnx.autograd.tracing import deferred_checks, value_checks
 from sonnx.device import Device, get_default_device, set_default_device
 from sonnx.errors import BadInputError, BadModelError, SonnxError
 from sonnx.onnx.attributes import densify
@@ -62,6 +63,9 @@ class Step:
     convert: Callable[..., Any]
     has_subgraphs: bool = False
     op: Operator | None = None
+    #: Reads only constants (a Cast or DequantizeLinear of int8 weights, a Transpose of a
+    #: weight): its result is kept between runs until an input changes.
+    foldable: bool = False
 
     def run(self, args: list[Any], attrs: dict[str, Any]) -> Any:
         """The node's output value(s) for input values ``args``."""
@@ -118,6 +122,8 @@ class GraphProgram:
     output_names: list[str]
     steps: list[Step]
     device: Device
+    # Results of foldable steps by step index: (the input tensors and their versions, result).
+    _folded: dict[int, tuple[tuple[Any, ...], Any]] = field(default_factory=dict, repr=False)
 
     def execute(
         self,
@@ -184,7 +190,11 @@ class GraphProgram:
                     k: v.bind(values) if isinstance(v, Subgraph) else v for k, v in attrs.items()
                 }
             started = time.perf_counter() if debug else 0.0
-            result = step.run(args, attrs)
+            result = self._folded_result(index, args) if step.foldable else None
+            if result is None:
+                result = step.run(args, attrs)
+                if step.foldable:
+                    self._fold(index, args, result)
             outs = (result,) if is_single_value(result) else tuple(result)
             for name, t in zip(step.outputs, outs, strict=False):
                 if name and t is not None:
@@ -200,6 +210,43 @@ class GraphProgram:
                     if name not in keep:
                         values.pop(name, None)
         return values
+
+    def _folded_result(self, index: int, args: list[Any]) -> Any:
+        """A foldable step's kept result, if its inputs are the same tensors, unchanged."""
+        kept = self._folded.get(index)
+        if kept is None or not _foldable_now(args):
+            return None
+        inputs, versions, result = kept
+        same = len(inputs) == len(args) and all(
+            kept_input is _payload(a) for kept_input, a in zip(inputs, args, strict=True)
+        )
+        return result if same and versions == _versions(args) else None
+
+    def _fold(self, index: int, args: list[Any], result: Any) -> None:
+        if _foldable_now(args):
+            # The inputs' torch tensors are kept and compared by identity: a weight whose
+            # ``data`` was replaced (load_states) is a different tensor.
+            self._folded[index] = ([_payload(a) for a in args], _versions(args), result)
+
+
+def _foldable_now(args: list[Any]) -> bool:
+    """Whether a result can be kept: outside graph tracing (its values would be placeholders)
+    and not part of a gradient (a trainable weight in training mode must stay in torch's
+    graph)."""
+    if not value_checks():
+        return False
+    return not is_training() or not any(
+        isinstance(a, Tensor) and a.data.requires_grad for a in args
+    )
+
+
+def _payload(value: Any) -> Any:
+    return value.data if isinstance(value, Tensor) else value
+
+
+def _versions(args: list[Any]) -> tuple[int, ...]:
+    """In-place updates (an optimizer step, ``copy_``) bump a tensor's version counter."""
+    return tuple(a.data._version if isinstance(a, Tensor) else -1 for a in args)
 
 
 def _reads(step: Step) -> list[str]:
@@ -324,6 +371,7 @@ def compile_graph(
         steps.append(step)
     _mark_statistics_as_buffers(steps, constants)
     _mark_parameterising_constants(steps, constants)
+    _mark_foldable(steps, constants)
     produced = known | {o for s in steps for o in s.outputs} | set(constants)
     for out in graph.output:
         if out.name not in produced:
@@ -335,6 +383,22 @@ def compile_graph(
 STATISTICS_SUFFIX = "/statistics"
 # Inputs that hold running statistics rather than weights: (op type, input positions).
 _STATISTICS_INPUTS = {"BatchNormalization": (3, 4)}
+
+
+def _mark_foldable(steps: list[Step], constants: dict[str, Tensor]) -> None:
+    """Mark the steps that read only constants and steps marked before them (no subgraphs, no
+    random draws): what depends only on weights and constants."""
+    known = set(constants)
+    for step in steps:
+        reads = [n for n in step.inputs if n]
+        if (
+            reads
+            and not step.has_subgraphs
+            and step.info.op_type not in RANDOM_OP_TYPES
+            and all(n in known for n in reads)
+        ):
+            step.foldable = True
+            known.update(o for o in step.outputs if o)
 
 
 # Inputs that parameterise an operation rather than hold weights: (op type, input positions).
