@@ -11,7 +11,10 @@ A step is forward, softmax cross-entropy, backward and an SGD-momentum update on
 - ``resnet18``: ``torch_models.ResNet18`` exported to ONNX with its BatchNormalization nodes
   kept, imported with :class:`sonnx.SONNXModel` (weights are the torch module's) and trained
   with ``train_one_batch``; default batch 16 at 112x112;
-- ``layer``: the walkthrough CNN written with ``sonnx.layer`` / ``sonnx.model.Model``.
+- ``layer``: the walkthrough CNN written with ``sonnx.layer`` / ``sonnx.model.Model``;
+- ``bert``: ``torch_models.TinyBert`` (hidden 128, 4 layers, 2 labels) exported to ONNX and
+  imported with :class:`sonnx.SONNXModel`, trained with ``train_one_batch`` on ``[batch,
+  sequence]`` int64 token ids and attention masks; default batch 4 at sequence 128.
 
 The reference is ``torch.nn`` + ``torch.optim.SGD`` with the same weights, batch and
 hyper-parameters. Before timing, one step is run on fresh copies of both sides and the two
@@ -45,7 +48,7 @@ from sonnx.walkthrough import CNN, LayerCNN
 
 LR = 0.05
 MOMENTUM = 0.9
-CASES = ("cnn", "resnet18", "layer")
+CASES = ("cnn", "resnet18", "layer", "bert")
 
 
 def torch_cnn() -> nn.Sequential:
@@ -182,6 +185,43 @@ def resnet_case(batch: int, image: int, width: int) -> Case:
     return case
 
 
+def bert_case(batch: int, seq: int) -> Case:
+    """(d) A BERT-style encoder exported to ONNX, imported as a SONNXModel."""
+    torch.manual_seed(0)
+    ref = torch_models.TinyBert(vocab=1000, hidden=128, heads=4, layers=4, ffn=512, max_len=seq)
+    ids, mask = torch_models.bert_inputs(batch, seq, 1000)
+    labels = np.random.default_rng(0).integers(0, 2, batch).astype(np.int64)
+    names = ["input_ids", "attention_mask"]
+    proto, export_s = time_once(lambda: torch_models.export(ref, (ids, mask), 17, names))
+    net, prepare_s = time_once(lambda: sonnx.SONNXModel(proto))
+    net.set_optimizer(opt.SGD(lr=LR, momentum=MOMENTUM))
+    tids, tmask = (tensor.Tensor(data=t.numpy(), requires_grad=False) for t in (ids, mask))
+    ty = tensor.Tensor(data=labels, requires_grad=False)
+    net.train()
+
+    def step() -> float:
+        autograd.training = True  # the other cases may have changed the module flag
+        out = net.forward(tids, tmask)[0]
+        loss = autograd.softmax_cross_entropy(out, ty)
+        net.optimizer(loss)
+        return loss.data.detach()
+
+    sgd = torch.optim.SGD(ref.parameters(), lr=LR, momentum=MOMENTUM)
+    yt = torch.from_numpy(labels)
+    ref.train()
+
+    def torch_step() -> float:
+        sgd.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(ref(ids, mask), yt)
+        loss.backward()
+        sgd.step()
+        return loss.detach()
+
+    case = Case("BERT-style h128 L4 (imported ONNX)", step, torch_step, f"{batch}x{seq}")
+    case.setup_s = export_s + prepare_s
+    return case
+
+
 def randomize_batchnorm(net: nn.Module) -> None:
     """Give every BatchNorm distinct, trained-looking parameters and statistics.
 
@@ -208,6 +248,8 @@ def build(name: str, args: argparse.Namespace) -> Case:
         return cnn_case(args.batch)
     if name == "layer":
         return layer_case(args.batch)
+    if name == "bert":
+        return bert_case(args.bert_batch, args.bert_seq)
     return resnet_case(args.resnet_batch, args.resnet_image, args.resnet_width)
 
 
@@ -218,6 +260,8 @@ def main() -> None:
     parser.add_argument("--resnet-batch", type=int, default=16)
     parser.add_argument("--resnet-image", type=int, default=112, help="ResNet input side")
     parser.add_argument("--resnet-width", type=int, default=64, help="64 is real ResNet-18")
+    parser.add_argument("--bert-batch", type=int, default=4)
+    parser.add_argument("--bert-seq", type=int, default=128)
     add_common_args(parser, repeats=9, warmup=3)
     args = parser.parse_args()
     if args.warmup < 1:

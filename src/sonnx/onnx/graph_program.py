@@ -39,6 +39,7 @@ from sonnx.onnx.model_loading import (
     resolve_nodes,
 )
 from sonnx.onnx.registry import NodeInfo, OperatorConverter, node_attributes
+from sonnx.onnx.shape_values import ShapeValueCache, input_signature, shape_value_steps
 from sonnx.onnx.values import is_single_value
 from sonnx.tensor import Tensor
 
@@ -124,6 +125,12 @@ class GraphProgram:
     device: Device
     # Results of foldable steps by step index: (the input tensors and their versions, result).
     _folded: dict[int, tuple[tuple[Any, ...], Any]] = field(default_factory=dict, repr=False)
+    _shape_values: ShapeValueCache = field(default_factory=ShapeValueCache, repr=False)
+
+    @cached_property
+    def shape_value_steps(self) -> set[int]:
+        """The steps computing shape values (see :mod:`sonnx.onnx.shape_values`)."""
+        return shape_value_steps(self.steps, self.constants, set(self.input_names))
 
     def execute(
         self,
@@ -176,7 +183,20 @@ class GraphProgram:
         keep: set[str] | None,
     ) -> dict[str, Tensor]:
         debug = os.environ.get("SONNX_DEBUG", "") not in ("", "0")
+        shape_steps = self.shape_value_steps
+        signature = input_signature(values, self.input_names) if value_checks() else None
+        known = self._shape_values.get(signature) if signature is not None else None
+        fresh: dict[str, Any] | None = {} if signature is not None and known is None else None
         for index, step in enumerate(self.steps[:stop]):
+            if known is not None and index in shape_steps:
+                # Shape values of this input signature, computed by an earlier run.
+                for name in step.outputs:
+                    if name in known:
+                        values[name] = known[name]
+                        if computed is not None:
+                            computed[name] = known[name]
+                self._forget_last_reads(values, index, keep)
+                continue
             try:
                 args = [values[n] if n else None for n in step.inputs]
             except KeyError as e:
@@ -203,13 +223,20 @@ class GraphProgram:
                     values[name] = t
                     if computed is not None:
                         computed[name] = t
+            if fresh is not None and index in shape_steps:
+                fresh.update((n, values[n]) for n in step.outputs if n in values)
             if debug:
                 _trace(step, args, time.perf_counter() - started)
-            if keep is not None:
-                for name in self.last_reads[index]:
-                    if name not in keep:
-                        values.pop(name, None)
+            self._forget_last_reads(values, index, keep)
+        if fresh is not None and (stop is None or stop >= len(self.steps)):
+            self._shape_values.store(signature, fresh)
         return values
+
+    def _forget_last_reads(self, values: dict[str, Any], index: int, keep: set[str] | None) -> None:
+        if keep is not None:
+            for name in self.last_reads[index]:
+                if name not in keep:
+                    values.pop(name, None)
 
     def _folded_result(self, index: int, args: list[Any]) -> Any:
         """A foldable step's kept result, if its inputs are the same tensors, unchanged."""

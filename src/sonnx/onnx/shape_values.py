@@ -1,0 +1,133 @@
+"""Which steps of a graph compute shape values: results fixed by the inputs' shapes alone.
+
+Exported transformers spend most of their nodes on shape arithmetic (``Shape -> Gather ->
+Unsqueeze -> Concat -> Reshape``). Its results depend on the shapes and element types of the
+graph inputs, never on their values, so a run can reuse them for every later run with the same
+input signature (:class:`ShapeValueCache`) and skip those nodes.
+
+:func:`shape_value_steps` finds them by following two properties through the graph in order:
+a tensor's *value* is fixed by the input signature (constants; ``Shape``/``Size`` of a tensor
+whose shape is fixed; any deterministic operation on such values), and a tensor's *shape* is
+fixed by it (graph inputs; the outputs of operations whose output shape follows from their
+inputs' shapes — elementwise, MatMul, Conv, ...; of any operation whose other inputs have fixed
+values — a Reshape to a computed shape). Anything else — a subgraph, a random draw, an output
+sized by values (NonZero) — is neither, and so is everything after it that depends on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sonnx import dtypes
+from sonnx.autograd.random_ops import RANDOM_OP_TYPES
+from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.onnx.graph_program import Step
+
+#: Operations whose output shape follows from their inputs' shapes and attributes alone.
+# fmt: off
+SHAPE_FROM_SHAPES = frozenset({
+    "Abs", "Acos", "Acosh", "Add", "And", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
+    "BatchNormalization", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor",
+    "Cast", "CastLike", "Ceil", "Celu", "Clip", "Concat", "Conv", "ConvTranspose", "Cos",
+    "Cosh", "DequantizeLinear", "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp",
+    "Flatten", "Floor", "Gather", "GatherElements", "Gelu", "Gemm", "GlobalAveragePool",
+    "GlobalMaxPool", "Greater", "GreaterOrEqual", "GroupNormalization", "HardSigmoid",
+    "HardSwish", "Identity", "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization",
+    "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "LpNormalization", "MatMul",
+    "Max", "MaxPool", "Mean", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "PRelu", "Pow",
+    "QuantizeLinear", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign",
+    "Sin", "Sinh", "Softmax", "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "Tan", "Tanh",
+    "ThresholdedRelu", "Transpose", "Trilu", "Where", "Xor",
+})
+# fmt: on
+#: Operations whose output shape depends on the values of their data input.
+VALUE_SIZED = frozenset(
+    {
+        "NonZero",
+        "Unique",
+        "Compress",
+        "NonMaxSuppression",
+        "StringSplit",
+        "StringNormalizer",
+        "ImageDecoder",
+    }
+)  # fmt: skip
+#: Operations sized by the values of every input, the first included.
+SIZED_BY_VALUES = frozenset(
+    {"ConstantOfShape", "Range", "MelWeightMatrix", "BlackmanWindow", "HannWindow",
+     "HammingWindow"}
+)  # fmt: skip
+#: Values that change from run to run with the same inputs.
+NONDETERMINISTIC = RANDOM_OP_TYPES | {"Dropout"}
+
+
+def shape_value_steps(
+    steps: Sequence[Step], constants: dict[str, Tensor], inputs: set[str]
+) -> set[int]:
+    """Indices of the steps whose outputs' values are fixed by the input signature and that
+    read at least one graph-derived tensor (steps on constants alone are folded elsewhere).
+
+    Only integer, boolean and 0-d float constants count as fixed values: weights train and
+    BatchNorm statistics are updated in place, so what is computed from them is not reused.
+    """
+    fixed_value = {
+        n for n, t in constants.items() if not dtypes.is_float(t.dtype) or t.data.dim() == 0
+    }
+    fixed_shape = set(constants) | set(inputs)
+    found: set[int] = set()
+    for index, step in enumerate(steps):
+        reads = [n for n in step.inputs if n]
+        op = step.info.op_type
+        if step.has_subgraphs or step.info.domain not in ("", "ai.onnx") or not reads:
+            continue
+        if op in ("Shape", "Size"):
+            values = reads[0] in fixed_shape
+        else:
+            values = op not in NONDETERMINISTIC and all(n in fixed_value for n in reads)
+        if values:
+            fixed_value.update(o for o in step.outputs if o)
+            fixed_shape.update(o for o in step.outputs if o)
+            if not all(n in fixed_value and n in constants for n in reads):
+                found.add(index)
+            continue
+        shapes_known = all(n in fixed_shape for n in reads)
+        sizing = reads if op in SIZED_BY_VALUES else reads[1:]
+        follows = op in SHAPE_FROM_SHAPES or (
+            op not in VALUE_SIZED and all(n in fixed_value for n in sizing)
+        )
+        if shapes_known and follows:
+            fixed_shape.update(o for o in step.outputs if o)
+    return found
+
+
+def input_signature(values: dict[str, Any], names: Sequence[str]) -> tuple[Any, ...] | None:
+    """Shapes, element types and devices of the graph inputs (None if one is not a tensor)."""
+    signature = []
+    for name in names:
+        value = values.get(name)
+        if type(value) is not Tensor:
+            return None
+        data = value.data
+        signature.append((data.shape, data.dtype, data.device))
+    return tuple(signature)
+
+
+class ShapeValueCache:
+    """The shape values computed for each input signature, reused by later runs."""
+
+    #: Input signatures kept per graph (a server feeding every batch size stays bounded).
+    LIMIT = 64
+
+    def __init__(self) -> None:
+        self._by_signature: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def get(self, signature: tuple[Any, ...]) -> dict[str, Any] | None:
+        return self._by_signature.get(signature)
+
+    def store(self, signature: tuple[Any, ...], values: dict[str, Any]) -> None:
+        if len(self._by_signature) >= self.LIMIT:
+            self._by_signature.pop(next(iter(self._by_signature)))
+        self._by_signature[signature] = values

@@ -1,0 +1,87 @@
+"""Shape arithmetic runs once per input signature; value-sized shapes are never reused."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+import sonnx
+from sonnx.onnx.shape_values import shape_value_steps
+from sonnx.tensor import to_numpy
+from tests.onnx.export_check import ort_session
+from tests.onnx.imported_families import bert
+
+
+def _counting(rep: sonnx.SingaRep, monkeypatch) -> list[str]:
+    calls: list[str] = []
+    for step in rep.steps:
+        if step.op is not None:
+            forward = step.op.forward
+
+            def counted(*xs, _forward=forward, _name=step.info.name):
+                calls.append(_name)
+                return _forward(*xs)
+
+            monkeypatch.setattr(step.op, "forward", counted)
+    return calls
+
+
+def test_a_bert_encoder_computes_its_shape_values_once_per_signature(monkeypatch) -> None:
+    family = bert()
+    rep = sonnx.prepare(family.model)
+    shape_steps = {rep.steps[i].info.name for i in rep.program.shape_value_steps}
+    assert len(shape_steps) > 20
+    assert {rep.steps[i].info.op_type for i in rep.program.shape_value_steps} >= {"Shape"}
+    calls = _counting(rep, monkeypatch)
+    session = ort_session(family.model)
+    runs = [((2, 0), True), ((2, 0), False), ((3, 1), True), ((2, 0), False), ((3, 1), False)]
+    for (batch, variant), new_signature in runs:
+        feeds = family.make(batch, variant)
+        calls.clear()
+        ours = to_numpy(rep.run(feeds)[0])
+        np.testing.assert_allclose(ours, session.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+        assert bool(shape_steps & set(calls)) == new_signature
+
+
+def test_values_sized_by_data_are_not_reused() -> None:
+    # y = Reshape(w, Concat(Shape(w)[1:2], [-1])) with w = NonZero(x > 0), shape (1, count):
+    # the target shape depends on x's values.
+    nodes = [
+        helper.make_node("Greater", ["x", "zero"], ["positive"]),
+        helper.make_node("NonZero", ["positive"], ["where"]),
+        helper.make_node("Shape", ["where"], ["where_shape"]),
+        helper.make_node("Slice", ["where_shape", "one", "two"], ["count"]),
+        helper.make_node("Concat", ["count", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["where", "target"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+        [
+            helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+            helper.make_tensor("minus_one", TensorProto.INT64, [1], [-1]),
+            helper.make_tensor("one", TensorProto.INT64, [1], [1]),
+            helper.make_tensor("two", TensorProto.INT64, [1], [2]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rep = sonnx.prepare(model)
+    assert shape_value_steps(rep.steps, rep.constants, {"x"}) == set()
+    first = to_numpy(rep.run([np.array([1, -1, 2, -3], np.float32)])[0])
+    second = to_numpy(rep.run([np.array([1, 1, 2, -3], np.float32)])[0])
+    assert first.shape == (2, 1) and second.shape == (3, 1)
+
+
+def test_a_cut_run_does_not_store_partial_shape_values() -> None:
+    family = bert()
+    rep = sonnx.prepare(family.model)
+    feeds = family.make(2, 0)
+    rep.run(feeds, last_layers=-20)
+    whole = to_numpy(rep.run(feeds)[0])
+    np.testing.assert_allclose(
+        whole, ort_session(family.model).run(None, feeds)[0], rtol=1e-5, atol=1e-5
+    )
+    assert isinstance(rep.model, onnx.ModelProto)
