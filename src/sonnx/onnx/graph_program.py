@@ -31,6 +31,7 @@ from sonnx.autograd.tracing import deferred_checks, value_checks
 from sonnx.device import Device, get_default_device, set_default_device
 from sonnx.errors import BadInputError, BadModelError, SonnxError
 from sonnx.onnx.attributes import densify
+from sonnx.onnx.fusions import Fusion, find_fusions
 from sonnx.onnx.gradient_graph import with_forward_graphs
 from sonnx.onnx.model_loading import (
     ResolvedNode,
@@ -126,6 +127,8 @@ class GraphProgram:
     # Results of foldable steps by step index: (the input tensors and their versions, result).
     _folded: dict[int, tuple[tuple[Any, ...], Any]] = field(default_factory=dict, repr=False)
     _shape_values: ShapeValueCache = field(default_factory=ShapeValueCache, repr=False)
+    #: Groups of steps run as one torch call, by the index of their final step.
+    fusions: dict[int, Fusion] = field(default_factory=dict, repr=False)
 
     @cached_property
     def shape_value_steps(self) -> set[int]:
@@ -170,6 +173,9 @@ class GraphProgram:
         for i, step in enumerate(self.steps):
             for name in _reads(step):
                 last[name] = i
+        for fusion in self.fusions.values():
+            for name in fusion.inputs:
+                last[name] = max(last[name], fusion.final)
         plan: list[list[str]] = [[] for _ in self.steps]
         for name, i in last.items():
             plan[i].append(name)
@@ -187,7 +193,11 @@ class GraphProgram:
         signature = input_signature(values, self.input_names) if value_checks() else None
         known = self._shape_values.get(signature) if signature is not None else None
         fresh: dict[str, Any] | None = {} if signature is not None and known is None else None
+        skipped, fused = self._active_fusions(stop, keep, computed)
         for index, step in enumerate(self.steps[:stop]):
+            if index in skipped:
+                self._forget_last_reads(values, index, keep)
+                continue
             if known is not None and index in shape_steps:
                 # Shape values of this input signature, computed by an earlier run.
                 for name in step.outputs:
@@ -197,24 +207,14 @@ class GraphProgram:
                             computed[name] = known[name]
                 self._forget_last_reads(values, index, keep)
                 continue
-            try:
-                args = [values[n] if n else None for n in step.inputs]
-            except KeyError as e:
-                raise BadInputError(
-                    f"node {step.info.name!r} ({step.info.op_type}) needs tensor {e.args[0]!r}, "
-                    "which was not computed (an optional input left out, or a cut too early?)"
-                ) from None
-            attrs = step.attrs
-            if step.has_subgraphs:
-                attrs = {
-                    k: v.bind(values) if isinstance(v, Subgraph) else v for k, v in attrs.items()
-                }
             started = time.perf_counter() if debug else 0.0
-            result = self._folded_result(index, args) if step.foldable else None
-            if result is None:
-                result = step.run(args, attrs)
-                if step.foldable:
-                    self._fold(index, args, result)
+            if index in fused:
+                fusion = fused[index]
+                args = [values[n] for n in fusion.inputs]
+                result = _plain(fusion.compute(*(a.data for a in args)))
+            else:
+                args = _arguments(step, values)
+                result = self._run_step(index, step, args, values)
             outs = (result,) if is_single_value(result) else tuple(result)
             for name, t in zip(step.outputs, outs, strict=False):
                 if name and t is not None:
@@ -231,6 +231,34 @@ class GraphProgram:
         if fresh is not None and (stop is None or stop >= len(self.steps)):
             self._shape_values.store(signature, fresh)
         return values
+
+    def _run_step(self, index: int, step: Step, args: list[Any], values: dict[str, Any]) -> Any:
+        """A step's result: kept from an earlier run when it is folded, else computed."""
+        attrs = step.attrs
+        if step.has_subgraphs:
+            attrs = {k: v.bind(values) if isinstance(v, Subgraph) else v for k, v in attrs.items()}
+        result = self._folded_result(index, args) if step.foldable else None
+        if result is None:
+            result = step.run(args, attrs)
+            if step.foldable:
+                self._fold(index, args, result)
+        return result
+
+    def _active_fusions(
+        self, stop: int | None, keep: set[str] | None, computed: dict[str, Any] | None
+    ) -> tuple[set[int], dict[int, Fusion]]:
+        """The fusions a run goes through whole (all of them, unless it stops inside a group,
+        asks for an intermediate value or wants every value): the steps they skip, and the
+        fusions by final step."""
+        if not self.fusions or computed is not None:
+            return set(), {}
+        end = len(self.steps) if stop is None else stop
+        active = {
+            final: fusion
+            for final, fusion in self.fusions.items()
+            if final < end and not (keep and fusion.intermediates & keep)
+        }
+        return {i for fusion in active.values() for i in fusion.internal}, active
 
     def _forget_last_reads(self, values: dict[str, Any], index: int, keep: set[str] | None) -> None:
         if keep is not None:
@@ -254,6 +282,17 @@ class GraphProgram:
             # The inputs' torch tensors are kept and compared by identity: a weight whose
             # ``data`` was replaced (load_states) is a different tensor.
             self._folded[index] = ([_payload(a) for a in args], _versions(args), result)
+
+
+def _arguments(step: Step, values: dict[str, Any]) -> list[Any]:
+    """The step's input values (None for absent optional inputs)."""
+    try:
+        return [values[n] if n else None for n in step.inputs]
+    except KeyError as e:
+        raise BadInputError(
+            f"node {step.info.name!r} ({step.info.op_type}) needs tensor {e.args[0]!r}, "
+            "which was not computed (an optional input left out, or a cut too early?)"
+        ) from None
 
 
 def _foldable_now(args: list[Any]) -> bool:
@@ -403,7 +442,10 @@ def compile_graph(
     for out in graph.output:
         if out.name not in produced:
             raise BadModelError(f"graph output {out.name!r} is not produced by any node")
-    return GraphProgram(constants, list(input_names), [o.name for o in graph.output], steps, dev)
+    outputs = [o.name for o in graph.output]
+    program = GraphProgram(constants, list(input_names), outputs, steps, dev)
+    program.fusions = find_fusions(steps, constants, outputs)
+    return program
 
 
 #: What the importer appends to a shared statistics input's name for its own buffer.

@@ -1,0 +1,69 @@
+"""Node groups run as one torch call (GELU written as Div/Erf/Add/Mul/Mul): same values and
+gradients as node by node, and cuts or requests inside a group still see every node."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import sonnx
+from sonnx import autograd
+from sonnx.tensor import Tensor, to_numpy
+from tests.onnx.export_check import ort_session
+from tests.onnx.imported_families import bert
+
+
+@pytest.fixture(autouse=True)
+def inference_afterwards():
+    previous = autograd.training
+    yield
+    autograd.training = previous
+
+
+def test_exported_gelu_is_found_and_matches_node_by_node() -> None:
+    family = bert()
+    rep = sonnx.prepare(family.model)
+    fusions = list(rep.program.fusions.values())
+    assert [f.name for f in fusions] == ["Gelu"]
+    feeds = family.make(3, 1)
+    fused = to_numpy(rep.run(feeds)[0])
+    np.testing.assert_allclose(fused, ort_session(family.model).run(None, feeds)[0], atol=1e-5)
+    # all_outputs runs every node; its final output equals the fused run's
+    every = rep.run(feeds, all_outputs=True)
+    np.testing.assert_allclose(to_numpy(every[rep.outputs[0]]), fused, rtol=1e-5, atol=1e-6)
+    inside = next(iter(fusions[0].intermediates))
+    assert inside in every
+
+
+def test_cuts_and_requests_inside_a_group_run_its_nodes() -> None:
+    family = bert()
+    rep = sonnx.prepare(family.model)
+    (fusion,) = rep.program.fusions.values()
+    feeds = family.make(2, 0)
+    every = rep.run(feeds, all_outputs=True)
+    for name in fusion.intermediates:
+        (value,) = rep.run(feeds, output=name)
+        np.testing.assert_allclose(to_numpy(value), to_numpy(every[name]), rtol=1e-6)
+    (tail,) = rep.run(feeds, aux_output=[next(iter(fusion.intermediates))])[1:]
+    assert tail.shape == every[next(iter(fusion.intermediates))].shape
+
+
+def test_fused_and_node_by_node_gradients_agree() -> None:
+    family = bert()
+    feeds = family.make(2, 0)
+    grads = []
+    for fused in (True, False):
+        rep = sonnx.prepare(family.model)
+        if not fused:
+            rep.program.fusions.clear()
+            rep.program.__dict__.pop("last_reads", None)
+        autograd.training = True
+        ids, mask = (Tensor(data=feeds[n], requires_grad=False) for n in rep.inputs)
+        (logits,) = rep.run([ids, mask])
+        loss = autograd.reduce_sum(autograd.mul(logits, logits), keepdims=0)
+        grads.append({p.name: to_numpy(g) for p, g in autograd.backward(loss)})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 5
+    for name, g in grads[0].items():
+        np.testing.assert_allclose(g, grads[1][name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert torch.is_grad_enabled()
