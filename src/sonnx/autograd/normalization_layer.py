@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from sonnx import dtypes
 from sonnx.autograd.elementwise_base import broadcast_shapes
@@ -60,6 +61,10 @@ def _recorded_axes(op: Operator) -> tuple[Tensor, list[int]]:
     return x, list(range(int(op.attr("axis")) % rank, rank))
 
 
+def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    return None if t is None else t.to(dtype)
+
+
 def _reduce_mean(g: GraphBuilder, x: str, axes: list[int], out: str) -> None:
     """ReduceMean with keepdims over ``axes``: an attribute before opset 18, an input since."""
     if g.opset >= 18:
@@ -91,6 +96,17 @@ class LayerNormalization(Operator):
         if b is not None:
             _check_broadcast(op, "B", b, x.shape[axis:])
         stash = stash_dtype(op, self.attr("stash_type"))
+        n = self.requested_outputs or 1
+        normalized = tuple(x.shape[axis:])
+        if (
+            n == 1
+            and compute_dtype(x.dtype, stash) == x.dtype
+            and tuple(scale.shape) == normalized
+            and (b is None or tuple(b.shape) == normalized)
+        ):
+            # torch's fused kernel (and its one-kernel backward) computes the same thing.
+            eps = float(self.attr("epsilon"))
+            return F.layer_norm(x, normalized, scale.to(x.dtype), _cast(b, x.dtype), eps)
         xc = x.to(compute_dtype(x.dtype, stash))
         dims = tuple(range(axis, x.dim()))
         mean = xc.mean(dim=dims, keepdim=True)
@@ -101,7 +117,6 @@ class LayerNormalization(Operator):
         y = (centered * inv_std).to(x.dtype) * scale.to(x.dtype)
         if b is not None:
             y = y + b.to(x.dtype)
-        n = self.requested_outputs or 1
         if n == 1:
             return y
         return (y, mean.to(stash), inv_std.to(stash))[:n]
