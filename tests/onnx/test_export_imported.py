@@ -158,6 +158,8 @@ def test_cut_and_appended_layers_export_with_the_kept_inputs(cut) -> None:
     exported = sonnx.to_onnx([x], [forward(x)])
     onnx.checker.check_model(exported, full_check=True)
     assert list(exported.graph.input) == list(family.model.graph.input)
+    out_dims = exported.graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in out_dims] == ["batch", 4]  # the joined head's
     session = ort_session(exported)
     for batch in (1, 3, 6):
         feeds = family.make(batch, 1)

@@ -6,6 +6,10 @@ that is five kernels forward and about fifteen backward; ``torch.nn.functional.g
 each way. A :class:`Fusion` records such a run; the program computes it with the one call when
 a run goes through the whole group (a cut inside it, or a request for an intermediate value,
 runs the nodes as they are). Export is unaffected: it writes the original nodes.
+
+Likewise a ``MatMul`` by a 2-D weight followed by the ``Add`` of a 1-D bias (every exported
+``Linear``) runs as ``torch.nn.functional.linear``: one GEMM with the bias fused in, and a
+backward that does the same.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from sonnx import dtypes
+from sonnx.autograd.elementwise_binary import Add
+from sonnx.autograd.linalg import MatMul
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -65,11 +71,54 @@ def find_fusions(
             readers.setdefault(name, []).append(i)
     found: dict[int, Fusion] = {}
     for index, step in enumerate(steps):
+        fusion = None
         if step.info.op_type == "Erf":
             fusion = _gelu(index, steps, constants, producer, readers, set(outputs))
-            if fusion is not None:
-                found[fusion.final] = fusion
+        elif step.info.op_type == "MatMul":
+            fusion = _linear(index, steps, constants, readers, set(outputs))
+        if fusion is not None and not (set(fusion.internal) & set(found)):
+            found[fusion.final] = fusion
     return found
+
+
+def _linear(
+    matmul: int,
+    steps: Sequence[Step],
+    constants: dict[str, Tensor],
+    readers: dict[str, list[int]],
+    outputs: set[str],
+) -> Fusion | None:
+    """``Add(MatMul(x, W), b)`` with W a 2-D float weight and b a 1-D one of W's width."""
+    if len(steps[matmul].inputs) != 2:
+        return None
+    x, w = steps[matmul].inputs
+    product = steps[matmul].outputs[0]
+    found = readers.get(product, [])
+    weight = constants.get(w)
+    if len(found) != 1 or product in outputs or weight is None or weight.data.dim() != 2:
+        return None
+    add = found[0]
+    bias = constants.get(_other(steps[add], product) or "")
+    if (
+        steps[add].info.op_type != "Add"
+        or bias is None
+        or bias.data.dim() != 1
+        or bias.data.shape[0] != weight.data.shape[1]
+        or not dtypes.is_float(weight.dtype)
+        or bias.dtype != weight.dtype
+        or steps[matmul].foldable
+    ):
+        return None
+    b = _other(steps[add], product)
+    return Fusion("Linear", (matmul,), add, (x, w, b), frozenset({product}), _linear_call)
+
+
+def _linear_call(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """ONNX MatMul keeps W as [in, out]; ``F.linear`` takes [out, in] (a view, no copy)."""
+    if x.dim() < 2 or x.dtype != w.dtype or x.shape[-1] != w.shape[0]:
+        # the nodes themselves, with their checks and errors, for what F.linear does not take
+        return Add().forward(MatMul().forward(x, w), b)
+    return F.linear(x, w.t(), b)
 
 
 def _gelu(
