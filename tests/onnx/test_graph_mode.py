@@ -43,10 +43,8 @@ def bert() -> onnx.ModelProto:
 
 
 def _same(graph_rep, eager_rep, feeds) -> None:
-    compiled_before = len(graph_rep.graph_runner._compiled)
     got, expected = graph_rep.run(feeds), eager_rep.run(feeds)
-    assert graph_rep.graph_runner._compiled, "not a compiled run"
-    assert len(graph_rep.graph_runner._compiled) >= compiled_before
+    assert graph_rep.graph_runner.compile_count, "not a compiled run"
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         assert isinstance(g.creator, ImportedGraph)
@@ -59,7 +57,7 @@ def test_cnn_compiles_once_per_input_shape_and_matches_eager(cnn) -> None:
     for batch in (2, 5, 2):
         _same(rep, eager, [rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)])
     assert rep.graph_runner.fallback is None
-    assert len(rep.graph_runner._compiled) == 2
+    assert rep.graph_runner.compile_count == 2
 
 
 def test_shape_arithmetic_of_a_bert_encoder_is_folded_into_the_graph(bert) -> None:
@@ -151,26 +149,61 @@ def _random_normal_like() -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize(
-    ("make", "reason"),
+    ("make", "node", "reason"),
     [
-        (_if_on_a_computed_condition, "reads a computed tensor on the host"),
-        (_nonzero_then_reshape, "output shape depends on tensor values"),
-        (_random_normal_like, "draws random numbers (RandomNormalLike)"),
+        (_if_on_a_computed_condition, "If", "reads a computed tensor on the host"),
+        (_nonzero_then_reshape, "NonZero", "output shape depends on tensor values"),
+        (_random_normal_like, "RandomNormalLike", "draws random numbers (RandomNormalLike)"),
     ],
 )
-def test_value_dependent_graphs_fall_back_to_eager_with_a_warning(make, reason) -> None:
+def test_value_dependent_steps_run_eagerly_and_the_rest_stays_compiled(make, node, reason) -> None:
     model = make()
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     x = np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32)
-    if make is _random_normal_like:  # no warning: the program is refused before any run
+    if make is _random_normal_like:  # no warning: random draws are known to run eagerly
         (y,) = rep.run([x])
         assert y.shape == (2, 3) and y.creator is not None
     else:
-        with pytest.warns(RuntimeWarning, match="runs eagerly, with the same results"):
+        with pytest.warns(RuntimeWarning, match="eagerly; the rest stays compiled"):
             got = rep.run([x])
         np.testing.assert_array_equal(to_numpy(got[0]), to_numpy(eager.run([x])[0]))
-        with warnings.catch_warnings():  # later runs are eager without a second warning
+        with warnings.catch_warnings():  # later runs go the same way without a second warning
             warnings.simplefilter("error", RuntimeWarning)
             got = rep.run([-x])
         np.testing.assert_array_equal(to_numpy(got[0]), to_numpy(eager.run([-x])[0]))
     assert reason in rep.graph_runner.fallback
+    eager_ops = {rep.steps[i].info.op_type for i in rep.graph_runner.eager_steps}
+    assert eager_ops == {node}
+
+
+def _compute_around_a_nonzero() -> onnx.ModelProto:
+    """Relu -> Mul (compiled) -> NonZero (eager) -> Cast -> Mul (compiled again)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Mul", ["r", "r"], ["sq"], name="square"),
+        helper.make_node("NonZero", ["sq"], ["where"], name="nonzero"),
+        helper.make_node("Cast", ["where"], ["wf"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["wf", "wf"], ["y"], name="twice"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "around",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_steps_around_an_eager_step_are_compiled_segments() -> None:
+    model = _compute_around_a_nonzero()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    rng = np.random.default_rng(0)
+    with pytest.warns(RuntimeWarning, match="node 'nonzero'"):
+        rep.run([rng.standard_normal((2, 3)).astype(np.float32)])
+    for n in (2, 4):
+        x = rng.standard_normal((n, 3)).astype(np.float32)
+        np.testing.assert_array_equal(to_numpy(rep.run([x])[0]), to_numpy(eager.run([x])[0]))
+    runner = rep.graph_runner
+    kinds = ["eager" if isinstance(p, int) else "compiled" for p in runner.segments]
+    assert kinds == ["compiled", "eager", "compiled"]
+    assert runner.compile_count >= 2

@@ -147,7 +147,13 @@ _HOST_READS = frozenset(
 
 
 class NotTraceableError(Exception):
-    """The run depends on tensor values in a way one static graph cannot hold."""
+    """The run depends on tensor values in a way one static graph cannot hold.
+
+    ``step_index`` is set by the imported graph's program to the step that raised it, so
+    graph mode can run that step eagerly and compile the rest.
+    """
+
+    step_index: int | None = None
 
 
 class ValueFlow(TorchFunctionMode):

@@ -12,24 +12,30 @@ follows which tensors carry input or weight values and runs every operation that
 of them *outside* the trace, on plain tensors, so its results become constants of the graph
 and the host reads they feed (a reshape's target) happen once, at trace time.
 
-A graph whose control flow or output shapes depend on input values (NonZero, Unique, an ``If``
+A step whose control flow or output shapes depend on input values (NonZero, Unique, an ``If``
 on a computed condition, a host read of a computed value), or that draws random numbers, cannot
-be one static graph: such a model keeps running eagerly, with a RuntimeWarning that says why.
+be part of a static graph. Such a step runs eagerly, *there*: the steps between such steps form
+segments, each traced and compiled on its own, so the rest of the model stays compiled. A
+segment that inductor fails to compile runs eagerly too. Each case is warned about once, with
+the node's name.
 """
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.fx import GraphModule
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from sonnx.autograd.host_values import HOST_CONSTANT_SIZE, is_host_value
 from sonnx.autograd.random_ops import RANDOM_OP_TYPES
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
-from sonnx.onnx.graph_program import GraphProgram
+from sonnx.onnx.graph_program import GraphProgram, reads_of
 from sonnx.tensor import Tensor
 
 
@@ -37,12 +43,38 @@ def _signature(t: torch.Tensor) -> tuple[Any, ...]:
     return (tuple(t.shape), t.dtype, t.device)
 
 
-class GraphRunner:
-    """Compiled inference runs of one :class:`GraphProgram`, one per input signature.
+def _is_shape_value(t: torch.Tensor) -> bool:
+    """A small integer tensor on the host: a shape value, baked into a segment's graph."""
+    return is_host_value(t) and t.numel() <= HOST_CONSTANT_SIZE
 
-    Trainable weights (``stores_grad``) are traced inputs turned into frozen constants of the
-    compiled graph; every constant's identity and version counter are part of the cache key,
-    so after a training step or ``load_states`` the next run compiles afresh.
+
+@dataclass
+class Segment:
+    """Steps ``[start, stop)`` compiled together: what they read from before and what later
+    steps (or the graph's outputs) read from them; compiled graphs by input signature."""
+
+    start: int
+    stop: int
+    inputs: list[str]
+    outputs: list[str]
+    compiled: dict[tuple[Any, ...], tuple[tuple[Any, ...], Callable[..., Any]]] = field(
+        default_factory=dict
+    )
+    eager: bool = False
+
+
+class _ReplanError(Exception):
+    """A step turned out not to be traceable: the segments change, and the run starts over."""
+
+
+class GraphRunner:
+    """Compiled inference runs of one :class:`GraphProgram`.
+
+    The steps are split into compiled segments around the steps that must run eagerly (found
+    while tracing, or random draws, known up front). Each segment is compiled once per input
+    signature; trainable weights (``stores_grad``) are frozen into it as constants, and every
+    constant's identity and version counter are part of the cache key, so after a training
+    step or ``load_states`` the next run compiles afresh.
     """
 
     def __init__(self, program: GraphProgram, backend: str = "inductor") -> None:
@@ -53,79 +85,144 @@ class GraphRunner:
         self.input_names = program.input_names
         self.output_names = program.output_names
         self.backend = backend
-        self._compiled: dict[tuple[Any, ...], tuple[tuple[Any, ...], Callable[..., Any]]] = {}
-        # Input signatures whose trace or compile failed: they run eagerly.
-        self._eager: set[tuple[Any, ...]] = set()
-        #: Why this graph (or its last failed input signature) runs eagerly; None: it compiles.
-        self.fallback: str | None = None
-        self._program_fallback = False
-        random = sorted({s.info.op_type for s in program.steps} & RANDOM_OP_TYPES)
-        if random:
-            self.fallback = f"it draws random numbers ({', '.join(random)})"
-            self._program_fallback = True
+        #: Why the steps that run eagerly do, by step index.
+        self.eager_steps: dict[int, str] = {
+            i: f"it draws random numbers ({step.info.op_type})"
+            for i, step in enumerate(program.steps)
+            if step.info.op_type in RANDOM_OP_TYPES
+        }
+        self._segments: list[Segment | int] | None = None
+        self._warned: set[str] = set()
+
+    @property
+    def fallback(self) -> str | None:
+        """What runs eagerly and why (None: the whole graph is compiled)."""
+        parts = [
+            f"node {self.program.steps[i].info.name!r} runs eagerly: {why}"
+            for i, why in sorted(self.eager_steps.items())
+        ]
+        parts += [
+            f"steps {s.start}-{s.stop - 1} run eagerly: inductor could not compile them"
+            for s in self.segments
+            if isinstance(s, Segment) and s.eager
+        ]
+        return "; ".join(parts) or None
+
+    @property
+    def compile_count(self) -> int:
+        """How many graphs have been compiled (segments times input signatures)."""
+        return sum(len(s.compiled) for s in self.segments if isinstance(s, Segment))
+
+    @property
+    def segments(self) -> list[Segment | int]:
+        """Compiled segments, and the indices of the steps run eagerly between them."""
+        if self._segments is None:
+            self._segments = _plan(self.program, set(self.eager_steps))
+        return self._segments
 
     def run(self, inputs: dict[str, Tensor]) -> list[Tensor] | None:
-        """The outputs of a compiled run, or None when this graph must run eagerly."""
-        if self._program_fallback or not all(
-            isinstance(inputs.get(n), Tensor) for n in self.input_names
-        ):
+        """The outputs of a compiled run, or None when an input is not a tensor."""
+        if not all(isinstance(inputs.get(n), Tensor) for n in self.input_names):
             return None
-        xs = [inputs[n].data for n in self.input_names]
-        key = tuple(_signature(x) for x in xs)
-        if key in self._eager:
-            return None
+        for _ in range(len(self.program.steps) + 1):
+            values: dict[str, Any] = dict(self.constants)
+            values.update(inputs)
+            try:
+                with torch.no_grad():
+                    for part in self.segments:
+                        if isinstance(part, int):
+                            self.program.execute(values, start=part, stop=part + 1)
+                        else:
+                            self._run_segment(part, values)
+            except _ReplanError:
+                continue
+            outs = [values[n] for n in self.output_names]
+            if not all(isinstance(o, Tensor) for o in outs):
+                return None
+            return [Tensor(data=o.data, requires_grad=False, name=n) for o, n in
+                    zip(outs, self.output_names, strict=True)]  # fmt: skip
+        raise RuntimeError("graph mode could not settle which steps run eagerly")
+
+    def _run_segment(self, segment: Segment, values: dict[str, Any]) -> None:
+        args = [values.get(n) for n in segment.inputs]
+        if segment.eager or not all(isinstance(a, Tensor) for a in args):
+            self.program.execute(values, start=segment.start, stop=segment.stop)
+            return
+        baked = [_is_shape_value(a.data) for a in args]
+        traced = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
+        key = tuple(
+            (_signature(a.data), tuple(a.data.reshape(-1).tolist())) if bake else _signature(a.data)
+            for a, bake in zip(args, baked, strict=True)
+        )
         versions = tuple((id(t.data), t.data._version) for t in self.constants.values())
-        entry = self._compiled.get(key)
+        entry = segment.compiled.get(key)
         if entry is None or entry[0] != versions:
             try:
-                entry = self._compiled[key] = (versions, self._compile(xs))
-            except Exception as e:  # any failure to trace or compile: run eagerly instead
-                self._give_up(key, e)
-                return None
-        with torch.no_grad():
-            outs = entry[1](*xs)
-        return [
-            Tensor(data=t, requires_grad=False, name=name)
-            for t, name in zip(outs, self.output_names, strict=True)
-        ]
+                entry = segment.compiled[key] = (versions, self._compile(segment, args, baked))
+            except NotTraceableError as e:
+                if e.step_index is None or e.step_index in self.eager_steps:
+                    raise
+                self._run_eagerly(e.step_index, str(e))
+                raise _ReplanError from e
+            except Exception as e:  # inductor's own failure: this segment runs eagerly
+                segment.eager = True
+                first = self.program.steps[segment.start].info.name
+                self._warn(f"steps from node {first!r} on ({_reason(e)})")
+                self.program.execute(values, start=segment.start, stop=segment.stop)
+                return
+        outs = entry[1](*traced)
+        values.update(
+            (n, Tensor(data=t, requires_grad=False, name=n))
+            for n, t in zip(segment.outputs, outs, strict=True)
+        )
 
-    def _give_up(self, key: tuple[Any, ...], error: Exception) -> None:
-        """Run inputs of signature ``key`` eagerly from now on; warn the first time."""
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        self._eager.add(key)
-        self._compiled.pop(key, None)
-        if self.fallback is None:
+    def _run_eagerly(self, index: int, reason: str) -> None:
+        self.eager_steps[index] = reason
+        self._segments = None
+        self._warn(f"node {self.program.steps[index].info.name!r} ({reason})")
+
+    def _warn(self, what: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
             warnings.warn(
-                f"graph mode cannot compile this model ({reason}); it runs eagerly, with the "
-                "same results",
+                f"graph mode runs {what} eagerly; the rest stays compiled, with the same results",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-        self.fallback = reason
 
-    def _compile(self, xs: list[torch.Tensor]) -> Callable[..., Any]:
-        weights = {n: t for n, t in self.constants.items() if t.stores_grad}
-        names = list(weights)
+    def _compile(
+        self, segment: Segment, args: list[Tensor], baked: list[bool]
+    ) -> Callable[..., Any]:
+        reads = _segment_reads(self.program, segment.start, segment.stop)
+        names = [n for n in reads if n in self.constants and self.constants[n].stores_grad]
+        fixed = {n: a for n, a, bake in zip(segment.inputs, args, baked, strict=True) if bake}
+        traced_names = [n for n, bake in zip(segment.inputs, baked, strict=True) if not bake]
 
         def pure(*flat: torch.Tensor) -> list[torch.Tensor]:
             params, inputs = flat[: len(names)], flat[len(names) :]
             values: dict[str, Any] = dict(self.constants)
+            values.update(fixed)
             values.update(
                 (n, Tensor(data=p, requires_grad=False, name=n))
                 for n, p in zip(names, params, strict=True)
             )
             values.update(
                 (n, Tensor(data=x, requires_grad=False, name=n))
-                for n, x in zip(self.input_names, inputs, strict=True)
+                for n, x in zip(traced_names, inputs, strict=True)
             )
             with tracing(), ValueFlow([*params, *inputs]):
-                self.program.execute(values, keep=set(self.output_names))
-            outs = [values.get(n) for n in self.output_names]
+                self.program.execute(
+                    values, start=segment.start, stop=segment.stop, keep=set(segment.outputs)
+                )
+            outs = [values.get(n) for n in segment.outputs]
             if not all(isinstance(o, Tensor) for o in outs):
-                raise NotTraceableError("an output is not a tensor (a sequence or an optional)")
+                error = NotTraceableError("an output is not a tensor (a sequence or an optional)")
+                error.step_index = segment.stop - 1
+                raise error
             return [o.data for o in outs]
 
-        params = [weights[n].data.detach() for n in names]
+        params = [self.constants[n].data.detach() for n in names]
+        xs = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
         with torch.no_grad():
             graph = make_fx(pure)(*params, *xs)
             _freeze(graph, params)
@@ -136,6 +233,51 @@ class GraphRunner:
                 # constants are tensors (a softmax scale computed from a shape); without them
                 # the graph still compiles.
                 return _compiled(graph, xs, self.backend, pattern_matcher=False)
+
+
+def _reason(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _segment_reads(program: GraphProgram, start: int, stop: int) -> list[str]:
+    """The names steps ``[start, stop)`` read, subgraph reads and fused inputs included."""
+    names: list[str] = []
+    for index in range(start, stop):
+        names.extend(reads_of(program.steps[index]))
+        fusion = program.fusions.get(index)
+        if fusion is not None:
+            names.extend(fusion.inputs)
+    return list(dict.fromkeys(names))
+
+
+def _plan(program: GraphProgram, eager: set[int]) -> list[Segment | int]:
+    """Segments between the eager steps, each with its inputs and the outputs read later."""
+    parts: list[Segment | int] = []
+    bounds = [-1, *sorted(eager), len(program.steps)]
+    for before, after in itertools.pairwise(bounds):
+        if after - before > 1:
+            parts.append(_segment(program, before + 1, after))
+        if after < len(program.steps):
+            parts.append(after)
+    return parts
+
+
+def _segment(program: GraphProgram, start: int, stop: int) -> Segment:
+    produced = {o for i in range(start, stop) for o in program.steps[i].outputs if o}
+    inputs = [
+        n
+        for n in _segment_reads(program, start, stop)
+        if n not in produced and n not in program.constants
+    ]
+    later = set(program.output_names)
+    for index in range(stop, len(program.steps)):
+        later.update(reads_of(program.steps[index]))
+        fusion = program.fusions.get(index)
+        if fusion is not None:
+            later.update(fusion.inputs)
+    outputs = [o for i in range(start, stop) for o in program.steps[i].outputs if o in later]
+    return Segment(start, stop, inputs, list(dict.fromkeys(outputs)))
 
 
 def _compiled(

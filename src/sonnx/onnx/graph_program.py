@@ -27,7 +27,7 @@ from sonnx import dtypes
 from sonnx.autograd.host_values import constant_device, forget, place_inputs
 from sonnx.autograd.operator import Operator, is_training
 from sonnx.autograd.random_ops import RANDOM_OP_TYPES
-from sonnx.autograd.tracing import deferred_checks, value_checks
+from sonnx.autograd.tracing import NotTraceableError, deferred_checks, value_checks
 from sonnx.device import Device, get_default_device, set_default_device
 from sonnx.errors import BadInputError, BadModelError, SonnxError
 from sonnx.onnx.attributes import densify
@@ -141,8 +141,10 @@ class GraphProgram:
         stop: int | None = None,
         computed: dict[str, Tensor] | None = None,
         keep: set[str] | None = None,
+        start: int = 0,
     ) -> dict[str, Tensor]:
-        """Run steps ``[:stop]``, adding each named output to ``values`` (and ``computed``).
+        """Run steps ``[start:stop]``, adding each named output to ``values`` (and
+        ``computed``); ``values`` must hold what those steps read.
 
         With ``keep``, a value is dropped from ``values`` once no later step reads it unless its
         name is in ``keep``: an activation then lives no longer than torch needs it (for
@@ -150,13 +152,13 @@ class GraphProgram:
         """
         grad = torch.set_grad_enabled(is_training())
         with _default_device(self.device), deferred_checks(), grad:
-            return self._execute(values, stop, computed, keep)
+            return self._execute(values, start, stop, computed, keep)
 
     def outer_names(self) -> set[str]:
         """Names this (sub)graph reads that it does not define: the enclosing scope's."""
         defined = set(self.input_names) | set(self.constants)
         defined |= {o for step in self.steps for o in step.outputs}
-        return {n for step in self.steps for n in _reads(step)} - defined
+        return {n for step in self.steps for n in reads_of(step)} - defined
 
     def step_producing(self, name: str) -> Step | None:
         """The step that computes tensor ``name``, or None."""
@@ -171,7 +173,7 @@ class GraphProgram:
         """For each step, the names that it is the last step to read."""
         last: dict[str, int] = {}
         for i, step in enumerate(self.steps):
-            for name in _reads(step):
+            for name in reads_of(step):
                 last[name] = i
         for fusion in self.fusions.values():
             for name in fusion.inputs:
@@ -184,6 +186,7 @@ class GraphProgram:
     def _execute(
         self,
         values: dict[str, Tensor],
+        start: int,
         stop: int | None,
         computed: dict[str, Tensor] | None,
         keep: set[str] | None,
@@ -192,9 +195,12 @@ class GraphProgram:
         shape_steps = self.shape_value_steps
         signature = input_signature(values, self.input_names) if value_checks() else None
         known = self._shape_values.get(signature) if signature is not None else None
+        whole = start == 0 and (stop is None or stop >= len(self.steps))
         fresh: dict[str, Any] | None = {} if signature is not None and known is None else None
-        skipped, fused = self._active_fusions(stop, keep, computed)
-        for index, step in enumerate(self.steps[:stop]):
+        skipped, fused = self._active_fusions(start, stop, keep, computed)
+        end = len(self.steps) if stop is None else min(stop, len(self.steps))
+        for index in range(start, end):
+            step = self.steps[index]
             if index in skipped:
                 self._forget_last_reads(values, index, keep)
                 continue
@@ -214,7 +220,11 @@ class GraphProgram:
                 result = _plain(fusion.compute(*(a.data for a in args)))
             else:
                 args = _arguments(step, values)
-                result = self._run_step(index, step, args, values)
+                try:
+                    result = self._run_step(index, step, args, values)
+                except NotTraceableError as e:
+                    e.step_index = index  # the outermost program's index wins (subgraphs)
+                    raise
             outs = (result,) if is_single_value(result) else tuple(result)
             for name, t in zip(step.outputs, outs, strict=False):
                 if name and t is not None:
@@ -228,7 +238,7 @@ class GraphProgram:
             if debug:
                 _trace(step, args, time.perf_counter() - started)
             self._forget_last_reads(values, index, keep)
-        if fresh is not None and (stop is None or stop >= len(self.steps)):
+        if fresh is not None and whole:
             self._shape_values.store(signature, fresh)
         return values
 
@@ -245,18 +255,24 @@ class GraphProgram:
         return result
 
     def _active_fusions(
-        self, stop: int | None, keep: set[str] | None, computed: dict[str, Any] | None
+        self,
+        start: int,
+        stop: int | None,
+        keep: set[str] | None,
+        computed: dict[str, Any] | None,
     ) -> tuple[set[int], dict[int, Fusion]]:
-        """The fusions a run goes through whole (all of them, unless it stops inside a group,
-        asks for an intermediate value or wants every value): the steps they skip, and the
-        fusions by final step."""
+        """The fusions a run goes through whole (all of them, unless it starts or stops inside
+        a group, asks for an intermediate value or wants every value): the steps they skip,
+        and the fusions by final step."""
         if not self.fusions or computed is not None:
             return set(), {}
         end = len(self.steps) if stop is None else stop
         active = {
             final: fusion
             for final, fusion in self.fusions.items()
-            if final < end and not (keep and fusion.intermediates & keep)
+            if start <= min(fusion.internal)
+            and final < end
+            and not (keep and fusion.intermediates & keep)
         }
         return {i for fusion in active.values() for i in fusion.internal}, active
 
@@ -315,7 +331,7 @@ def _versions(args: list[Any]) -> tuple[int, ...]:
     return tuple(a.data._version if isinstance(a, Tensor) else -1 for a in args)
 
 
-def _reads(step: Step) -> list[str]:
+def reads_of(step: Step) -> list[str]:
     """The names a step reads: its inputs and what its subgraphs take from the outer scope."""
     names = [n for n in step.inputs if n]
     if step.has_subgraphs:
