@@ -302,3 +302,27 @@ def test_two_runs_of_one_model_in_one_export_keep_apart() -> None:
     assert ops == sorted([*original, *original, "Add", "Identity", "Identity", "Identity"])
     got = ort_session(exported).run(None, {"a": to_numpy(a), "b": to_numpy(b)})[0]
     np.testing.assert_allclose(got, to_numpy(total), rtol=1e-5, atol=1e-6)
+
+
+def test_an_ir3_model_with_weights_among_its_inputs_exports_valid() -> None:
+    from onnx import TensorProto, helper
+
+    w = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="matmul")],
+        "old",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+            helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+        [numpy_helper.from_array(w, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)], ir_version=3)
+    rep = sonnx.prepare(model)
+    assert rep.inputs == ["x"]
+    x = Tensor(data=np.ones((2, 4), np.float32), requires_grad=False)
+    exported = sonnx.to_onnx([x], rep.run([x]))
+    onnx.checker.check_model(exported, full_check=True)
+    feed = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_allclose(ort_session(exported).run(None, {"x": feed})[0], feed @ w, rtol=1e-5)

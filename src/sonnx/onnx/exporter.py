@@ -335,7 +335,8 @@ def _export(
         else (first_source.doc_string if first_source is not None else ""),
     )
     if first_source is not None:
-        model.ir_version = max(model.ir_version, first_source.ir_version)
+        # IR 4 at least: before it, initializers had to be listed as graph inputs too
+        model.ir_version = max(model.ir_version, first_source.ir_version, 4)
         model.functions.extend(first_source.functions)
         model.metadata_props.extend(first_source.metadata_props)
     if dynamic_batch or names.axes:
