@@ -3,11 +3,13 @@
 sonnx demo [--epochs N] [--limit N] [--data DIR] [--out DIR]   the walkthrough (main job)
 sonnx info MODEL.onnx                                         layers, inputs, outputs, params
 sonnx run MODEL.onnx INPUT.npy [...] [--last-layers K]        run a model on .npy inputs
+sonnx serve --model-repository DIR [--http-port 8000]          KServe v2 inference server
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -62,6 +64,20 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from sonnx.serve import run_server
+
+    return run_server(
+        args.model_repository,
+        host=args.host,
+        port=args.http_port,
+        api_key=args.api_key or os.environ.get("SONNX_API_KEY") or None,
+        max_request_mb=args.max_request_mb,
+        shutdown_timeout=args.shutdown_timeout,
+        log_level=args.log_level,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sonnx", description="ONNX as a first-class citizen.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -83,6 +99,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--last-layers", type=int, default=-1)
     run.add_argument("--save", default=None, help="prefix for .npy files of the outputs")
     run.set_defaults(func=_run)
+    serve = sub.add_parser(
+        "serve", help="serve a model repository over the KServe v2 (Open Inference) protocol"
+    )
+    serve.add_argument(
+        "--model-repository", required=True, help="DIR with <model>/<version>/model.onnx"
+    )
+    serve.add_argument("--http-port", type=int, default=8000, help="0 picks a free port")
+    serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to listen on every interface")
+    serve.add_argument(
+        "--api-key", default=None, help="require this key (default: $SONNX_API_KEY, else none)"
+    )
+    serve.add_argument("--max-request-mb", type=float, default=64.0, help="request body limit")
+    serve.add_argument(
+        "--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests may take"
+    )
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(func=_serve)
     return parser
 
 

@@ -1,0 +1,141 @@
+"""A model's serving configuration: ``<repository>/<model>/config.json``.
+
+Every key is optional; the defaults serve the newest version one request at a time. Unknown
+keys and wrong types are errors (reported when the model loads, naming the file and key), so a
+typo such as ``max_batchsize`` never silently leaves batching off.
+
+.. code-block:: json
+
+    {"max_batch_size": 32, "max_queue_delay_ms": 2, "max_queue_size": 64,
+     "instance_count": 1, "device": "cpu", "use_graph": false,
+     "request_timeout_ms": 30000, "versions": "latest",
+     "inputs": {"input": {"shape": [-1, 3, 224, 224]}}}
+
+``max_batch_size`` 0 (the default) turns dynamic batching off. It is opt-in because torch picks
+kernels by batch size: a batched result may differ from the one-by-one result in the last bits
+(about 1e-7 for a float32 CNN). ``inputs`` / ``outputs`` override the shapes the model
+declares (``-1`` for any size): they may fix a dynamic dim (the server then rejects other
+sizes) or give an output a shape the model leaves unknown, but never change a fixed dim.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sonnx.serve.errors import ConfigError
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The validated contents of one ``config.json`` (or the defaults when there is none)."""
+
+    max_batch_size: int = 0
+    max_queue_delay_ms: float = 1.0
+    max_queue_size: int = 64
+    instance_count: int = 1
+    device: str = "cpu"
+    use_graph: bool = False
+    request_timeout_ms: float = 30_000.0
+    versions: str | tuple[int, ...] = "latest"
+    inputs: dict[str, Shape] = field(default_factory=dict)
+    outputs: dict[str, Shape] = field(default_factory=dict)
+
+    @property
+    def batching(self) -> bool:
+        return self.max_batch_size > 0
+
+
+_INTS = {"max_batch_size": 0, "max_queue_size": 1, "instance_count": 1}
+_FLOATS = {"max_queue_delay_ms": 0.0, "request_timeout_ms": 1e-3}
+
+
+def load_config(path: Path) -> ModelConfig:
+    """The config in ``path``, or the defaults if the file does not exist."""
+    if not path.is_file():
+        return ModelConfig()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    return parse_config(raw, str(path))
+
+
+def parse_config(raw: Any, where: str = "config.json") -> ModelConfig:
+    """Validate a decoded ``config.json`` object into a :class:`ModelConfig`."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a JSON object, received {type(raw).__name__}")
+    known = set(ModelConfig.__dataclass_fields__)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+    values: dict[str, Any] = {}
+    for key, minimum in _INTS.items():
+        if key in raw:
+            values[key] = _number(raw[key], key, where, int, minimum)
+    for key, minimum in _FLOATS.items():
+        if key in raw:
+            values[key] = _number(raw[key], key, where, float, minimum)
+    if "device" in raw:
+        if not isinstance(raw["device"], str):
+            raise ConfigError(f"{where}: 'device' must be a string such as 'cpu' or 'cuda:0'")
+        values["device"] = raw["device"]
+    if "use_graph" in raw:
+        if not isinstance(raw["use_graph"], bool):
+            raise ConfigError(f"{where}: 'use_graph' must be true or false")
+        values["use_graph"] = raw["use_graph"]
+    if "versions" in raw:
+        values["versions"] = _versions(raw["versions"], where)
+    for key in ("inputs", "outputs"):
+        if key in raw:
+            values[key] = _shapes(raw[key], key, where)
+    return ModelConfig(**values)
+
+
+def _number(value: Any, key: str, where: str, kind: type, minimum: float) -> Any:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        ok = ok and float(value).is_integer()
+    if not ok or value < minimum:
+        what = "an integer" if kind is int else "a number"
+        raise ConfigError(f"{where}: {key!r} must be {what} >= {minimum}, received {value!r}")
+    return kind(value)
+
+
+def _versions(value: Any, where: str) -> str | tuple[int, ...]:
+    if value in ("latest", "all"):
+        return value
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        return tuple(sorted(set(value)))
+    raise ConfigError(
+        f'{where}: \'versions\' must be "latest", "all" or a non-empty list of positive '
+        f"integers, received {value!r}"
+    )
+
+
+def _shapes(value: Any, key: str, where: str) -> dict[str, Shape]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f'{where}: {key!r} must map tensor names to {{"shape": [...]}}')
+    shapes: dict[str, Shape] = {}
+    for name, spec in value.items():
+        shape = spec.get("shape") if isinstance(spec, Mapping) else None
+        extra = sorted(set(spec) - {"shape"}) if isinstance(spec, Mapping) else []
+        valid = isinstance(shape, list) and all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= -1 for d in shape
+        )
+        if not valid or extra:
+            raise ConfigError(
+                f'{where}: {key}.{name} must be {{"shape": [ints, -1 for any size]}}, '
+                f"received {spec!r}"
+            )
+        shapes[name] = tuple(shape)
+    return shapes

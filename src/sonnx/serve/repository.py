@@ -1,0 +1,260 @@
+"""The model repository: ``<root>/<model>/<version>/model.onnx`` (+ ``<model>/config.json``).
+
+The layout is Triton's, so an existing Triton ONNX repository serves as it is. Each model is
+loaded in a thread (``prepare`` can take seconds) while the server keeps answering; a reload
+prepares the new versions first and swaps them in, so requests never see a half-loaded model,
+and the replaced versions finish their queued requests before their batchers stop. A model
+that fails to load is kept with the reason, which ``/v2/repository/index`` and every request
+for it report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from sonnx import tensor
+from sonnx.errors import SonnxError
+from sonnx.onnx.importer import SingaRep, prepare
+from sonnx.onnx.model_loading import load_model
+from sonnx.serve.batcher import Arrays, Batcher, BatchPolicy, RunFn
+from sonnx.serve.config import ModelConfig, load_config
+from sonnx.serve.errors import (
+    ConfigError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    ModelRunError,
+    ModelUnavailableError,
+)
+from sonnx.serve.metrics import ServeMetrics
+from sonnx.serve.signature import ModelSignature
+
+MODEL_FILE = "model.onnx"
+CONFIG_FILE = "config.json"
+log = logging.getLogger("sonnx.serve")
+
+
+@dataclass
+class ModelVersion:
+    """One served version: what it accepts and the batcher that runs it."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    signature: ModelSignature
+    batcher: Batcher
+
+
+@dataclass
+class ModelEntry:
+    """A model directory's state: READY (``versions`` serve), LOADING or UNAVAILABLE."""
+
+    name: str
+    state: str = "LOADING"
+    reason: str = ""
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class ModelRepository:
+    """Loads, serves and unloads the models under ``root``. Use it inside the event loop."""
+
+    def __init__(self, root: Path, metrics: ServeMetrics) -> None:
+        if not root.is_dir():
+            raise ConfigError(f"model repository {root} is not a directory")
+        self.root = root
+        self._metrics = metrics
+        self._entries: dict[str, ModelEntry] = {}
+        self.loaded_all = False
+
+    # ---- looking models up --------------------------------------------------------------
+    def on_disk(self) -> list[str]:
+        """Model directory names (hidden directories are skipped)."""
+        return sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+
+    def get(self, name: str, version: str | None = None) -> ModelVersion:
+        """The version to serve (the newest loaded one by default), or the error to answer."""
+        entry = self._entries.get(name)
+        if entry is None:
+            if name in self.on_disk():
+                raise ModelNotFoundError(
+                    f"model {name!r} is not loaded; load it with POST "
+                    f"/v2/repository/models/{name}/load"
+                )
+            raise ModelNotFoundError(f"unknown model {name!r}; the repository has {self.on_disk()}")
+        if not entry.versions:
+            if entry.state == "LOADING":
+                raise ModelUnavailableError(f"model {name!r} is loading")
+            raise InvalidRequestError(f"model {name!r} is not available: {entry.reason}")
+        if version is None:
+            return entry.versions[max(entry.versions)]
+        if not version.isdigit() or int(version) not in entry.versions:
+            raise ModelNotFoundError(
+                f"model {name!r} has no version {version!r} loaded; loaded versions are "
+                f"{[str(v) for v in sorted(entry.versions)]}"
+            )
+        return entry.versions[int(version)]
+
+    def versions(self, name: str) -> list[str]:
+        """The loaded versions of ``name``, oldest first."""
+        entry = self._entries.get(name)
+        return [str(v) for v in sorted(entry.versions)] if entry else []
+
+    def known(self, name: str) -> bool:
+        return name in self._entries
+
+    @property
+    def ready(self) -> bool:
+        """True once the start-up load has finished. A model that failed to load does not hold
+        the whole server back (its own ready endpoint and the index say why), otherwise one
+        bad directory would keep every other model out of service."""
+        return self.loaded_all
+
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """One row per served version, or per model that is not serving, with its state."""
+        rows = []
+        for name in sorted(set(self.on_disk()) | set(self._entries)):
+            entry = self._entries.get(name)
+            if entry is None:
+                rows.append({"name": name, "state": "UNAVAILABLE", "reason": "not loaded"})
+            elif entry.versions:
+                rows += [
+                    {"name": name, "version": str(v), "state": entry.state, "reason": entry.reason}
+                    for v in sorted(entry.versions)
+                ]
+            else:
+                rows.append({"name": name, "state": entry.state, "reason": entry.reason})
+        return [r for r in rows if r["state"] == "READY"] if ready_only else rows
+
+    # ---- loading and unloading ----------------------------------------------------------
+    async def load_all(self) -> None:
+        """Load every model on disk, one after another (each in a worker thread)."""
+        for name in self.on_disk():
+            await self.load(name)
+        self.loaded_all = True
+
+    async def load(self, name: str) -> None:
+        """(Re)load ``name`` from disk. Failures are recorded on the model, not raised, except
+        for a name that is not in the repository."""
+        if name not in self.on_disk():
+            raise ModelNotFoundError(f"unknown model {name!r}; the repository has {self.on_disk()}")
+        entry = self._entries.setdefault(name, ModelEntry(name))
+        async with entry.lock:
+            self._entries[name] = entry  # an unload may have dropped it while we waited
+            if not entry.versions:
+                entry.state = "LOADING"
+            try:
+                prepared = await asyncio.to_thread(_prepare_model, self.root / name)
+            except Exception as e:  # any failure leaves the server up and says why
+                log.error("model %r failed to load: %s", name, e)
+                await self._retire(entry, dict(entry.versions))
+                entry.state, entry.reason = "UNAVAILABLE", str(e)
+                return
+            old = dict(entry.versions)
+            entry.versions = {
+                version: self._serve(name, version, config, signature, reps)
+                for version, config, signature, reps in prepared
+            }
+            entry.state, entry.reason = "READY", ""
+            await self._retire(entry, old)
+            log.info("model %r ready, versions %s", name, sorted(entry.versions))
+
+    async def unload(self, name: str) -> None:
+        """Stop serving ``name``; its queued and running requests still finish."""
+        entry = self._entries.get(name)
+        if entry is None:
+            if name in self.on_disk():
+                return
+            raise ModelNotFoundError(f"unknown model {name!r}; the repository has {self.on_disk()}")
+        async with entry.lock:
+            del self._entries[name]
+            await self._retire(entry, entry.versions)
+        log.info("model %r unloaded", name)
+
+    async def close(self) -> None:
+        """Unload everything (at server shutdown, after the last connection closed)."""
+        for name in list(self._entries):
+            await self.unload(name)
+
+    async def _retire(self, entry: ModelEntry, versions: dict[int, ModelVersion]) -> None:
+        await asyncio.gather(*(v.batcher.close() for v in versions.values()))
+
+    def _serve(
+        self,
+        name: str,
+        version: int,
+        config: ModelConfig,
+        signature: ModelSignature,
+        reps: list[SingaRep],
+    ) -> ModelVersion:
+        policy = BatchPolicy(
+            max_batch_size=config.max_batch_size,
+            max_queue_delay_s=config.max_queue_delay_ms / 1e3,
+            max_queue_size=config.max_queue_size,
+            instance_count=config.instance_count,
+        )
+        batcher = Batcher(name, _runner(name, reps), policy, self._metrics.observer(name))
+        return ModelVersion(name, version, config, signature, batcher)
+
+
+def _prepare_model(folder: Path) -> list[tuple[int, ModelConfig, ModelSignature, list[SingaRep]]]:
+    """Read the config and prepare each selected version (in a worker thread)."""
+    config = load_config(folder / CONFIG_FILE)
+    found = sorted(
+        int(p.name)
+        for p in folder.iterdir()
+        if p.is_dir() and p.name.isdigit() and (p / MODEL_FILE).is_file()
+    )
+    if not found:
+        raise ConfigError(f"{folder}: no version directory (1/, 2/, ...) holds {MODEL_FILE}")
+    if config.versions == "latest":
+        chosen = [found[-1]]
+    elif config.versions == "all":
+        chosen = found
+    else:
+        missing = [v for v in config.versions if v not in found]
+        if missing:
+            raise ConfigError(
+                f"{folder / CONFIG_FILE}: versions {missing} not found; on disk: {found}"
+            )
+        chosen = list(config.versions)
+    prepared = []
+    for version in chosen:
+        proto = load_model(folder / str(version) / MODEL_FILE)
+        signature = ModelSignature.from_model(proto, config)
+        reps = [
+            prepare(proto, device=config.device, use_graph=config.use_graph)
+            for _ in range(config.instance_count)
+        ]
+        prepared.append((version, config, signature, reps))
+    return prepared
+
+
+def _runner(name: str, reps: list[SingaRep]) -> RunFn:
+    """The batcher's run function: instance ``index`` runs the arrays, outputs come back as
+    NumPy by name. One prepared copy per instance, so no two threads share one.
+
+    IndexError and ValueError from torch come from the values of a valid-looking request (a
+    token id past the vocabulary), so they are the client's 400, not the server's 500.
+    """
+
+    def run(index: int, inputs: Arrays) -> Arrays:
+        rep = reps[index]
+        try:
+            with torch.no_grad():
+                outputs = rep.run(inputs)
+        except (IndexError, ValueError) as e:
+            if isinstance(e, SonnxError):
+                raise
+            raise ModelRunError(
+                f"model {name!r} cannot run this request: {type(e).__name__}: {e}"
+            ) from e
+        return {name: tensor.to_numpy(t) for name, t in zip(rep.outputs, outputs, strict=True)}
+
+    return run
