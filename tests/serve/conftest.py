@@ -24,6 +24,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     helpers.write_model(root, "slow", 1, helpers.slow_model(), overload)
     helpers.write_model(root, "identity", 1, helpers.identity_model())
     helpers.write_model(root, "text", 1, helpers.string_model())
+    helpers.write_checkpoint(root, "checkpoint", 1)
     return root
 
 
@@ -33,7 +34,7 @@ def reps(repository: Path) -> dict[str, sonnx.SingaRep]:
     return {
         f"{model.parent.name}/{model.name}": sonnx.prepare(model / "model.onnx")
         for model in sorted(repository.glob("*/[0-9]*"))
-        if model.parent.name != "text"
+        if model.parent.name not in ("text", "checkpoint")
     }
 
 

@@ -142,6 +142,27 @@ def write_model(root: Path, name: str, version: int, model: onnx.ModelProto, con
     return path
 
 
+CHECKPOINT_CONFIG = {
+    "model_class": "sonnx.walkthrough:LayerCNN",
+    "inputs": {"image": {"shape": [-1, 1, 28, 28]}},
+}
+
+
+def write_checkpoint(root: Path, name: str, version: int) -> Path:
+    """A trained-from-seed ``LayerCNN`` saved with ``save_states`` as ``model.sonnx``."""
+    from sonnx.tensor import Tensor
+    from sonnx.walkthrough import LayerCNN
+
+    folder = root / name / str(version)
+    folder.mkdir(parents=True, exist_ok=True)
+    model = LayerCNN()
+    example = Tensor(data=np.zeros((2, 1, 28, 28), np.float32), requires_grad=False)
+    model.compile([example], is_train=False)
+    model.save_states(folder / "model.sonnx")
+    (root / name / "config.json").write_text(json.dumps(CHECKPOINT_CONFIG))
+    return folder / "model.sonnx"
+
+
 class ServerProcess:
     """``python -m sonnx serve`` in a subprocess on a free loopback port; a thread collects its
     JSON log lines so tests can wait for events (listening, models loaded) instead of sleeping.

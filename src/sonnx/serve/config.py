@@ -16,6 +16,11 @@ kernels by batch size: a batched result may differ from the one-by-one result in
 (about 1e-7 for a float32 CNN). ``inputs`` / ``outputs`` override the shapes the model
 declares (``-1`` for any size): they may fix a dynamic dim (the server then rejects other
 sizes) or give an output a shape the model leaves unknown, but never change a fixed dim.
+
+A version directory may hold a sonnx checkpoint (``model.sonnx``) instead of ``model.onnx``:
+``model_class`` then names the class that reads it, ``inputs`` give the input shapes and an
+input spec may add ``"datatype"`` (KServe name, default FP32); see
+:mod:`sonnx.serve.checkpoints`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sonnx.serve.datatypes import DATATYPES
 from sonnx.serve.errors import ConfigError
 
 Shape = tuple[int, ...]
@@ -45,6 +51,8 @@ class ModelConfig:
     versions: str | tuple[int, ...] = "latest"
     inputs: dict[str, Shape] = field(default_factory=dict)
     outputs: dict[str, Shape] = field(default_factory=dict)
+    model_class: str | None = None
+    input_datatypes: dict[str, str] = field(default_factory=dict)
 
     @property
     def batching(self) -> bool:
@@ -70,7 +78,7 @@ def parse_config(raw: Any, where: str = "config.json") -> ModelConfig:
     """Validate a decoded ``config.json`` object into a :class:`ModelConfig`."""
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a JSON object, received {type(raw).__name__}")
-    known = set(ModelConfig.__dataclass_fields__)
+    known = set(ModelConfig.__dataclass_fields__) - {"input_datatypes"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
@@ -94,7 +102,24 @@ def parse_config(raw: Any, where: str = "config.json") -> ModelConfig:
     for key in ("inputs", "outputs"):
         if key in raw:
             values[key] = _shapes(raw[key], key, where)
+    if "inputs" in raw:
+        values["input_datatypes"] = _datatypes(raw["inputs"], where)
+    if "model_class" in raw:
+        if not isinstance(raw["model_class"], str):
+            raise ConfigError(f"{where}: 'model_class' must be a string \"module:ClassName\"")
+        values["model_class"] = raw["model_class"]
     return ModelConfig(**values)
+
+
+def _datatypes(value: Mapping[str, Any], where: str) -> dict[str, str]:
+    found = {n: spec["datatype"] for n, spec in value.items() if "datatype" in spec}
+    for name, datatype in found.items():
+        if datatype not in DATATYPES or datatype == "BYTES":
+            raise ConfigError(
+                f"{where}: inputs.{name}.datatype must be one of "
+                f"{sorted(set(DATATYPES) - {'BYTES'})}, received {datatype!r}"
+            )
+    return found
 
 
 def _number(value: Any, key: str, where: str, kind: type, minimum: float) -> Any:
@@ -128,7 +153,8 @@ def _shapes(value: Any, key: str, where: str) -> dict[str, Shape]:
     shapes: dict[str, Shape] = {}
     for name, spec in value.items():
         shape = spec.get("shape") if isinstance(spec, Mapping) else None
-        extra = sorted(set(spec) - {"shape"}) if isinstance(spec, Mapping) else []
+        allowed = {"shape", "datatype"} if key == "inputs" else {"shape"}
+        extra = sorted(set(spec) - allowed) if isinstance(spec, Mapping) else []
         valid = isinstance(shape, list) and all(
             isinstance(d, int) and not isinstance(d, bool) and d >= -1 for d in shape
         )

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import onnx
 import torch
 
 from sonnx import tensor
@@ -22,6 +23,7 @@ from sonnx.errors import SonnxError
 from sonnx.onnx.importer import SingaRep, prepare
 from sonnx.onnx.model_loading import load_model
 from sonnx.serve.batcher import Arrays, Batcher, BatchPolicy, RunFn
+from sonnx.serve.checkpoints import CHECKPOINT_FILE, checkpoint_to_onnx
 from sonnx.serve.config import ModelConfig, load_config
 from sonnx.serve.errors import (
     ConfigError,
@@ -209,10 +211,14 @@ def _prepare_model(folder: Path) -> list[tuple[int, ModelConfig, ModelSignature,
     found = sorted(
         int(p.name)
         for p in folder.iterdir()
-        if p.is_dir() and p.name.isdigit() and (p / MODEL_FILE).is_file()
+        if p.is_dir()
+        and p.name.isdigit()
+        and ((p / MODEL_FILE).is_file() or (p / CHECKPOINT_FILE).is_file())
     )
     if not found:
-        raise ConfigError(f"{folder}: no version directory (1/, 2/, ...) holds {MODEL_FILE}")
+        raise ConfigError(
+            f"{folder}: no version directory (1/, 2/, ...) holds {MODEL_FILE} or {CHECKPOINT_FILE}"
+        )
     if config.versions == "latest":
         chosen = [found[-1]]
     elif config.versions == "all":
@@ -226,7 +232,7 @@ def _prepare_model(folder: Path) -> list[tuple[int, ModelConfig, ModelSignature,
         chosen = list(config.versions)
     prepared = []
     for version in chosen:
-        proto = load_model(folder / str(version) / MODEL_FILE)
+        proto = _version_model(folder / str(version), config, str(folder / CONFIG_FILE))
         signature = ModelSignature.from_model(proto, config)
         reps = [
             prepare(proto, device=config.device, use_graph=config.use_graph)
@@ -234,6 +240,13 @@ def _prepare_model(folder: Path) -> list[tuple[int, ModelConfig, ModelSignature,
         ]
         prepared.append((version, config, signature, reps))
     return prepared
+
+
+def _version_model(directory: Path, config: ModelConfig, where: str) -> onnx.ModelProto:
+    """The ONNX model of one version: its ``model.onnx``, or its checkpoint's export."""
+    if (directory / MODEL_FILE).is_file():
+        return load_model(directory / MODEL_FILE)
+    return checkpoint_to_onnx(directory / CHECKPOINT_FILE, config, where)
 
 
 def _runner(name: str, reps: list[SingaRep]) -> RunFn:
