@@ -8,7 +8,13 @@ from __future__ import annotations
 
 
 class SonnxError(Exception):
-    """Base class of every error sonnx raises on purpose."""
+    """Base class of every error sonnx raises on purpose.
+
+    ``node`` names the graph node that raised it (``'name' (Op-version)``) once the importer
+    has added it to the message; None for errors outside a node.
+    """
+
+    node: str | None = None
 
 
 class BadInputError(SonnxError, ValueError):
@@ -17,6 +23,12 @@ class BadInputError(SonnxError, ValueError):
 
 class BadModelError(SonnxError, ValueError):
     """An ONNX model, or a file given as one, is malformed or inconsistent."""
+
+
+class ResourceLimitError(BadModelError):
+    """A model asks for more than a limit allows: a tensor larger than
+    ``SONNX_MAX_TENSOR_BYTES`` (by default half the memory of its device; raised before
+    anything is allocated), or more Loop iterations than ``SONNX_MAX_LOOP_ITERATIONS``."""
 
 
 class UnsupportedOperatorError(SonnxError, NotImplementedError):

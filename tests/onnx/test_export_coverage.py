@@ -38,6 +38,9 @@ NOT_OPS = {
     "deferred_checks",
     "defers_checks_on",
     "value_checks",
+    "check_elements",
+    "check_shape",
+    "max_tensor_bytes",
 }
 
 

@@ -39,6 +39,7 @@ from sonnx.autograd.indexing_select import (
     topk,
     unique,
 )
+from sonnx.autograd.memory_guard import check_shape
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
@@ -336,6 +337,8 @@ class OneHot(Operator):
         if n < 1:
             raise BadInputError(f"OneHot: depth must be positive, received {n}")
         axis = norm_axis(self.op_type, self.attr("axis"), indices.dim() + 1)
+        out = [*indices.shape[:axis], n, *indices.shape[axis:]]
+        check_shape("OneHot: output", out, values.dtype, indices.device)
         idx = indices.to(torch.int64)
         idx = torch.where(idx < 0, idx + n, idx).unsqueeze(axis)
         classes = torch.arange(n, device=indices.device).view(n, *[1] * (indices.dim() - axis))

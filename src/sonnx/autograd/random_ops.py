@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
+from sonnx.autograd.memory_guard import check_shape
 from sonnx.autograd.operator import Operator
 from sonnx.device import Device, as_device
 from sonnx.errors import BadInputError
@@ -97,7 +98,9 @@ class _Sized(_Distribution):
         if shape is None:
             raise BadInputError(f"{self.op_type}: attribute shape is required")
         dtype = _dtype(self.op_type, self.attr("dtype"), torch.float32, floats_only=True)
-        return self.draw(list(shape), dtype, as_device(self.target_device).torch_device)
+        device = as_device(self.target_device).torch_device
+        check_shape(f"{self.op_type}: output", shape, dtype, device)
+        return self.draw(list(shape), dtype, device)
 
 
 class _Like(_Distribution):

@@ -23,6 +23,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.autograd.host_values import host
+from sonnx.autograd.memory_guard import check_shape
 from sonnx.autograd.operator import Operator, host_ints
 from sonnx.autograd.resize_grid import (
     AffineGrid,
@@ -205,6 +206,10 @@ class Resize(Operator):
         axes = self._axes(x.dim())
         in_shape = [x.shape[a] for a in axes]
         scale_list, out_shape = self._scales_and_sizes(x, axes, in_shape, scales, sizes)
+        full = list(x.shape)
+        for axis, n in zip(axes, out_shape, strict=True):
+            full[axis] = n
+        check_shape("Resize: output", full, x.dtype, x.device)
         rois = self._rois(roi, axes, x.dim())
         compute = x if dtypes.is_float(x.dtype) or self.attr("mode") == "nearest" else x.double()
         fill = float(self.attr("extrapolation_value"))

@@ -15,6 +15,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.autograd.host_values import host
+from sonnx.autograd.memory_guard import check_elements, check_shape
 from sonnx.autograd.operator import Operator, host_ints
 from sonnx.autograd.shape_common import attrs_without, int64_input
 from sonnx.device import as_device
@@ -151,6 +152,7 @@ class ConstantOfShape(Operator):
             if value is None
             else array_to_torch("ConstantOfShape", value).reshape(-1)[:1].reshape(())
         )
+        check_shape("ConstantOfShape: output", dims, fill.dtype, shape.device)
         return fill.to(shape.device).expand(dims).contiguous()
 
 
@@ -174,13 +176,15 @@ class Range(Operator):
         if dtype.is_floating_point:
             s, stop, d = (float(host(t).item()) for t in (start, limit, delta))
             count = max(math.ceil((stop - s) / d), 0) if d else None
-            steps = torch.arange(count or 0, dtype=torch.float64, device=start.device)
+            step_type = torch.float64
         else:
             s, stop, d = (int(host(t).item()) for t in (start, limit, delta))
             count = max(-((s - stop) // d), 0) if d else None
-            steps = torch.arange(count or 0, dtype=torch.int64, device=start.device)
+            step_type = torch.int64
         if count is None:
             raise BadInputError("Range: delta must be non-zero, received 0")
+        check_elements("Range: output", count, 8, start.device, f"({count},)")
+        steps = torch.arange(count, dtype=step_type, device=start.device)
         return (steps * d + s).to(dtype)
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:

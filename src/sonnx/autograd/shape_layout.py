@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sonnx.autograd.elementwise_base import broadcast_shapes
+from sonnx.autograd.memory_guard import check_shape
 from sonnx.autograd.operator import Operator, host_ints
 from sonnx.autograd.shape_common import (
     as_int_list,
@@ -193,6 +194,8 @@ class Expand(Operator):
             raise BadInputError(
                 f"Expand: input of shape {tuple(x.shape)} cannot be broadcast with shape {target}"
             ) from None
+        # A view, but whatever reads it next materializes it: refuse a huge one here.
+        check_shape("Expand: output", out, x.dtype, x.device)
         return x.expand(out)
 
 
@@ -210,6 +213,8 @@ class Tile(Operator):
             )
         if x.dim() == 0:
             return x.clone()
+        out = [n * r for n, r in zip(x.shape, reps, strict=True)]
+        check_shape("Tile: output", out, x.dtype, x.device)
         return x.repeat(*reps)
 
 

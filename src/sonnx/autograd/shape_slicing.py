@@ -16,6 +16,7 @@ import torch
 from torch.nn import functional
 
 from sonnx.autograd.host_values import host
+from sonnx.autograd.memory_guard import check_shape
 from sonnx.autograd.operator import Operator, host_ints
 from sonnx.autograd.shape_common import (
     as_int_list,
@@ -270,6 +271,8 @@ class Pad(Operator):
                 first, last = max(-begins[a], 0), max(-ends[a], 0)
                 x = x.narrow(a, first, max(x.shape[a] - first - last, 0))
         begins, ends = [max(b, 0) for b in begins], [max(e, 0) for e in ends]
+        out = [n + b + e for n, b, e in zip(x.shape, begins, ends, strict=True)]
+        check_shape("Pad: output", out, x.dtype, x.device)
         if mode == "constant":
             value = 0 if constant_value is None else host(constant_value).reshape(-1)[0].item()
             flat = [p for a in reversed(builtins.range(rank)) for p in (begins[a], ends[a])]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -39,8 +39,17 @@ from sonnx.onnx.model_loading import (
     needed_inputs,
     resolve_nodes,
 )
-from sonnx.onnx.registry import NodeInfo, OperatorConverter, node_attributes
+from sonnx.onnx.registry import (
+    NodeInfo,
+    OperatorConverter,
+    check_constant_types,
+    check_node,
+    node_attributes,
+)
 from sonnx.onnx.shape_values import ShapeValueCache, input_signature, shape_value_steps
+from sonnx.onnx.step_errors import free_inputs, input_dependent, node_error
+from sonnx.onnx.subgraphs import BoundSubgraph as BoundSubgraph  # re-exported for converters
+from sonnx.onnx.subgraphs import Subgraph
 from sonnx.onnx.values import is_single_value
 from sonnx.tensor import Tensor
 
@@ -68,6 +77,25 @@ class Step:
     #: Reads only constants (a Cast or DequantizeLinear of int8 weights, a Transpose of a
     #: weight): its result is kept between runs until an input changes.
     foldable: bool = False
+    #: Depends on a graph input the run may feed freely: a failure here is a BadInputError
+    #: (see :mod:`sonnx.onnx.step_errors`).
+    blames_input: bool = False
+
+    def failure(
+        self, args: list[Any], error: Exception, names: Sequence[str] | None = None
+    ) -> Exception:
+        """The sonnx error to raise for ``error`` raised while this step ran on ``args``
+        (named ``names``, by default the step's inputs)."""
+        if not value_checks():
+            return error  # a graph tracer's own failure: graph mode runs the step eagerly
+        return node_error(
+            self.info,
+            self.inputs if names is None else names,
+            args,
+            error,
+            self.blames_input,
+            self.has_subgraphs,
+        )
 
     def run(self, args: list[Any], attrs: dict[str, Any]) -> Any:
         """The node's output value(s) for input values ``args``."""
@@ -217,7 +245,13 @@ class GraphProgram:
             if index in fused:
                 fusion = fused[index]
                 args = [values[n] for n in fusion.inputs]
-                result = _plain(fusion.compute(*(a.data for a in args)))
+                try:
+                    result = _plain(fusion.compute(*(a.data for a in args)))
+                except Exception as e:
+                    failure = step.failure(args, e, fusion.inputs)
+                    if failure is e:
+                        raise
+                    raise failure from e
             else:
                 args = _arguments(step, values)
                 try:
@@ -225,6 +259,11 @@ class GraphProgram:
                 except NotTraceableError as e:
                     e.step_index = index  # the outermost program's index wins (subgraphs)
                     raise
+                except Exception as e:
+                    failure = step.failure(args, e)
+                    if failure is e:
+                        raise
+                    raise failure from e
             outs = (result,) if is_single_value(result) else tuple(result)
             for name, t in zip(step.outputs, outs, strict=False):
                 if name and t is not None:
@@ -341,48 +380,6 @@ def reads_of(step: Step) -> list[str]:
     return names
 
 
-class Subgraph:
-    """A compiled graph attribute (a branch or loop body) that reads its enclosing scope."""
-
-    def __init__(self, program: GraphProgram, name: str) -> None:
-        self.program = program
-        self.name = name
-
-    def bind(self, scope: dict[str, Tensor]) -> BoundSubgraph:
-        return BoundSubgraph(self, scope)
-
-
-class BoundSubgraph:
-    """A subgraph with the enclosing scope's values: call :meth:`run` with its inputs."""
-
-    def __init__(self, subgraph: Subgraph, scope: dict[str, Tensor]) -> None:
-        self.subgraph = subgraph
-        self.scope = scope
-
-    @property
-    def num_inputs(self) -> int:
-        return len(self.subgraph.program.input_names)
-
-    @property
-    def num_outputs(self) -> int:
-        return len(self.subgraph.program.output_names)
-
-    def run(self, inputs: list[Tensor | None]) -> list[Tensor]:
-        program = self.subgraph.program
-        values = dict(self.scope)
-        values.update(program.constants)
-        for name, t in zip(program.input_names, inputs, strict=False):
-            if t is not None:
-                values[name] = t
-        program.execute(values)
-        try:
-            return [values[n] for n in program.output_names]
-        except KeyError as e:
-            raise BadModelError(
-                f"subgraph {self.subgraph.name!r} does not compute its output {e.args[0]!r}"
-            ) from None
-
-
 def _trace(step: Step, args: list[Tensor | None], seconds: float) -> None:
     shapes = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
     print(
@@ -443,8 +440,9 @@ def compile_graph(
     steps: list[Step] = []
     for i in order:
         step = _make_step(by_index[i], versions, dev)
+        _check_constant_types(by_index[i].node, step, constants)
         if step.info.op_type == "Constant" and step.info.domain == "":
-            value = step.convert(step.info, [], step.attrs)
+            value = _evaluate_constant(step)
             _place_constant(value, dev)
             value.name = step.outputs[0]
             value.creator = None
@@ -454,6 +452,12 @@ def compile_graph(
     _mark_statistics_as_buffers(steps, constants)
     _mark_parameterising_constants(steps, constants)
     _mark_foldable(steps, constants)
+    free = free_inputs(graph, input_names, is_subgraph)
+    if is_subgraph:
+        free |= known - set(constants) - set(input_names)  # the enclosing scope's names
+    flags = input_dependent([reads_of(s) for s in steps], [s.outputs for s in steps], free)
+    for step, flag in zip(steps, flags, strict=True):
+        step.blames_input = flag
     produced = known | {o for s in steps for o in s.outputs} | set(constants)
     for out in graph.output:
         if out.name not in produced:
@@ -462,6 +466,31 @@ def compile_graph(
     program = GraphProgram(constants, list(input_names), outputs, steps, dev)
     program.fusions = find_fusions(steps, constants, outputs)
     return program
+
+
+def _check_constant_types(node: onnx.NodeProto, step: Step, constants: dict[str, Tensor]) -> None:
+    """Hold the inputs known before any run (initializers, earlier Constant values) to the
+    element types the schema allows, so a mistyped weight is reported as such, not as whatever
+    torch raises when it meets it."""
+    known = {}
+    for position, name in enumerate(step.inputs):
+        if name in constants:
+            try:
+                known[position] = dtypes.torch_to_onnx(constants[name].dtype)
+            except SonnxError:
+                continue  # a dtype with no ONNX code: the operator reports it
+    check_constant_types(node, step.info, known)
+
+
+def _evaluate_constant(step: Step) -> Tensor:
+    """The value of a Constant node, computed once when the graph is compiled."""
+    try:
+        return step.convert(step.info, [], step.attrs)
+    except Exception as e:
+        failure = node_error(step.info, [], [], e, blames_input=False)
+        if failure is e:
+            raise
+        raise failure from e
 
 
 #: What the importer appends to a shared statistics input's name for its own buffer.
@@ -548,10 +577,14 @@ def _make_step(r: ResolvedNode, versions: dict[str, int], dev: Device) -> Step:
         opset=r.opset,
         num_outputs=len(node.output),
     )
+    check_node(node, info)
     try:
         attrs = node_attributes(node, r.since_version)
+    except SonnxError as e:
+        node_error(info, [], [], e, blames_input=False)  # names the node in the message
+        raise
     except Exception as e:  # a malformed attribute in the protobuf
-        raise BadModelError(f"node {info.name!r} ({node.op_type}): bad attribute: {e}") from e
+        raise BadModelError(f"node {info.label()}: bad attribute: {e}") from e
     has_subgraphs = False
     op = None
     for key, value in attrs.items():
@@ -564,8 +597,8 @@ def _make_step(r: ResolvedNode, versions: dict[str, int], dev: Device) -> Step:
     if isinstance(r.convert, OperatorConverter) and not has_subgraphs:
         try:
             op = r.convert.build(info, attrs)
-        except SonnxError:
-            op = None  # a bad attribute: running the node reports it, as before
+        except Exception:
+            op = None  # a bad attribute: running the node reports it, naming the node
     step = Step(info, attrs, list(node.input), list(node.output), r.convert, has_subgraphs)
     step.op = op
     return step

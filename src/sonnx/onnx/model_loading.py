@@ -1,19 +1,26 @@
 """Reading and validating an ONNX model before anything runs.
 
-Everything here raises :class:`~sonnx.errors.BadModelError` (malformed model) or
-:class:`~sonnx.errors.UnsupportedOperatorError` (all unsupported nodes at once), never a
-protobuf or KeyError traceback.
+Everything here raises :class:`~sonnx.errors.BadModelError` (malformed model),
+:class:`~sonnx.errors.ResourceLimitError` (a tensor declaring more bytes than the memory
+limit) or :class:`~sonnx.errors.UnsupportedOperatorError` (all unsupported nodes at once),
+never a protobuf or KeyError traceback.
+
+External data is read only for a model loaded from its path, and only from regular files
+inside the model's directory: a location that is absolute, climbs out with ``..`` or leads
+out through a symbolic link is refused before any file is opened.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
 from google.protobuf.message import DecodeError
 
+from sonnx.autograd.memory_guard import check_elements
 from sonnx.errors import BadModelError, UnsupportedOperatorError
 from sonnx.onnx.registry import REGISTRY, Converter, _domain_key
 
@@ -23,20 +30,157 @@ ModelSource = onnx.ModelProto | str | os.PathLike | bytes
 def load_model(source: ModelSource) -> onnx.ModelProto:
     """A ModelProto from a ModelProto, a file path or serialized bytes."""
     if isinstance(source, onnx.ModelProto):
+        check_tensors(source)
         return source
     if isinstance(source, (bytes, bytearray)):
-        return _parse(bytes(source), "the given bytes")
+        model = _parse(bytes(source), "the given bytes")
+        check_tensors(model)
+        return model
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.is_file():
             raise BadModelError(f"ONNX model file not found: {path}")
         model = _parse(path.read_bytes(), str(path))
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-            onnx.load_external_data_for_model(model, str(path.parent))
+        check_tensors(model, external_base=path.parent)
+        _load_external_data(model, path.parent)
         return model
     raise BadModelError(
         f"expected an onnx.ModelProto, a path or bytes, received {type(source).__name__}"
     )
+
+
+def check_tensors(model: onnx.ModelProto, external_base: Path | None = None) -> None:
+    """Check every tensor the model holds (initializers, attribute values, in subgraphs and
+    functions too) before any is decoded: non-negative dims, a declared size within the memory
+    limit, and external data only where ``external_base`` says the model's directory is; and
+    that the graph's inputs declare element types ONNX defines."""
+    _check_input_types(model.graph)
+    for tensor, dims, what in _model_tensors(model):
+        if any(d < 0 for d in dims):
+            raise BadModelError(f"{what} has negative dims, received {list(dims)}")
+        if tensor is not None and tensor.data_location == onnx.TensorProto.EXTERNAL:
+            if external_base is None:
+                raise BadModelError(
+                    f"{what} keeps its data in an external file, which sonnx reads only for a "
+                    "model loaded from its path (the file must sit in the model's directory); "
+                    "received the model as a ModelProto or bytes"
+                )
+            _check_external_location(tensor, external_base, what)
+        itemsize = _itemsize(tensor.data_type if tensor is not None else 0)
+        count = 1
+        for d in dims:
+            count *= d
+        check_elements(what, count, itemsize, shape=str(tuple(dims)))
+
+
+def _check_input_types(graph: onnx.GraphProto) -> None:
+    known = set(onnx.TensorProto.DataType.values())
+    for value in graph.input:
+        t = value.type
+        while t.WhichOneof("value") in ("sequence_type", "optional_type"):
+            inner = t.sequence_type if t.HasField("sequence_type") else t.optional_type
+            t = inner.elem_type
+        kind = t.WhichOneof("value")
+        code = getattr(t, kind).elem_type if kind in ("tensor_type", "sparse_tensor_type") else 0
+        if code not in known:
+            raise BadModelError(
+                f"graph input {value.name!r} declares element type {code}, which ONNX does not "
+                f"define; expected one of {sorted(known)}"
+            )
+
+
+def _itemsize(data_type: int) -> int:
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(data_type).itemsize or 1
+    except (KeyError, ValueError, TypeError):
+        return 1  # unknown or string type: decoding reports it
+
+
+def _model_tensors(
+    model: onnx.ModelProto,
+) -> Iterator[tuple[onnx.TensorProto | None, list[int], str]]:
+    yield from _graph_tensors(model.graph, "graph")
+    for function in model.functions:
+        yield from _node_tensors(function.node, f"function {function.name!r}")
+
+
+def _graph_tensors(
+    graph: onnx.GraphProto, where: str
+) -> Iterator[tuple[onnx.TensorProto | None, list[int], str]]:
+    for t in graph.initializer:
+        yield t, list(t.dims), f"{where}: initializer {t.name!r}"
+    for s in graph.sparse_initializer:
+        what = f"{where}: sparse initializer {s.values.name!r}"
+        yield None, list(s.dims), what  # the dense tensor it becomes
+        yield s.values, list(s.values.dims), what + " (values)"
+        yield s.indices, list(s.indices.dims), what + " (indices)"
+    yield from _node_tensors(graph.node, where)
+
+
+def _node_tensors(
+    nodes: Iterator[onnx.NodeProto], where: str
+) -> Iterator[tuple[onnx.TensorProto | None, list[int], str]]:
+    for node in nodes:
+        for a in node.attribute:
+            what = f"{where}: attribute {a.name!r} of node {node.name or node.op_type!r}"
+            tensors = [a.t] if a.HasField("t") else []
+            for t in [*tensors, *a.tensors]:
+                yield t, list(t.dims), what
+            sparse = [a.sparse_tensor] if a.HasField("sparse_tensor") else []
+            for s in [*sparse, *a.sparse_tensors]:
+                yield None, list(s.dims), what
+                yield s.values, list(s.values.dims), what + " (values)"
+                yield s.indices, list(s.indices.dims), what + " (indices)"
+            graphs = [a.g] if a.HasField("g") else []
+            for g in [*graphs, *a.graphs]:
+                yield from _graph_tensors(g, f"{where}: subgraph {a.name!r} of node {node.name!r}")
+
+
+def _check_external_location(tensor: onnx.TensorProto, base: Path, what: str) -> None:
+    """Refuse an external-data reference that could read outside the model's directory, or
+    past the end of its file."""
+    info = {e.key: e.value for e in tensor.external_data}
+    location = info.get("location", "")
+
+    def refuse(why: str) -> BadModelError:
+        return BadModelError(f"{what}: external data {why}; received location {location!r}")
+
+    if not location or "\0" in location:
+        raise refuse("needs a file name relative to the model's directory")
+    posix = PurePosixPath(location.replace("\\", "/"))
+    if posix.is_absolute() or PureWindowsPath(location).drive or os.path.isabs(location):
+        raise refuse("must be a path relative to the model's directory, not an absolute one")
+    if ".." in posix.parts:
+        raise refuse("may not leave the model's directory ('..')")
+    root = base.resolve()
+    target = (root / posix).resolve()
+    if not target.is_relative_to(root):
+        raise refuse("leads out of the model's directory through a symbolic link")
+    if not target.is_file():
+        raise refuse(f"file not found in {root}")
+    try:
+        offset = int(info.get("offset", 0))
+        length = int(info["length"]) if "length" in info else None
+    except ValueError:
+        raise refuse(
+            f"offset and length must be integers, received offset {info.get('offset')!r} "
+            f"and length {info.get('length')!r}"
+        ) from None
+    size = target.stat().st_size
+    end = size if length is None else offset + length
+    if offset < 0 or end < offset or end > size:
+        raise refuse(
+            f"range must lie inside the file of {size} bytes, received offset {offset} "
+            f"and length {length}"
+        )
+
+
+def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
+    """Read the external data that :func:`check_tensors` accepted into the model."""
+    try:
+        onnx.load_external_data_for_model(model, str(base))
+    except Exception as e:  # onnx's own checks raise several exception types
+        raise BadModelError(f"external data of the model in {base} cannot be read: {e}") from e
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:

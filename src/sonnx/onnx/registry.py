@@ -10,6 +10,11 @@ A converter is called as ``convert(node, inputs, attrs)`` where ``node`` is a
 Most operators register their :class:`~sonnx.autograd.operator.Operator` class directly with
 :func:`register_operator`; version adapters (an attribute that later became an input, …) are
 written as functions with :func:`converter`.
+
+Before a converter is ever called, :func:`check_node` holds the node to its ``onnx.defs``
+schema: input and output counts (variadic included), required inputs present, attributes
+known, of the declared type and present when required. Converters and operators may thus
+rely on the wiring and the attributes' types and only check values.
 """
 
 from __future__ import annotations
@@ -17,16 +22,20 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, TypeVar
 
 import onnx
+import onnx.defs
 
 from sonnx.autograd.operator import Operator
-from sonnx.errors import SonnxError
+from sonnx.errors import BadModelError, SonnxError
 from sonnx.onnx.attributes import decode_attribute, schema_defaults
 from sonnx.tensor import Tensor
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+#: Attributes sonnx adds to nodes for its own use carry this prefix; schemas never list them.
+INTERNAL_ATTRIBUTE_PREFIX = "sonnx_"
 OperatorT = TypeVar("OperatorT", bound=Operator)
 
 
@@ -40,6 +49,11 @@ class NodeInfo:
     since_version: int
     opset: int
     num_outputs: int
+
+    def label(self) -> str:
+        """How errors name the node: ``'conv1' (Conv-11)``, with a non-default domain."""
+        where = f", domain {self.domain}" if self.domain else ""
+        return f"{self.name!r} ({self.op_type}-{self.since_version}{where})"
 
 
 Converter = Callable[[NodeInfo, list[Tensor | None], dict[str, Any]], Any]
@@ -142,3 +156,138 @@ def node_attributes(node: onnx.NodeProto, since_version: int) -> dict[str, Any]:
 
 def supported_ops(domain: str = "") -> Sequence[str]:
     return REGISTRY.op_types(domain)
+
+
+@cache
+def node_schema(op_type: str, opset: int, domain: str = "") -> onnx.defs.OpSchema | None:
+    """The ``onnx.defs`` schema in force for ``op_type`` at ``opset``; None outside onnx."""
+    try:
+        return onnx.defs.get_schema(op_type, opset, _domain_key(domain))
+    except onnx.defs.SchemaError:
+        return None
+
+
+_SINGLE = onnx.defs.OpSchema.FormalParameterOption.Single
+_VARIADIC = onnx.defs.OpSchema.FormalParameterOption.Variadic
+
+
+def check_node(node: onnx.NodeProto, info: NodeInfo) -> None:
+    """Raise :class:`BadModelError` if ``node`` breaks its operator's schema at the model's
+    opset (operators outside onnx's domains, which have no schema, are not checked)."""
+    schema = node_schema(node.op_type, info.opset, info.domain)
+    if schema is None:
+        return
+    _check_inputs(node, info, schema)
+    n = len(node.output)
+    if not schema.min_output <= n <= schema.max_output:
+        raise BadModelError(
+            f"node {info.label()}: expected {_count(schema.min_output, schema.max_output)} "
+            f"output(s) {_formal_names(schema.outputs)}, received {n}: {list(node.output)}"
+        )
+    _check_attributes(node, info, schema)
+
+
+def _check_inputs(node: onnx.NodeProto, info: NodeInfo, schema: onnx.defs.OpSchema) -> None:
+    names = list(node.input)
+    expected = f"{_count(schema.min_input, schema.max_input)} input(s) "
+    expected += _formal_names(schema.inputs)
+    if not schema.min_input <= len(names) <= schema.max_input:
+        raise BadModelError(
+            f"node {info.label()}: expected {expected}, received {len(names)}: {names}"
+        )
+    formals = schema.inputs
+    for position, name in enumerate(names):
+        formal = formals[min(position, len(formals) - 1)]
+        if not name and formal.option == _SINGLE:
+            raise BadModelError(
+                f"node {info.label()}: input {position} ({formal.name}) is required, "
+                f"received an empty name in {names}"
+            )
+
+
+def _count(low: int, high: int) -> str:
+    if low == high:
+        return str(low)
+    return f"at least {low}" if high >= 2**31 - 1 else f"{low} to {high}"
+
+
+def _formal_names(formals: Sequence[Any]) -> str:
+    shown = []
+    for f in formals:
+        mark = "?" if f.option == onnx.defs.OpSchema.FormalParameterOption.Optional else ""
+        shown.append(f"{f.name}{mark}{'...' if f.option == _VARIADIC else ''}")
+    return "(" + ", ".join(shown) + ")"
+
+
+def _check_attributes(node: onnx.NodeProto, info: NodeInfo, schema: onnx.defs.OpSchema) -> None:
+    declared = schema.attributes
+    given = set()
+    for a in node.attribute:
+        given.add(a.name)
+        spec = declared.get(a.name)
+        if spec is None and a.name.startswith(INTERNAL_ATTRIBUTE_PREFIX):
+            continue  # added by sonnx itself (a Gradient node's forward graph)
+        if spec is None:
+            raise BadModelError(
+                f"node {info.label()}: attribute {a.name!r} is not an attribute of "
+                f"{node.op_type}-{schema.since_version}; expected one of {sorted(declared)}"
+            )
+        # An UNDEFINED type is what IR-1 writers left: decoding infers it from the value.
+        if a.type != onnx.AttributeProto.UNDEFINED and a.type != int(spec.type):
+            raise BadModelError(
+                f"node {info.label()}: attribute {a.name!r} must be of type "
+                f"{spec.type.name}, received {_type_name(a.type)}"
+            )
+    missing = sorted(n for n, spec in declared.items() if spec.required and n not in given)
+    if missing:
+        raise BadModelError(
+            f"node {info.label()}: required attribute(s) {missing} missing, "
+            f"received {sorted(given)}"
+        )
+
+
+def _type_name(code: int) -> str:
+    try:
+        return onnx.AttributeProto.AttributeType.Name(code)
+    except ValueError:
+        return f"type code {code}"
+
+
+def check_constant_types(
+    node: onnx.NodeProto, info: NodeInfo, dtypes_by_input: dict[int, int]
+) -> None:
+    """Raise :class:`BadModelError` if an input whose element type is known before the run
+    (an initializer or a Constant value; ``dtypes_by_input`` maps input position to its ONNX
+    element type) is not one its schema allows, or constants sharing a type parameter
+    disagree."""
+    schema = node_schema(node.op_type, info.opset, info.domain)
+    if schema is None or not dtypes_by_input:
+        return
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    formals = schema.inputs
+    bound: dict[str, tuple[int, str]] = {}
+    for position, code in sorted(dtypes_by_input.items()):
+        formal = formals[min(position, len(formals) - 1)]
+        type_str = f"tensor({_element_name(code)})"
+        choices = allowed.get(formal.type_str, {formal.type_str})
+        if type_str not in choices:
+            raise BadModelError(
+                f"node {info.label()}: input {position} ({formal.name}) must be one of "
+                f"{sorted(choices)}, received {type_str} ({node.input[position]!r})"
+            )
+        shared = formal.option != _VARIADIC or formal.is_homogeneous
+        if formal.type_str in allowed and shared:
+            first = bound.setdefault(formal.type_str, (position, type_str))
+            if first[1] != type_str:
+                raise BadModelError(
+                    f"node {info.label()}: inputs {first[0]} and {position} share type "
+                    f"{formal.type_str} and must have one element type, received {first[1]} "
+                    f"and {type_str}"
+                )
+
+
+def _element_name(code: int) -> str:
+    try:
+        return onnx.TensorProto.DataType.Name(code).lower()
+    except ValueError:
+        return f"type code {code}"

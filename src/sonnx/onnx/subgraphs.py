@@ -1,0 +1,89 @@
+"""Subgraphs (the branches of If, the bodies of Loop and Scan) as their nodes see them.
+
+A graph attribute is compiled into a :class:`Subgraph` with the enclosing graph (see
+:mod:`sonnx.onnx.graph_program`); each run of its node binds it to the enclosing scope's values
+as a :class:`BoundSubgraph`, which converters call with the subgraph's inputs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from sonnx.errors import BadInputError, BadModelError, ResourceLimitError
+from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.onnx.graph_program import GraphProgram
+
+__all__ = ["DEFAULT_LOOP_LIMIT", "LOOP_LIMIT_VAR", "BoundSubgraph", "Subgraph", "loop_limit"]
+
+
+class Subgraph:
+    """A compiled graph attribute (a branch or loop body) that reads its enclosing scope."""
+
+    def __init__(self, program: GraphProgram, name: str) -> None:
+        self.program = program
+        self.name = name
+
+    def bind(self, scope: dict[str, Tensor]) -> BoundSubgraph:
+        return BoundSubgraph(self, scope)
+
+
+#: How many times one run of a node may run its subgraph (Loop iterations, Scan steps), from
+#: ``SONNX_MAX_LOOP_ITERATIONS``: a Loop with no trip count whose condition never turns false
+#: runs forever by the spec; past the limit it fails instead.
+LOOP_LIMIT_VAR = "SONNX_MAX_LOOP_ITERATIONS"
+DEFAULT_LOOP_LIMIT = 10_000_000
+
+
+def loop_limit() -> int:
+    given = os.environ.get(LOOP_LIMIT_VAR, "").strip()
+    if not given:
+        return DEFAULT_LOOP_LIMIT
+    try:
+        return max(int(given), 1)
+    except ValueError:
+        raise BadInputError(
+            f"environment variable {LOOP_LIMIT_VAR} must be an integer, received {given!r}"
+        ) from None
+
+
+class BoundSubgraph:
+    """A subgraph with the enclosing scope's values: call :meth:`run` with its inputs."""
+
+    def __init__(self, subgraph: Subgraph, scope: dict[str, Tensor]) -> None:
+        self.subgraph = subgraph
+        self.scope = scope
+        self.runs = 0
+        self.limit = loop_limit()
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.subgraph.program.input_names)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.subgraph.program.output_names)
+
+    def run(self, inputs: list[Tensor | None]) -> list[Tensor]:
+        self.runs += 1
+        if self.runs > self.limit:
+            raise ResourceLimitError(
+                f"subgraph {self.subgraph.name!r} would run more than {self.limit} times in one "
+                f"run of its node (set {LOOP_LIMIT_VAR} to raise the limit); received "
+                f"{self.runs} runs"
+            )
+        program = self.subgraph.program
+        values = dict(self.scope)
+        values.update(program.constants)
+        for name, t in zip(program.input_names, inputs, strict=False):
+            if t is not None:
+                values[name] = t
+        program.execute(values)
+        try:
+            return [values[n] for n in program.output_names]
+        except KeyError as e:
+            raise BadModelError(
+                f"subgraph {self.subgraph.name!r} does not compute its output {e.args[0]!r}"
+            ) from None
