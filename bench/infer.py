@@ -1,12 +1,20 @@
 """Inference: ``SingaRep.run`` against onnxruntime's ``InferenceSession.run`` on the same files.
 
-    python bench/infer.py                           # all models, batch 1 and 16
+    python bench/infer.py                           # the three original models, batch 1 and 16
     python bench/infer.py --models bert --batches 1 8 32 --repeats 21 --json
     python bench/infer.py --models resnet18 --profile 15
+    python bench/infer.py --models yolov8 dbnet --det-sizes 320 480x640   # zoo: batch 1 and 8
 
 The models are exported from ``sonnx.testing.torch_models`` with torch's ONNX exporter (opset
 17, BatchNorm folded into Conv as for deployment, dynamic batch): a ResNet-18-style CNN, a
-MobileNet-v2-style CNN and a BERT-style encoder. Both sides load the same serialized bytes;
+MobileNet-v2-style CNN and a BERT-style encoder. The zoo stand-ins (``sonnx.testing.zoo_*``,
+random weights) imitate deployed files: ResNet-50 and MobileNet-v3-Large at ``--image``, a
+YOLOv8n detector and a DBNet text detector at each of ``--det-sizes`` (dynamic H x W, the
+YOLO anchor grid computed in the graph), a CRNN recogniser at 48 x each of ``--rec-widths``,
+a BERT-style encoder (hidden 256, 4 layers, BERT-base's vocabulary; hidden 768 would make
+the run too long) with int8 weights behind DequantizeLinear / Cast at each of
+``--qbert-seqs``, and a streaming VAD (an ``If`` on the sample rate, a stateful LSTM) on
+512-sample chunks at 16 and 8 kHz. Both sides load the same serialized bytes;
 the set-up rows time ``sonnx.prepare`` against creating the onnxruntime session. Each batch
 has two sonnx rows: the eager interpreter, and graph mode (``prepare(..., use_graph=True)``:
 one ``torch.compile``'d graph per input shape, whose one-off compile time is ``compile_s``).
@@ -18,10 +26,12 @@ operators of one sonnx run, and how much of the run was spent outside them (Pyth
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 import torch
 from common import (
     Row,
@@ -38,53 +48,144 @@ from torch.fx.experimental.optimization import fuse
 
 import sonnx
 from sonnx import autograd, tensor
-from sonnx.testing import torch_models
+from sonnx.onnx.graph_mode import GraphRunner
+from sonnx.testing import torch_models, zoo_audio, zoo_text, zoo_vision
 
 OPSET = 17
 MODELS = ("resnet18", "mobilenetv2", "bert")
+ZOO = ("resnet50", "mobilenetv3", "yolov8", "dbnet", "crnn", "bert-int8", "vad")
+Feeds = dict[str, np.ndarray]
 
 
 @dataclass
 class Spec:
-    """A model to benchmark: its ONNX bytes, how to make inputs for a batch size, and the
-    torch module computing the same function (BatchNorm folded as in the file)."""
+    """A model to benchmark: its ONNX bytes, how to make inputs for a batch size (for each
+    variant of its other dynamic dims, by label), and the torch module computing the same
+    function (BatchNorm folded as in the file), if there is one."""
 
     name: str
     onnx_bytes: bytes
-    make_inputs: Callable[[int], dict[str, np.ndarray]]
-    module: torch.nn.Module
+    variants: dict[str, Callable[[int], Feeds]]
+    module: Callable[..., object] | None
+    batches: list[int]
 
 
-def image_spec(name: str, module: torch.nn.Module, image: int) -> Spec:
-    def make(batch: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng(batch)
-        return {"input": rng.standard_normal((batch, 3, image, image)).astype(np.float32)}
+def _folded(module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` with BatchNorm folded into Conv; a module torch.fx cannot trace symbolically
+    (shape-dependent code, as the YOLO head) is kept as it is, BatchNorm and all."""
+    try:
+        return fuse(module.eval())
+    except torch.fx.proxy.TraceError:
+        return module.eval()
+
+
+def _random_images(batch: int, h: int, w: int, name: str = "images") -> Feeds:
+    rng = np.random.default_rng(batch)
+    return {name: rng.standard_normal((batch, 3, h, w)).astype(np.float32)}
+
+
+def image_spec(name: str, module: torch.nn.Module, image: int, batches: list[int]) -> Spec:
+    def make(batch: int) -> Feeds:
+        return _random_images(batch, image, image, "input")
 
     proto = torch_models.export(module, (torch.from_numpy(make(1)["input"]),), OPSET, ["input"])
-    return Spec(f"{name} {image}x{image}", proto.SerializeToString(), make, fuse(module.eval()))
+    variants = {f"{image}x{image}": make}
+    return Spec(name, proto.SerializeToString(), variants, fuse(module.eval()), batches)
 
 
-def bert_spec(hidden: int, layers: int, seq: int, vocab: int) -> Spec:
+def parse_size(text: str) -> tuple[int, int]:
+    """``"480x640"`` -> (480, 640); ``"320"`` -> (320, 320)."""
+    h, _, w = text.partition("x")
+    return int(h), int(w or h)
+
+
+def zoo_spec(name: str, args: argparse.Namespace, batches: list[int]) -> Spec:
+    """One of the ``sonnx.testing.zoo_*`` stand-ins at the sizes the flags ask for."""
+    if name in ("resnet50", "mobilenetv3"):
+        module = zoo_vision.ResNet50() if name == "resnet50" else zoo_vision.MobileNetV3()
+        model = zoo_vision.export_image_model(module, OPSET)
+        return _sized(name, model, module, [(args.image, args.image)], batches)
+    if name in ("yolov8", "dbnet"):
+        module = zoo_vision.YoloV8() if name == "yolov8" else zoo_vision.DBNet()
+        model = zoo_vision.export_image_model(module, OPSET, True, name == "dbnet")
+        return _sized(name, model, module, [parse_size(s) for s in args.det_sizes], batches)
+    if name == "crnn":
+        module = zoo_text.CRNN()
+        model = zoo_text.export_crnn(module, OPSET)
+        return _sized(name, model, module, [(48, w) for w in args.rec_widths], batches, "image")
+    if name == "bert-int8":
+        module = zoo_text.BertEncoder()
+        vocab = module.tokens.num_embeddings
+        variants = {
+            f"seq{s}": functools.partial(_text_feeds, seq=s, vocab=vocab) for s in args.qbert_seqs
+        }
+        model = zoo_text.export_bert(module, OPSET)
+        # No torch counterpart: the float module does not compute the int8 model's function.
+        return Spec("bert-int8", model.SerializeToString(), variants, None, batches)
+    module = zoo_audio.StreamingVAD().eval()
+    variants = {
+        f"512@{sr // 1000}kHz": functools.partial(_vad_feeds, sr=sr, hidden=module.hidden)
+        for sr in zoo_audio.RATES
+    }
+    model = zoo_audio.export_vad(module, OPSET)
+    return Spec("vad", model.SerializeToString(), variants, module, batches)
+
+
+def _sized(
+    name: str,
+    model: onnx.ModelProto,
+    module: torch.nn.Module,
+    sizes: list[tuple[int, int]],
+    batches: list[int],
+    input_name: str = "images",
+) -> Spec:
+    variants = {
+        f"{h}x{w}": functools.partial(_random_images, h=h, w=w, name=input_name) for h, w in sizes
+    }
+    return Spec(name, model.SerializeToString(), variants, _folded(module), batches)
+
+
+def _text_feeds(batch: int, seq: int, vocab: int) -> Feeds:
+    return zoo_text.text_inputs(batch, seq, vocab, seed=batch)
+
+
+def _vad_feeds(batch: int, sr: int, hidden: int) -> Feeds:
+    return zoo_audio.vad_inputs(batch, sr, hidden, seed=batch)
+
+
+def bert_spec(hidden: int, layers: int, seq: int, vocab: int, batches: list[int]) -> Spec:
     module = torch_models.TinyBert(
         vocab=vocab, hidden=hidden, heads=hidden // 32, layers=layers, ffn=4 * hidden, max_len=seq
     )
 
-    def make(batch: int) -> dict[str, np.ndarray]:
+    def make(batch: int) -> Feeds:
         ids, mask = torch_models.bert_inputs(batch, seq, vocab)
         return {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
 
     example = tuple(torch.from_numpy(a) for a in make(1).values())
     proto = torch_models.export(module, example, OPSET, ["input_ids", "attention_mask"])
-    return Spec(f"bert h{hidden} L{layers} seq{seq}", proto.SerializeToString(), make, module)
+    name = f"bert h{hidden} L{layers}"
+    return Spec(name, proto.SerializeToString(), {f"seq{seq}": make}, module, batches)
 
 
 def build(name: str, args: argparse.Namespace) -> Spec:
     torch.manual_seed(0)
+    batches = args.batches or ([1, 16] if name in MODELS else [1, 8])
     if name == "resnet18":
-        return image_spec("resnet18", torch_models.ResNet18(), args.image)
+        return image_spec("resnet18", torch_models.ResNet18(), args.image, batches)
     if name == "mobilenetv2":
-        return image_spec("mobilenetv2", torch_models.MobileNetV2(), args.image)
-    return bert_spec(args.bert_hidden, args.bert_layers, args.bert_seq, args.bert_vocab)
+        return image_spec("mobilenetv2", torch_models.MobileNetV2(), args.image, batches)
+    if name == "bert":
+        return bert_spec(
+            args.bert_hidden, args.bert_layers, args.bert_seq, args.bert_vocab, batches
+        )
+    return zoo_spec(name, args, batches)
+
+
+def compile_count(runner: GraphRunner) -> int:
+    """How many graphs graph mode has compiled so far for this model."""
+    count = getattr(runner, "compile_count", None)
+    return len(runner._compiled) if count is None else count
 
 
 def profile_sonnx(run: Callable[[], object], top: int) -> str:
@@ -103,62 +204,92 @@ def profile_sonnx(run: Callable[[], object], top: int) -> str:
     )
 
 
+def _max_diff(ours: list[np.ndarray], theirs: list[np.ndarray]) -> float:
+    return max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs, strict=True))
+
+
 def bench_model(
-    spec: Spec, args: argparse.Namespace, threads: int, rows: list[Row], profiles: list[str]
+    spec: Spec, args: argparse.Namespace, threads: int, rows: list[Row], notes: list[str]
 ) -> None:
-    """Append the set-up row and one row per batch size for ``spec`` (and its profiles)."""
+    """Append the set-up row and one row pair per variant and batch size for ``spec``, and a
+    note on its graph-mode compiles (and its profiles)."""
     rep, prepare_s = time_once(lambda: sonnx.prepare(spec.onnx_bytes))
     graph_rep = sonnx.prepare(spec.onnx_bytes, use_graph=True)
     session, session_s = time_once(lambda: ort_session(spec.onnx_bytes, threads, args.ort_spinning))
     rows.append(Row(f"{spec.name} set-up", prepare_s, session_s, "InferenceSession()"))
-    for batch in args.batches:
-        feed = spec.make_inputs(batch)
-        arrays = list(feed.values())
+    compile_total = 0.0
+    for label, make_inputs in spec.variants.items():
+        for batch in spec.batches:
+            feed = make_inputs(batch)
+            arrays = [feed[n] for n in rep.inputs]
 
-        def ours(arrays: list[np.ndarray] = arrays) -> list[np.ndarray]:
-            return [tensor.to_numpy(t) for t in rep.run(arrays)]
+            def ours(arrays: list[np.ndarray] = arrays) -> list[np.ndarray]:
+                return [tensor.to_numpy(t) for t in rep.run(arrays)]
 
-        def graph(arrays: list[np.ndarray] = arrays) -> list[np.ndarray]:
-            return [tensor.to_numpy(t) for t in graph_rep.run(arrays)]
+            def graph(arrays: list[np.ndarray] = arrays) -> list[np.ndarray]:
+                return [tensor.to_numpy(t) for t in graph_rep.run(arrays)]
 
-        def theirs(feed: dict[str, np.ndarray] = feed) -> list[np.ndarray]:
-            return session.run(None, feed)
+            def theirs(feed: Feeds = feed) -> list[np.ndarray]:
+                return session.run(None, feed)
 
-        def eager(feed: dict[str, np.ndarray] = feed) -> np.ndarray:
-            with torch.no_grad():
-                return spec.module(*(torch.from_numpy(a) for a in feed.values())).numpy()
+            def eager(feed: Feeds = feed) -> object:
+                with torch.no_grad():
+                    return spec.module(*(torch.from_numpy(a) for a in feed.values()))
 
-        diff = max(float(np.abs(a - b).max()) for a, b in zip(ours(), theirs(), strict=True))
-        graph_out, compile_s = time_once(graph)
-        graph_diff = max(
-            float(np.abs(a - b).max()) for a, b in zip(graph_out, theirs(), strict=True)
-        )
-        mine, compiled, ort_timing, torch_timing = time_sides(
-            [ours, graph, theirs, eager], args.repeats, args.warmup
-        )
-        for label, timing, max_diff in (("", mine, diff), (" graph", compiled, graph_diff)):
-            rows.append(
-                row_from(
-                    f"{spec.name} batch {batch}{label}",
-                    "onnxruntime run()",
-                    (timing, ort_timing),
-                    max_abs_diff=max_diff,
-                    torch_ms=torch_timing.median * 1e3,
-                    vs_torch=timing.median / torch_timing.median,
+            reference = theirs()
+            diff = _max_diff(ours(), reference)
+            graph_out, compile_s = time_once(graph)
+            compile_total += compile_s
+            graph_diff = _max_diff(graph_out, reference)
+            sides = [ours, graph, theirs] + ([eager] if spec.module is not None else [])
+            mine, compiled, ort_timing, *torch_timing = time_sides(sides, args.repeats, args.warmup)
+            torch_s = torch_timing[0].median if torch_timing else None
+            case = f"{spec.name} {label} batch {batch}"
+            for suffix, timing, max_diff in (("", mine, diff), (" graph", compiled, graph_diff)):
+                rows.append(
+                    row_from(
+                        case + suffix,
+                        "onnxruntime run()",
+                        (timing, ort_timing),
+                        max_abs_diff=max_diff,
+                        torch_ms=None if torch_s is None else torch_s * 1e3,
+                        vs_torch=None if torch_s is None else timing.median / torch_s,
+                    )
                 )
-            )
-        rows[-1].extra["compile_s"] = compile_s
-        if args.profile:
-            profiles.append(
-                f"-- sonnx {spec.name} batch {batch}\n{profile_sonnx(ours, args.profile)}"
-            )
+            rows[-1].extra["compile_s"] = compile_s
+            rows[-1].extra["compiles"] = compile_count(graph_rep.graph_runner)
+            if args.profile:
+                notes.append(f"-- sonnx {case}\n{profile_sonnx(ours, args.profile)}")
+    runner = graph_rep.graph_runner
+    notes.append(
+        f"graph {spec.name}: {compile_count(runner)} compiles, {compile_total:.1f} s in first "
+        f"runs; {runner.fallback or 'the whole graph compiled'}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
+    parser.add_argument(
+        "--models", nargs="+", choices=(*MODELS, *ZOO, "zoo", "all"), default=list(MODELS),
+        metavar="MODEL",
+        help=f"any of {', '.join(MODELS + ZOO)}; 'zoo' for the stand-ins, 'all' for every "
+        f"model (default: {' '.join(MODELS)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batches", nargs="+", type=int, default=None,
+        help="batch sizes (default: 1 16 for the original models, 1 8 for the zoo stand-ins)",
+    )  # fmt: skip
     parser.add_argument("--image", type=int, default=224, help="CNN input side")
+    parser.add_argument(
+        "--det-sizes", nargs="+", default=["320x320", "480x640", "640x640"], metavar="HxW",
+        help="yolov8 and dbnet input sizes (multiples of 32)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rec-widths", nargs="+", type=int, default=[160, 320], help="crnn input widths"
+    )
+    parser.add_argument(
+        "--qbert-seqs", nargs="+", type=int, default=[16, 128], help="bert-int8 sequence lengths"
+    )
     parser.add_argument("--bert-hidden", type=int, default=128)
     parser.add_argument("--bert-layers", type=int, default=4)
     parser.add_argument("--bert-seq", type=int, default=64)
@@ -176,9 +307,11 @@ def main() -> None:
     threads = pin_threads(args.threads)
     autograd.training = False
     rows: list[Row] = []
-    profiles: list[str] = []
-    for name in args.models:
-        bench_model(build(name, args), args, threads, rows, profiles)
+    model_notes: list[str] = []
+    groups = {"zoo": ZOO, "all": MODELS + ZOO}
+    names = [n for m in args.models for n in groups.get(m, (m,))]
+    for name in dict.fromkeys(names):
+        bench_model(build(name, args), args, threads, rows, model_notes)
     emit(
         "infer: sonnx SingaRep.run vs onnxruntime InferenceSession.run",
         machine_facts(threads),
@@ -187,23 +320,32 @@ def main() -> None:
             "warmup": args.warmup,
             "opset": OPSET,
             "ort_spinning": args.ort_spinning,
-            "batches": args.batches,
+            "batches": args.batches or "1 16 (original models), 1 8 (zoo)",
             "image": args.image,
             "bert": f"hidden {args.bert_hidden}, {args.bert_layers} layers, seq {args.bert_seq}, "
             f"vocab {args.bert_vocab}",
+            "det_sizes": " ".join(args.det_sizes),
+            "rec_widths": " ".join(map(str, args.rec_widths)),
+            "qbert_seqs": " ".join(map(str, args.qbert_seqs)),
         },
         rows,
         args.json,
-        extra_columns=("torch_ms", "vs_torch", "max_abs_diff", "compile_s"),
+        extra_columns=("torch_ms", "vs_torch", "max_abs_diff", "compile_s", "compiles"),
         notes=[
             "set-up rows: sonnx.prepare() vs onnxruntime session creation, once, from bytes",
             "max_abs_diff: largest |sonnx - onnxruntime| over the outputs",
             "graph rows: sonnx.prepare(..., use_graph=True), one torch.compile'd graph per input "
             "shape; compile_s: its first run (trace + compile), not in the timings",
+            "compiles: graphs compiled so far for the model (segments x input signatures)",
             "torch_ms: the source torch.nn module in eager mode under no_grad (BatchNorm folded "
-            "into Conv like the file); vs_torch = sonnx / torch eager, i.e. sonnx's own overhead "
-            "over its backend",
-            *profiles,
+            "into Conv like the file, except in yolov8, whose shape-dependent head torch.fx "
+            "cannot trace); "
+            "vs_torch = sonnx / torch eager, i.e. sonnx's own overhead over its backend; none "
+            "for bert-int8 (its float module computes another function)",
+            "bert-int8 max_abs_diff: onnxruntime fuses DequantizeLinear + MatMul into "
+            "com.microsoft.MatMulNBits, which approximates (about 1e-2); sonnx computes the "
+            "ONNX definition",
+            *model_notes,
         ],
     )
 
