@@ -15,7 +15,13 @@ import sonnx.autograd as ag
 from sonnx import layer
 from sonnx.autograd.operator import Operator
 from sonnx.onnx.exporter import _topological_ops
-from tests.onnx import test_export_layers, test_export_more, test_export_nn, test_export_ops
+from tests.onnx import (
+    test_export_layers,
+    test_export_ml,
+    test_export_more,
+    test_export_nn,
+    test_export_ops,
+)
 from tests.onnx.export_check import run_eager
 
 HERE = Path(__file__).parent
@@ -25,6 +31,7 @@ CASE_FILES = [
     "test_export_more.py",
     "test_export_layers.py",
     "test_export_models.py",
+    "test_export_ml.py",
 ]
 # Public names that are not operations.
 NOT_OPS = {
@@ -74,7 +81,9 @@ def _names_used(prefix: str) -> set[str]:
 
 def test_every_operator_class_is_exported_by_some_case() -> None:
     recorded: set[str] = set()
-    for params in test_export_ops.ALL + test_export_nn.ALL + test_export_more.ALL:
+    for params in (
+        test_export_ops.ALL + test_export_nn.ALL + test_export_more.ALL + test_export_ml.ML
+    ):
         build, make, _ = params.values
         _, outputs = run_eager(build, make(2))
         recorded |= {op.op_type for op in _topological_ops(outputs)}

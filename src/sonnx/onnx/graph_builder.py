@@ -35,9 +35,13 @@ def tensor_proto(value: np.ndarray | torch.Tensor, name: str) -> onnx.TensorProt
 
 def _domain_opset(op_type: str, domain: str) -> int:
     """The opset of ``domain`` to import for ``op_type``: the op's newest since-version there
-    (TreeEnsemble needs ai.onnx.ml 5); 1 for an op onnx does not know."""
+    (TreeEnsemble needs ai.onnx.ml 5), or the last opset before it was deprecated
+    (TreeEnsembleRegressor: ai.onnx.ml 3); 1 for an op onnx does not know."""
     try:
-        return onnx.defs.get_schema(op_type, domain).since_version
+        schema = onnx.defs.get_schema(op_type, domain)
+        if schema.deprecated:
+            schema = onnx.defs.get_schema(op_type, schema.since_version - 1, domain)
+        return schema.since_version
     except onnx.defs.SchemaError:
         return 1
 

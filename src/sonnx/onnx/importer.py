@@ -200,7 +200,14 @@ class SingaRep:
                 )
             return value
         data = value if isinstance(value, torch.Tensor) else np.asarray(value)
-        return Tensor(data=data, device=self.device, requires_grad=False)
+        try:
+            return Tensor(data=data, device=self.device, requires_grad=False)
+        except BadInputError as e:  # a string or object array: say which input it was
+            spec = next((s.describe() for s in self.input_specs if s.name == name), "a tensor")
+            raise BadInputError(
+                f"run: input {name!r} expects {spec}, received an array of {data.dtype} "
+                f"with shape {tuple(data.shape)} ({e})"
+            ) from e
 
     def _check_input(self, spec: InputSpec, value: Any) -> GraphValue:
         if spec.kind == "sequence_type":

@@ -1,8 +1,8 @@
-"""Non-tensor ONNX values: sequences of tensors and optionals.
+"""Non-tensor ONNX values: sequences of tensors, optionals and sequences of maps.
 
-A graph value is a :class:`~sonnx.tensor.Tensor`, a :class:`TensorSequence` or an
-:class:`OptionalValue`. The tensors inside are ordinary recorded tensors, so gradients flow
-through sequence operations.
+A graph value is a :class:`~sonnx.tensor.Tensor`, a :class:`TensorSequence`, an
+:class:`OptionalValue` or a :class:`MapSequence`. The tensors inside are ordinary recorded
+tensors, so gradients flow through sequence operations.
 """
 
 from __future__ import annotations
@@ -36,9 +36,20 @@ class OptionalValue:
         return self.value is not None
 
 
-GraphValue = Tensor | TensorSequence | OptionalValue
+class MapSequence(list):
+    """An ONNX ``seq(map(K, V))``: a list of plain dicts (label -> probability), as ZipMap
+    returns it and as onnxruntime gives it to Python. It carries no gradient."""
+
+    def __init__(self, items: list[dict] = ()) -> None:
+        super().__init__(items)
+        self.name: str | None = None
+
+
+GraphValue = Tensor | TensorSequence | OptionalValue | MapSequence
 
 
 def is_single_value(result: Any) -> bool:
     """True when a converter returned one graph value rather than a tuple of outputs."""
-    return result is None or isinstance(result, (Tensor, TensorSequence, OptionalValue))
+    return result is None or isinstance(
+        result, (Tensor, TensorSequence, OptionalValue, MapSequence)
+    )
