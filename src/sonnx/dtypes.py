@@ -1,7 +1,8 @@
 """One table of element types: ONNX ``TensorProto`` codes <-> torch dtypes <-> NumPy dtypes.
 
 sonnx never narrows types silently: an int64 stays int64 and a float64 stays float64.
-ONNX types torch cannot hold (strings, 4-bit types) are reported by name where they are used.
+Strings, which torch cannot hold, have the element type :data:`STRING` (see
+:mod:`sonnx.strings`); it stands where a torch dtype would.
 """
 
 from __future__ import annotations
@@ -46,8 +47,29 @@ _TABLE: list[tuple[int, torch.dtype, np.dtype | None]] = [
     (TensorProto.FLOAT4E2M1, torch.float4_e2m1fn_x2, np.dtype(ml_dtypes.float4_e2m1fn)),
 ]
 
-_ONNX_TO_TORCH = {code: t for code, t, _ in _TABLE}
-_TORCH_TO_ONNX = {t: code for code, t, _ in _TABLE}
+
+class StringDType:
+    """The element type of string tensors (ONNX ``STRING``), for which torch has no dtype.
+    There is one instance, :data:`STRING`; it prints as ``string``."""
+
+    is_floating_point = False
+    is_complex = False
+    is_signed = False
+
+    def __repr__(self) -> str:
+        return "string"
+
+    def __reduce__(self) -> str:
+        return "STRING"
+
+
+STRING = StringDType()
+ElementType = torch.dtype | StringDType
+
+_ONNX_TO_TORCH: dict[int, ElementType] = {code: t for code, t, _ in _TABLE}
+_ONNX_TO_TORCH[TensorProto.STRING] = STRING
+_TORCH_TO_ONNX: dict[ElementType, int] = {t: code for code, t, _ in _TABLE}
+_TORCH_TO_ONNX[STRING] = TensorProto.STRING
 _NUMPY_TO_TORCH = {n: t for _, t, n in _TABLE if n is not None}
 _TORCH_TO_NUMPY = {t: n for _, t, n in _TABLE if n is not None}
 
@@ -58,8 +80,8 @@ def onnx_type_name(code: int) -> str:
     return TensorProto.DataType.Name(code)
 
 
-def onnx_to_torch(code: int) -> torch.dtype:
-    """The torch dtype for an ONNX element-type code."""
+def onnx_to_torch(code: int) -> ElementType:
+    """The torch dtype for an ONNX element-type code (:data:`STRING` for strings)."""
     try:
         return _ONNX_TO_TORCH[code]
     except KeyError:
@@ -69,7 +91,7 @@ def onnx_to_torch(code: int) -> torch.dtype:
         ) from None
 
 
-def torch_to_onnx(dtype: torch.dtype) -> int:
+def torch_to_onnx(dtype: ElementType) -> int:
     """The ONNX element-type code for a torch dtype."""
     try:
         return _TORCH_TO_ONNX[dtype]
@@ -85,8 +107,11 @@ def numpy_to_torch(dtype: np.dtype | type) -> torch.dtype:
         raise BadInputError(f"NumPy dtype {np_dtype} has no torch equivalent") from None
 
 
-def torch_to_numpy(dtype: torch.dtype) -> np.dtype | None:
-    """The NumPy dtype for a torch dtype (ml_dtypes' for bfloat16 and float8), or None."""
+def torch_to_numpy(dtype: ElementType) -> np.dtype | None:
+    """The NumPy dtype for a torch dtype (ml_dtypes' for bfloat16 and float8; ``object`` for
+    strings), or None."""
+    if dtype is STRING:
+        return np.dtype(object)
     return _TORCH_TO_NUMPY.get(dtype)
 
 
@@ -125,10 +150,13 @@ def torch_to_array(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().view(torch_bits).numpy().view(np_bits).view(target)
 
 
-def as_torch_dtype(dtype: object) -> torch.dtype:
-    """Accept a torch dtype, a NumPy dtype/type, a type name (``"float32"``) or an ONNX code."""
-    if isinstance(dtype, torch.dtype):
+def as_torch_dtype(dtype: object) -> ElementType:
+    """Accept a torch dtype, a NumPy dtype/type, a type name (``"float32"``, ``"string"``) or
+    an ONNX code."""
+    if isinstance(dtype, (torch.dtype, StringDType)):
         return dtype
+    if (isinstance(dtype, str) and dtype == "string") or dtype in (str, np.str_, np.bytes_):
+        return STRING
     if isinstance(dtype, int) and not isinstance(dtype, bool):
         return onnx_to_torch(dtype)
     if (
@@ -138,11 +166,12 @@ def as_torch_dtype(dtype: object) -> torch.dtype:
     ):
         return getattr(torch, dtype)
     try:
-        return numpy_to_torch(np.dtype(dtype))
+        np_dtype = np.dtype(dtype)
     except TypeError:
         raise BadInputError(f"not a data type: {dtype!r}") from None
+    return STRING if np_dtype.kind in "OUS" else numpy_to_torch(np_dtype)
 
 
-def is_float(dtype: torch.dtype) -> bool:
+def is_float(dtype: ElementType) -> bool:
     """True for the floating types that carry gradients."""
     return dtype in FLOAT_DTYPES

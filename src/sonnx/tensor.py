@@ -19,6 +19,7 @@ from sonnx import dtypes
 from sonnx.device import Device, as_device
 from sonnx.dims import Dim
 from sonnx.errors import BadInputError
+from sonnx.strings import StringArray, as_string_array, is_string_array
 
 if TYPE_CHECKING:
     from sonnx.autograd.operator import Operator
@@ -35,6 +36,7 @@ uint8 = torch.uint8
 bool_ = torch.bool
 
 _UNSET: Any = object()
+_STRING_NAMES = (dtypes.STRING, "string", str)
 
 
 def _to_torch(data: Any, device: Device, dtype: torch.dtype | None) -> torch.Tensor:
@@ -60,7 +62,16 @@ class Tensor:
     ``dtype`` defaults to the data's own dtype (float32 when there is no data): nothing is
     narrowed silently. ``requires_grad`` says whether gradients may flow through this tensor;
     ``stores_grad`` marks a parameter whose gradient :func:`~sonnx.autograd.backward` yields.
+    Strings (a str/bytes/object array, or ``dtype="string"``) make a :class:`StringTensor`.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Tensor:
+        if cls is Tensor and (args or kwargs):
+            data = kwargs.get("data", args[3] if len(args) > 3 else None)
+            dtype = kwargs.get("dtype", args[2] if len(args) > 2 else None)
+            if is_string_array(data) or isinstance(data, StringTensor) or dtype in _STRING_NAMES:
+                return object.__new__(StringTensor)
+        return object.__new__(cls)
 
     def __init__(
         self,
@@ -335,6 +346,61 @@ class Tensor:
         return f"Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device}{label}{made})"
 
 
+class StringTensor(Tensor):
+    """A tensor of strings: ``data`` is a :class:`~sonnx.strings.StringArray` on the host,
+    ``dtype`` is :data:`~sonnx.dtypes.STRING`, and no gradient flows through it."""
+
+    def __init__(
+        self,
+        shape: Sequence[int] = (),
+        device: Device | None = None,
+        dtype: Any = _UNSET,
+        data: Any = None,
+        requires_grad: bool = False,
+        stores_grad: bool = False,
+        creator: Operator | None = None,
+        name: str | None = None,
+    ) -> None:
+        if data is None:
+            values = np.full(_check_shape(shape), "", dtype=object)
+        elif isinstance(data, Tensor):
+            values = data.data.array
+        elif isinstance(data, StringArray):
+            values = data.array
+        else:
+            values = as_string_array(data, name or "a string tensor")
+        self.data: StringArray = StringArray(values)
+        self.creator = creator
+        self.output_index = 0
+        self.name = name
+        self._requires_grad = False
+        self._stores_grad = False
+
+    def _sync_torch_grad(self) -> None:
+        """Strings carry no gradient."""
+
+    def to_type(self, dtype: Any) -> Tensor:
+        raise BadInputError("a string tensor cannot change its element type in place; use Cast")
+
+    def clone(self) -> Tensor:
+        return StringTensor(data=self.data.array.copy(), name=self.name)
+
+    def item(self) -> str:
+        return self.data.array.item()
+
+
+def string_tensor(data: StringArray, creator: Operator | None = None, index: int = 0) -> Tensor:
+    """An operator's string output: ``data`` wrapped, with its creator recorded."""
+    out = object.__new__(StringTensor)
+    out.data = data
+    out.creator = creator
+    out.output_index = index
+    out.name = None
+    out._requires_grad = False
+    out._stores_grad = False
+    return out
+
+
 class PlaceHolder(Tensor):
     """A tensor that stands for a model input whose values arrive later (used by ``compile``)."""
 
@@ -428,8 +494,11 @@ def from_torch(t: torch.Tensor, requires_grad: bool = False) -> Tensor:
 def to_numpy(t: Tensor) -> np.ndarray:
     """The tensor's values as a NumPy array on the host, of exactly the same element type.
 
-    bfloat16 and float8 come back as ml_dtypes arrays (NumPy itself has no such types).
+    bfloat16 and float8 come back as ml_dtypes arrays (NumPy itself has no such types);
+    strings as a NumPy ``object`` array of ``str``, as onnxruntime returns them.
     """
+    if isinstance(t.data, StringArray):
+        return t.data.array
     return dtypes.torch_to_array(t.data.detach().cpu())
 
 

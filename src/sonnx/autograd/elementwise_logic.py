@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from sonnx import strings
 from sonnx.autograd.elementwise_base import (
     WIDENED_UINTS,
     is_integer,
@@ -17,6 +18,7 @@ from sonnx.autograd.elementwise_base import (
 )
 from sonnx.autograd.elementwise_binary import BinaryOp
 from sonnx.errors import BadInputError
+from sonnx.strings import StringArray
 from sonnx.tensor import Tensor
 
 __all__ = [
@@ -49,8 +51,11 @@ __all__ = [
 
 class Equal(BinaryOp):
     op_type = "Equal"
+    takes_strings = True
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if type(a) is StringArray or type(b) is StringArray:
+            return strings.equal(a, b)
         self.check(a, b, numeric=False)
         return torch.eq(a, b)
 

@@ -24,7 +24,8 @@ from sonnx import dtypes
 from sonnx.autograd.host_values import forget, host, place_inputs
 from sonnx.errors import BadInputError
 from sonnx.onnx.attributes import schema_defaults
-from sonnx.tensor import RecordedTensor, Tensor
+from sonnx.strings import StringArray, run_on_strings
+from sonnx.tensor import RecordedTensor, StringTensor, Tensor, string_tensor
 
 if TYPE_CHECKING:
     from sonnx.onnx.graph_builder import GraphBuilder
@@ -101,17 +102,20 @@ class Operator:
         """
         args = self._as_tensors(inputs)
         given = [None if a is None else a.data for a in args]
-        raw = place_inputs(self.op_type, given)
-        try:
-            with torch.set_grad_enabled(is_training()):
-                result = self.forward(*raw)
-        finally:
-            if raw is not given:
-                forget(raw)
+        if any(type(a) is StringTensor for a in args):
+            result = run_on_strings(self, given)
+        else:
+            raw = place_inputs(self.op_type, given)
+            try:
+                with torch.set_grad_enabled(is_training()):
+                    result = self.forward(*raw)
+            finally:
+                if raw is not given:
+                    forget(raw)
         self.inputs = tuple(recorded_input(a) for a in args)
         self.sequence = next_call_number()
         needs_grad = any(a is not None and a.requires_grad for a in args)
-        if isinstance(result, torch.Tensor):
+        if isinstance(result, (torch.Tensor, StringArray)):
             self.num_outputs = 1
             return _wrap(result, self, 0, needs_grad)
         outs = tuple(
@@ -135,8 +139,12 @@ class Operator:
         return f"{type(self).__name__}({shown})"
 
 
-def _wrap(data: torch.Tensor, creator: Operator, index: int, needs_grad: bool) -> Tensor:
-    out = Tensor.__new__(Tensor)
+def _wrap(
+    data: torch.Tensor | StringArray, creator: Operator, index: int, needs_grad: bool
+) -> Tensor:
+    if type(data) is StringArray:
+        return string_tensor(data, creator, index)
+    out = object.__new__(Tensor)
     out.data = data
     out.creator = creator
     out.output_index = index
@@ -167,7 +175,9 @@ def _constant(value: Any, reference: Tensor | None, op_type: str, position: int)
         if isinstance(value, float) and not dtypes.is_float(dtype):
             dtype = torch.float32
         return Tensor(data=torch.tensor(value, dtype=dtype), device=device, requires_grad=False)
-    if isinstance(value, (bool, int, float, list, tuple, np.ndarray, np.generic, torch.Tensor)):
+    if isinstance(
+        value, (bool, int, float, str, list, tuple, np.ndarray, np.generic, torch.Tensor)
+    ):
         return Tensor(
             data=np.asarray(value) if isinstance(value, (list, tuple)) else value,
             device=device,

@@ -237,7 +237,7 @@ def _lower_opset(model: onnx.ModelProto, target: int) -> None:
     for opset_id in model.opset_import:
         if opset_id.domain in ("", "ai.onnx"):
             opset_id.version = version
-    model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
+    model.ir_version = helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
 
 
 def _export(
@@ -459,6 +459,33 @@ def _check_nodes_exist(g: GraphBuilder, first: int, op: Operator) -> None:
                 f"to_onnx: {op.op_type} exports as ONNX {node.op_type}, deprecated at opset "
                 f"{g.opset}"
             )
+        if node.op_type == op.op_type and not _takes_strings(schema, op.inputs):
+            raise OpsetTooOldError(
+                f"to_onnx: {op.op_type} reads strings, which its ONNX schema allows only from "
+                "a newer opset",
+                _first_opset_taking_strings(op.op_type, g.opset, op.inputs),
+            )
+
+
+def _takes_strings(schema: onnx.defs.OpSchema, inputs: Sequence[Tensor | None]) -> bool:
+    """False when a string input sits where ``schema``'s type constraints allow no strings
+    (Equal takes strings from opset 19 only)."""
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    formal = schema.inputs
+    for i, t in enumerate(inputs):
+        if t is None or t.dtype is not dtypes.STRING or not formal:
+            continue
+        type_str = formal[min(i, len(formal) - 1)].type_str
+        if "tensor(string)" not in allowed.get(type_str, {type_str}):
+            return False
+    return True
+
+
+def _first_opset_taking_strings(op_type: str, opset: int, inputs: Sequence[Tensor | None]) -> int:
+    for version in range(opset + 1, onnx.defs.onnx_opset_version() + 1):
+        if _takes_strings(onnx.defs.get_schema(op_type, version, ""), inputs):
+            return version
+    return opset  # no opset takes them: the checker reports the type error
 
 
 def _stub(model: onnx.ModelProto) -> onnx.ModelProto:

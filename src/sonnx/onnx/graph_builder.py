@@ -15,6 +15,7 @@ from onnx import helper, numpy_helper
 
 from sonnx import dtypes
 from sonnx.errors import ExportError
+from sonnx.strings import StringArray
 
 
 def _attribute_value(value: Any) -> Any:
@@ -30,6 +31,8 @@ def tensor_proto(value: np.ndarray | torch.Tensor, name: str) -> onnx.TensorProt
     """An ONNX tensor holding ``value`` exactly, bfloat16 and float8 included."""
     if isinstance(value, torch.Tensor):
         value = dtypes.torch_to_array(value.detach().cpu())
+    elif isinstance(value, StringArray):
+        value = value.array
     return numpy_helper.from_array(np.asarray(value), name=name)
 
 

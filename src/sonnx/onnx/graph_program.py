@@ -18,21 +18,24 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-import numpy as np
 import onnx
 import torch
-from onnx import numpy_helper
 
 from sonnx import dtypes
-from sonnx.autograd.host_values import constant_device, forget, place_inputs
+from sonnx.autograd.host_values import forget, place_inputs
 from sonnx.autograd.operator import Operator, is_training
 from sonnx.autograd.random_ops import RANDOM_OP_TYPES
 from sonnx.autograd.tracing import NotTraceableError, deferred_checks, value_checks
 from sonnx.device import Device, get_default_device, set_default_device
 from sonnx.errors import BadInputError, BadModelError, SonnxError
-from sonnx.onnx.attributes import densify
 from sonnx.onnx.fusions import Fusion, find_fusions
 from sonnx.onnx.gradient_graph import with_forward_graphs
+from sonnx.onnx.graph_constants import (
+    initializer_tensors,
+    mark_parameterising_constants,
+    mark_statistics_as_buffers,
+    place_constant,
+)
 from sonnx.onnx.model_loading import (
     ResolvedNode,
     check_graph_order,
@@ -51,7 +54,8 @@ from sonnx.onnx.step_errors import free_inputs, input_dependent, node_error
 from sonnx.onnx.subgraphs import BoundSubgraph as BoundSubgraph  # re-exported for converters
 from sonnx.onnx.subgraphs import Subgraph
 from sonnx.onnx.values import is_single_value
-from sonnx.tensor import Tensor
+from sonnx.strings import StringArray
+from sonnx.tensor import Tensor, string_tensor
 
 CPU = Device("cpu")
 
@@ -109,14 +113,16 @@ class Step:
         finally:
             if placed is not raw:
                 forget(placed)
-        if isinstance(result, torch.Tensor):
+        if isinstance(result, (torch.Tensor, StringArray)):
             return _plain(result)
         return tuple(None if r is None else _plain(r) for r in result)
 
 
-def _plain(data: torch.Tensor) -> Tensor:
+def _plain(data: torch.Tensor | StringArray) -> Tensor:
     """A tensor computed inside an imported run: values only, no creator."""
-    out = Tensor.__new__(Tensor)
+    if type(data) is StringArray:  # Cast to strings, a string-valued op on numbers
+        return string_tensor(data)
+    out = object.__new__(Tensor)
     out.data = data
     out.creator = None
     out.output_index = 0
@@ -388,35 +394,6 @@ def _trace(step: Step, args: list[Tensor | None], seconds: float) -> None:
     )
 
 
-def initializer_tensors(graph: onnx.GraphProto, dev: Device) -> dict[str, Tensor]:
-    """Initializers as tensors: float ones are trainable parameters, the rest constants."""
-    tensors: dict[str, Tensor] = {}
-    for init in graph.initializer:
-        try:
-            array = numpy_helper.to_array(init)
-        except Exception as e:  # malformed or unreadable initializer data
-            raise BadModelError(f"initializer {init.name!r} cannot be decoded: {e}") from e
-        t = Tensor(data=np.array(array), device=CPU, requires_grad=False, name=init.name)
-        _place_constant(t, dev)
-        # A 0-d float is a constant that parameterises an operation (an epsilon, an exponent,
-        # a quantization scale), not a weight.
-        if dtypes.is_float(t.dtype) and t.data.dim() > 0:
-            t.requires_grad = True
-            t.stores_grad = True
-        tensors[init.name] = t
-    for sparse in graph.sparse_initializer:
-        name = sparse.values.name
-        tensors[name] = Tensor(data=densify(sparse), device=CPU, requires_grad=False, name=name)
-        _place_constant(tensors[name], dev)
-    return tensors
-
-
-def _place_constant(t: Tensor, dev: Device) -> None:
-    """Move a constant to the graph's device, except small integer ones (shape arithmetic's
-    indices and axes), which stay on the host: see :mod:`sonnx.autograd.host_values`."""
-    t.to_device(Device(constant_device(t.data, dev.torch_device)))
-
-
 def compile_graph(
     graph: onnx.GraphProto,
     versions: dict[str, int],
@@ -443,14 +420,14 @@ def compile_graph(
         _check_constant_types(by_index[i].node, step, constants)
         if step.info.op_type == "Constant" and step.info.domain == "":
             value = _evaluate_constant(step)
-            _place_constant(value, dev)
+            place_constant(value, dev)
             value.name = step.outputs[0]
             value.creator = None
             constants[step.outputs[0]] = value
             continue
         steps.append(step)
-    _mark_statistics_as_buffers(steps, constants)
-    _mark_parameterising_constants(steps, constants)
+    mark_statistics_as_buffers(steps, constants)
+    mark_parameterising_constants(steps, constants)
     _mark_foldable(steps, constants)
     free = free_inputs(graph, input_names, is_subgraph)
     if is_subgraph:
@@ -494,11 +471,6 @@ def _evaluate_constant(step: Step) -> Tensor:
 
 
 #: What the importer appends to a shared statistics input's name for its own buffer.
-STATISTICS_SUFFIX = "/statistics"
-# Inputs that hold running statistics rather than weights: (op type, input positions).
-_STATISTICS_INPUTS = {"BatchNormalization": (3, 4)}
-
-
 def _mark_foldable(steps: list[Step], constants: dict[str, Tensor]) -> None:
     """Mark the steps that read only constants and steps marked before them (no subgraphs, no
     random draws): what depends only on weights and constants."""
@@ -513,58 +485,6 @@ def _mark_foldable(steps: list[Step], constants: dict[str, Tensor]) -> None:
         ):
             step.foldable = True
             known.update(o for o in step.outputs if o)
-
-
-# Inputs that parameterise an operation rather than hold weights: (op type, input positions).
-_PARAMETERISING_INPUTS = {
-    "Pow": (1,),
-    "Clip": (1, 2),
-    "DequantizeLinear": (1, 2),
-    "QuantizeLinear": (1, 2),
-}
-
-
-def _mark_parameterising_constants(steps: list[Step], constants: dict[str, Tensor]) -> None:
-    """Float initializers read only as exponents, bounds or quantization parameters are
-    constants: training them is never meant (a trained exponent's gradient is NaN for
-    negative bases)."""
-    readers: dict[str, list[tuple[str, int]]] = {}
-    for step in steps:
-        for position, name in enumerate(step.inputs):
-            readers.setdefault(name, []).append((step.info.op_type, position))
-    for name, uses in readers.items():
-        if name in constants and all(
-            position in _PARAMETERISING_INPUTS.get(op_type, ()) for op_type, position in uses
-        ):
-            constants[name].stores_grad = False
-            constants[name].requires_grad = False
-
-
-def _mark_statistics_as_buffers(steps: list[Step], constants: dict[str, Tensor]) -> None:
-    """Float initializers used as running statistics are states, not trainable weights.
-
-    torch's exporter stores equal initializers once and hands out copies through Identity
-    nodes, so a fresh network's running variance (all ones) can be its scale's tensor. Such a
-    statistic gets a buffer of its own, so updating it in training never writes the weight.
-    """
-    producers = {o: step for step in steps for o in step.outputs}
-    for step in steps:
-        for position in _STATISTICS_INPUTS.get(step.info.op_type, ()):
-            name = step.inputs[position] if position < len(step.inputs) else ""
-            source = producers.get(name)
-            if (
-                source is not None
-                and source.info.op_type == "Identity"
-                and source.inputs[0] in constants
-            ):
-                own = name + STATISTICS_SUFFIX
-                if own not in constants:
-                    constants[own] = constants[source.inputs[0]].clone()
-                    constants[own].name = own
-                step.inputs[position] = name = own
-            if name in constants:
-                constants[name].stores_grad = False
-                constants[name].requires_grad = False
 
 
 def _make_step(r: ResolvedNode, versions: dict[str, int], dev: Device) -> Step:

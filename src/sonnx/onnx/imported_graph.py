@@ -21,7 +21,8 @@ from sonnx import dtypes
 from sonnx.autograd.operator import Operator, next_call_number, recorded_input
 from sonnx.errors import ExportError
 from sonnx.onnx.graph_builder import GraphBuilder, tensor_proto
-from sonnx.onnx.graph_program import STATISTICS_SUFFIX, GraphProgram, Subgraph
+from sonnx.onnx.graph_constants import STATISTICS_SUFFIX
+from sonnx.onnx.graph_program import GraphProgram, Subgraph
 from sonnx.onnx.model_loading import needed_inputs
 from sonnx.tensor import Tensor
 
@@ -167,6 +168,13 @@ class ImportedGraph(Operator):
             out._stores_grad = False
             wrapped[name] = out
         return wrapped
+
+    def node_descriptions(self, domain: str) -> list[str]:
+        """``op 'name'`` of the original nodes of ``domain`` this run computed its outputs with."""
+        graph = self.source.model.graph
+        part = self.source.slice(tuple(self.output_names))
+        nodes = [graph.node[i] for i in part.nodes]
+        return [f"{n.op_type} {n.name!r}" for n in nodes if n.domain == domain]
 
     def plan_export(self, g: GraphBuilder, used: list[int]) -> ImportedExport:
         """Claim the names of the part of the graph that computes outputs ``used``."""
