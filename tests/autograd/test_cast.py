@@ -120,8 +120,10 @@ def test_cast_like_and_bitcast():
 
 
 def test_unsupported_types_and_widths():
-    with pytest.raises(BadInputError, match=r"Cast: target type .*STRING is not supported"):
-        Cast(to=TensorProto.STRING)(t(np.ones(2)))
+    with pytest.raises(BadInputError, match=r"Cast: target type .*UNDEFINED is not supported"):
+        Cast(to=TensorProto.UNDEFINED)(t(np.ones(2)))
+    with pytest.raises(BadInputError, match="BitCast: strings have no fixed bit width"):
+        BitCast(to=TensorProto.STRING)(t(np.ones(2)))
     with pytest.raises(BadInputError, match="BitCast: the target type must have the input's bit"):
         autograd.bitcast(t(np.ones(2, np.float32)), np.int64)
 

@@ -5,22 +5,27 @@ The 2- and 4-bit integer types are stored one element per byte (the low bits, as
 stores them) in torch's storage-only int2/uint2/int4/uint4 dtypes and converted here through
 int64: conversion into them truncates toward zero and keeps the low bits, as ONNX's reference
 does. FLOAT4E2M1 is stored the same way (one value per byte, see :mod:`sonnx.dtypes`).
-ONNX also casts to and from strings; torch has no string tensors, so such casts raise a
-:class:`~sonnx.errors.BadInputError` naming the type.
+Casts to and from strings (:mod:`sonnx.strings`) follow onnxruntime where the specification
+leaves room: see :func:`parse_strings` and :func:`format_numbers`.
 Float-to-float casts are differentiable (the gradient is cast back); the others are not.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
+import numpy as np
 import torch
 from onnx import TensorProto
 
 from sonnx import dtypes
 from sonnx.autograd.operator import Operator
+from sonnx.dtypes import STRING, ElementType
 from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.onnx.graph_builder import GraphBuilder
+from sonnx.strings import StringArray, numbers
 from sonnx.tensor import Tensor
 
 __all__ = ["BitCast", "Cast", "CastLike", "bitcast", "cast", "cast_like"]
@@ -117,15 +122,14 @@ def _to_e8m0(x: torch.Tensor, round_mode: str, saturate: bool) -> torch.Tensor:
     return exponent.to(torch.uint8).view(torch.float8_e8m0fnu)
 
 
-def onnx_dtype(op: str, code: int, what: str) -> torch.dtype:
-    """The torch dtype for ONNX type ``code``, or an error saying torch cannot hold it."""
+def onnx_dtype(op: str, code: int, what: str) -> ElementType:
+    """The element type for ONNX type ``code``, or an error saying sonnx cannot hold it."""
     try:
         return dtypes.onnx_to_torch(code)
     except BadInputError:
         name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
         raise BadInputError(
-            f"{op}: {what} {name} is not supported: torch has no tensors of that element type "
-            "(strings cannot be represented)"
+            f"{op}: {what} {name} is not supported: sonnx has no tensors of that element type"
         ) from None
 
 
@@ -169,21 +173,131 @@ def convert(
     return x.to(target)
 
 
+# The longest leading number C's strtod / strtoll read (onnxruntime parses with std::stod and
+# std::stoll): leading whitespace, a sign, then inf/infinity/nan, a hex or a decimal number.
+_FLOAT_PREFIX = re.compile(
+    r"\s*[+-]?(?:inf(?:inity)?|nan(?:\(\w*\))?"
+    r"|0x(?:[0-9a-f]+\.?[0-9a-f]*|\.[0-9a-f]+)(?:p[+-]?\d+)?"
+    r"|(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)",
+    re.IGNORECASE,
+)
+_INT_PREFIX = re.compile(r"\s*[+-]?\d+")
+_INT64 = (-(2**63), 2**63 - 1)
+_UINT64 = (-(2**64 - 1), 2**64 - 1)  # strtoull negates a leading minus modulo 2**64
+
+
+def _parse_float(op: str, text: str) -> float:
+    found = _FLOAT_PREFIX.match(text)
+    if found is None:
+        raise BadInputError(f"{op}: cannot cast string {text!r} to a float: it is not a number")
+    number = found[0].strip()
+    body = number.lstrip("+-").lower()
+    if body.startswith("0x"):
+        return float.fromhex(number)
+    if body.startswith("nan"):
+        return math.copysign(math.nan, -1.0 if number.startswith("-") else 1.0)
+    return float(number)
+
+
+def _parse_int(op: str, text: str, limits: tuple[int, int]) -> int:
+    found = _INT_PREFIX.match(text)
+    if found is None:
+        raise BadInputError(
+            f"{op}: cannot cast string {text!r} to an integer: it does not start with digits"
+        )
+    value = int(found[0])
+    if not limits[0] <= value <= limits[1]:
+        raise BadInputError(f"{op}: string {text!r} is out of the range of a 64-bit integer")
+    return value
+
+
+def parse_strings(
+    op: str, values: np.ndarray, target: torch.dtype, saturate: bool, round_mode: str
+) -> torch.Tensor:
+    """Strings as numbers of type ``target``, read as onnxruntime reads them.
+
+    Floats: the leading number, in plain or scientific notation (``"1e-5"``), hex
+    (``"0x1p3"``) or one of ``INF``, ``+INF``, ``-INF``, ``NaN`` in any case, read in double
+    precision and then cast (float8 with ``saturate``). Integers and bool: the leading decimal
+    integer (``"100.5"`` gives 100, ``"0.5"`` gives False), wrapped into narrower types.
+    Trailing text is ignored; a string that does not start with a number is an error.
+    """
+    flat = values.reshape(-1)
+    if target.is_complex:
+        raise BadInputError(f"{op}: strings cannot be cast to {target}")
+    if target.is_floating_point:
+        parsed = np.array([_parse_float(op, s) for s in flat], dtype=np.float64)
+    elif target == torch.uint64:
+        parsed = np.array([_parse_int(op, s, _UINT64) % 2**64 for s in flat], dtype=np.uint64)
+    else:
+        parsed = np.array([_parse_int(op, s, _INT64) for s in flat], dtype=np.int64)
+    return convert(numbers(parsed.reshape(values.shape)), target, saturate, round_mode)
+
+
+def _format_float(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "INF" if value > 0 else "-INF"
+    return f"{value:.8g}"
+
+
+def format_numbers(op: str, x: torch.Tensor) -> StringArray:
+    """Numbers as strings, written as onnxruntime writes them: floats of every width with 8
+    significant digits (``"0.1"``, ``"9.9999997e-06"`` for float32 1e-5, ``"1e+20"``), ``INF``,
+    ``-INF`` and ``NaN`` for the special values; integers in decimal; bool as ``"1"``/``"0"``.
+    """
+    if x.dtype.is_complex:
+        raise BadInputError(f"{op}: {x.dtype} cannot be cast to strings")
+    x = x.detach()
+    if x.dtype in SUB_BYTE:
+        x = decode_sub_byte(x)
+    elif x.dtype == FLOAT4:
+        x = decode_float4(x)
+    elif x.dtype.is_floating_point and x.dtype != torch.float64:
+        x = x.to(torch.float32)
+    values = dtypes.torch_to_array(x.cpu()).reshape(-1).tolist()
+    if x.dtype == torch.bool:
+        text = ["1" if v else "0" for v in values]
+    elif x.dtype.is_floating_point:
+        text = [_format_float(v) for v in values]
+    else:
+        text = [str(v) for v in values]
+    out = np.empty(len(text), dtype=object)
+    out[:] = text
+    return StringArray(out.reshape(tuple(x.shape)))
+
+
+def cast_any(
+    op: str, x: torch.Tensor | StringArray, target: ElementType, saturate: bool, round_mode: str
+) -> torch.Tensor | StringArray:
+    """``x`` (numbers or strings) converted to ``target`` (a torch dtype or STRING)."""
+    if type(x) is StringArray:
+        if target is STRING:
+            return x.clone()
+        return parse_strings(op, x.array, target, saturate, round_mode)
+    if target is STRING:
+        return format_numbers(op, x)
+    return convert(x, target, saturate, round_mode)
+
+
 class Cast(Operator):
     """Attribute ``to``: the ONNX element-type code; ``saturate`` (opset 19+) governs float8
     overflow; ``round_mode`` (opset 24+) governs rounding into FLOAT8E8M0."""
 
     op_type = "Cast"
+    takes_strings = True
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | StringArray) -> torch.Tensor | StringArray:
         target = onnx_dtype(self.op_type, self.attr("to"), "target type (attribute to)")
-        return convert(x, target, self.attr("saturate") != 0, self.attr("round_mode") or "up")
+        saturate, round_mode = self.attr("saturate") != 0, self.attr("round_mode") or "up"
+        return cast_any(self.op_type, x, target, saturate, round_mode)
 
     def export_attrs(self, g: GraphBuilder) -> dict[str, Any]:
         return _cast_attrs(self, g, dtypes.onnx_to_torch(self.attr("to")))
 
 
-def _cast_attrs(op: Operator, g: GraphBuilder, target: torch.dtype) -> dict[str, Any]:
+def _cast_attrs(op: Operator, g: GraphBuilder, target: ElementType) -> dict[str, Any]:
     """``to`` plus the attributes that exist at ``g.opset`` (saturate 19+, round_mode 24+)."""
     if target in FLOAT8 and g.opset < 19:
         raise OpsetTooOldError(
@@ -201,11 +315,13 @@ class CastLike(Operator):
     """Cast ``input`` to the element type of ``target_type`` (whose values are ignored)."""
 
     op_type = "CastLike"
+    takes_strings = True
 
-    def forward(self, x: torch.Tensor, target_type: torch.Tensor) -> torch.Tensor:
-        return convert(
-            x, target_type.dtype, self.attr("saturate") != 0, self.attr("round_mode") or "up"
-        )
+    def forward(
+        self, x: torch.Tensor | StringArray, target_type: torch.Tensor | StringArray
+    ) -> torch.Tensor | StringArray:
+        saturate, round_mode = self.attr("saturate") != 0, self.attr("round_mode") or "up"
+        return cast_any(self.op_type, x, target_type.dtype, saturate, round_mode)
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         """Before opset 15 (no CastLike) the target type is known here, so write a Cast."""
@@ -226,6 +342,8 @@ class BitCast(Operator):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         target = onnx_dtype(self.op_type, self.attr("to"), "target type (attribute to)")
+        if target is STRING:
+            raise BadInputError("BitCast: strings have no fixed bit width; use Cast")
         if x.dtype.itemsize != target.itemsize:
             raise BadInputError(
                 f"BitCast: the target type must have the input's bit width; input is {x.dtype} "
