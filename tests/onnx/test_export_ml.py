@@ -17,9 +17,11 @@ from sonnx.autograd.ml_linear import (
     OneHotEncoder,
     Scaler,
 )
+from sonnx.autograd.ml_lookup import CategoryMapper, LabelEncoder
 from sonnx.autograd.ml_svm import SVMClassifier, SVMRegressor
 from sonnx.autograd.ml_trees import TreeEnsembleClassifier, TreeEnsembleRegressor
 from tests.onnx.export_check import export_check, rng_inputs
+from tests.onnx.test_export_strings import words
 
 F = np.float32
 COEFFICIENTS = [0.5, -1.0, 0.25, 2.0, 1.5, -0.5, 0.75, 0.1, -0.3]  # 3 classes x 3 features
@@ -101,6 +103,18 @@ ML = [
             support_vectors=SUPPORT,
         )(x),
         rtol=1e-4,
+    ),
+    case(
+        "label_encoder_strings_to_floats",
+        lambda x: LabelEncoder(
+            version=2, keys_strings=["cat", "dog"], values_floats=[0.5, -1.0], default_float=7.0
+        )(x),
+        words(3),
+    ),
+    case(
+        "category_mapper_strings_to_ints",
+        lambda x: CategoryMapper(cats_strings=["cat", "dog"], cats_int64s=[3, 4])(x),
+        words(),
     ),
     case(
         "tree_ensemble_regressor",

@@ -39,12 +39,38 @@ def trainable_tensors(y: Tensor) -> list[Tensor]:
     return found
 
 
+def inference_only_operators(y: Tensor) -> list[str]:
+    """The ai.onnx.ml operators ``y`` was computed with (inside imported runs too), named."""
+    found: list[str] = []
+    seen: set[int] = set()
+    stack = [y]
+    while stack:
+        op = stack.pop().creator
+        if op is None or id(op) in seen:
+            continue
+        seen.add(id(op))
+        nodes = getattr(op, "node_descriptions", None)
+        if nodes is not None:
+            found += nodes(domain="ai.onnx.ml")
+        elif op.domain == "ai.onnx.ml":
+            found.append(op.op_type)
+        stack.extend(x for x in op.inputs if x is not None)
+    return found
+
+
 def parameter_gradients(
     y: Tensor, dy: Tensor | torch.Tensor | None = None
 ) -> tuple[list[Tensor], list[torch.Tensor]]:
     """The trainable tensors ``y`` depends on and their gradients as torch tensors (unused
     parameters left out): what an optimizer needs, without wrapping each gradient."""
     if not y.data.requires_grad:
+        blocking = inference_only_operators(y)
+        if blocking:
+            raise BadInputError(
+                "backward: the loss is computed by inference-only operators, which carry no "
+                f"gradient and have no trainable weights: {', '.join(blocking[:5])}; "
+                "classical ML models (ai.onnx.ml) run and export, but do not train"
+            )
         raise BadInputError(
             "backward: the loss carries no gradient graph; set sonnx.autograd.training = True "
             "(or call model.train()) before the forward pass, and check that some parameter "

@@ -18,11 +18,13 @@ import numpy as np
 import torch
 
 from sonnx.autograd.operator import Operator
-from sonnx.errors import BadInputError, UnsupportedOperatorError
+from sonnx.errors import BadInputError
+from sonnx.strings import StringArray
 
 ML_DOMAIN = "ai.onnx.ml"
 POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 FEATURE_TYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
+LabelTable = torch.Tensor | StringArray
 
 
 def ints(op: Operator, name: str, required: bool = False) -> list[int]:
@@ -62,14 +64,12 @@ def choice(op: Operator, name: str, allowed: Sequence[str]) -> str:
     return value
 
 
-def int_labels(op: Operator, name: str) -> list[int]:
-    """The integer class labels in attribute ``name``; string labels are refused by name."""
+def int_labels(op: Operator, name: str) -> list[int] | list[str]:
+    """The class labels: the strings of the ``*_strings`` twin of attribute ``name`` when it
+    is set, else the integers of ``name``."""
     strings = op.attr(name.replace("int64s", "strings").replace("ints", "strings"))
     if strings is not None and len(strings) > 0:
-        raise UnsupportedOperatorError(
-            f"{op.op_type}: string class labels ({list(strings)[:4]}...) need string tensors, "
-            "which sonnx does not have yet; convert the model with integer labels"
-        )
+        return [s.decode() if isinstance(s, bytes) else str(s) for s in strings]
     return ints(op, name)
 
 
@@ -92,7 +92,13 @@ def feature_matrix(op: Operator, x: torch.Tensor, width: int | None = None) -> t
     return x
 
 
-def labels_tensor(labels: Sequence[int], device: torch.device) -> torch.Tensor:
+def labels_tensor(labels: Sequence[int] | Sequence[str], device: torch.device) -> LabelTable:
+    """The labels as a table to index with class positions: an int64 tensor on ``device``, or a
+    :class:`~sonnx.strings.StringArray` (on the host) for string labels."""
+    if labels and isinstance(labels[0], str):
+        table = np.empty(len(labels), dtype=object)
+        table[:] = list(labels)
+        return StringArray(table)
     return torch.tensor(list(labels), dtype=torch.int64, device=device)
 
 

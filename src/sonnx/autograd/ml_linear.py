@@ -28,6 +28,7 @@ from sonnx.autograd.ml_common import (
 )
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError
+from sonnx.strings import StringArray, numbers
 
 __all__ = [
     "FeatureVectorizer",
@@ -115,7 +116,7 @@ class LinearClassifier(Operator):
             return label, post_transform(scores, name).to(torch.float32)
         pair = labels if len(labels) == 2 else [0, 1]
         score = scores[:, 0]
-        label = torch.where(score > 0, pair[1], pair[0]).to(torch.int64)
+        label = labels_tensor(pair, x.device)[(score > 0).to(torch.int64)]
         if len(labels) == 2:
             # onnxruntime writes (1 - s, s), but (sigmoid(-s), sigmoid(s)) under LOGISTIC
             mode = 2 if name == "LOGISTIC" else 1
@@ -227,30 +228,41 @@ class FeatureVectorizer(Operator):
 
 
 class OneHotEncoder(Operator):
-    """ai.onnx.ml OneHotEncoder with integer categories: X (...) -> (..., categories) float32,
-    1 at each value's category. A value in no category gives a zero row, or an error when
-    ``zeros`` is 0. Float inputs are truncated to integers first, as onnxruntime does."""
+    """ai.onnx.ml OneHotEncoder: X (...) -> (..., categories) float32, 1 at each value's
+    category (``cats_strings`` for string X, ``cats_int64s`` for numbers). A value in no
+    category gives a zero row, or an error when ``zeros`` is 0. Float inputs are truncated to
+    integers first, as onnxruntime does."""
 
     op_type = "OneHotEncoder"
     domain = ML_DOMAIN
+    takes_strings = True
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | StringArray) -> torch.Tensor:
         categories = int_labels(self, "cats_int64s")
         if not categories:
-            raise BadInputError("OneHotEncoder: attribute cats_int64s must not be empty")
-        if x.dtype not in (torch.int64, torch.int32, torch.float32, torch.float64):
+            raise BadInputError("OneHotEncoder: attribute cats_int64s or cats_strings is required")
+        by_name = isinstance(categories[0], str)
+        if (type(x) is StringArray) != by_name:
+            raise BadInputError(
+                f"OneHotEncoder: the categories are {'strings' if by_name else 'int64'}, so "
+                f"input X must be {'strings' if by_name else 'numbers'}, received {x.dtype}"
+            )
+        if by_name:
+            hot = numbers(x.array[..., None] == labels_tensor(categories, x.device).array)
+            hot = hot.to(torch.bool)
+        elif x.dtype not in (torch.int64, torch.int32, torch.float32, torch.float64):
             raise BadInputError(
                 f"OneHotEncoder: input X must be int64, int32, float32 or float64, received "
                 f"{x.dtype}"
             )
-        values = x.to(torch.int64).unsqueeze(-1)
-        table = labels_tensor(categories, x.device)
-        hot = values == table
+        else:
+            hot = x.to(torch.int64).unsqueeze(-1) == labels_tensor(categories, x.device)
         if int(self.attr("zeros")) == 0:
             unknown = ~hot.any(-1)
             if bool(unknown.any()):
+                values = x.array[unknown.cpu().numpy()] if by_name else x[unknown]
                 raise BadInputError(
                     f"OneHotEncoder: zeros=0 forbids values outside the categories "
-                    f"{categories}, received {sorted(set(x[unknown].tolist()))}"
+                    f"{categories}, received {sorted(set(values.tolist()))}"
                 )
         return hot.to(torch.float32)

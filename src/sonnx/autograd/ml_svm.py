@@ -77,7 +77,9 @@ class SVMClassifier(Operator):
         x = feature_matrix(self, x).to(torch.float64)
         labels = int_labels(self, "classlabels_ints")
         if not labels:
-            raise BadInputError("SVMClassifier: attribute classlabels_ints is required")
+            raise BadInputError(
+                "SVMClassifier: attribute classlabels_ints or classlabels_strings is required"
+            )
         name = choice(self, "post_transform", POST_TRANSFORMS)
         coefficients = floats(self, "coefficients", required=True)
         rho = floats(self, "rho", required=True)
@@ -117,7 +119,7 @@ class SVMClassifier(Operator):
     def _linear(
         self,
         x: torch.Tensor,
-        labels: list[int],
+        labels: list[int] | list[str],
         coefficients: np.ndarray,
         rho: np.ndarray,
         name: str,
@@ -131,12 +133,11 @@ class SVMClassifier(Operator):
         weights = torch.as_tensor(coefficients.reshape(len(labels), -1), device=x.device)
         scores = x @ weights.T + float(rho[0])
         best = first_argmax(scores)
-        table = labels_tensor(labels, x.device)
-        label = table[best]
         if len(labels) == 2:
             top = scores.gather(1, best.unsqueeze(1)).squeeze(1)
             positive = (top >= 0.5) if bool((weights >= 0).all()) else (top > 0)
-            label = torch.where(positive, table[1], label)
+            best = torch.where(positive, 1, best)
+        label = labels_tensor(labels, x.device)[best]
         return label, post_transform(scores, name).to(torch.float32)
 
 

@@ -35,7 +35,13 @@ from sonnx.onnx.graph_mode import GraphRunner
 from sonnx.onnx.graph_program import GraphProgram, compile_graph
 from sonnx.onnx.imported_graph import GraphSource, ImportedGraph
 from sonnx.onnx.model_loading import ModelSource, load_model, opset_versions
-from sonnx.onnx.values import GraphValue, OptionalValue, TensorSequence
+from sonnx.onnx.values import (
+    GraphValue,
+    MapSequence,
+    MapValue,
+    OptionalValue,
+    TensorSequence,
+)
 from sonnx.tensor import Tensor
 
 
@@ -210,6 +216,15 @@ class SingaRep:
             ) from e
 
     def _check_input(self, spec: InputSpec, value: Any) -> GraphValue:
+        if spec.kind == "map_type":
+            if not isinstance(value, Mapping):
+                raise BadInputError(
+                    f"run: input {spec.name!r} is a map; give a dict, received "
+                    f"{type(value).__name__}"
+                )
+            return MapValue(dict(value), spec.dtype)
+        if spec.kind == "sequence_type" and _is_map_list(value):
+            return MapSequence([dict(v) for v in value])
         if spec.kind == "sequence_type":
             return TensorSequence([self._as_tensor(spec.name, v) for v in value])
         if spec.kind == "optional_type":
@@ -296,6 +311,11 @@ def prepare(
     )
 
 
+def _is_map_list(value: Any) -> bool:
+    """A non-empty list of dicts: a ``seq(map(K, V))`` input (ZipMap's output fed back)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
+
+
 def _dims(value: onnx.ValueInfoProto) -> tuple[int | str | None, ...] | None:
     """A tensor value's declared dims (an int, a symbolic name, or None), or None if unknown."""
     tt = value.type.tensor_type
@@ -314,6 +334,9 @@ def _dims(value: onnx.ValueInfoProto) -> tuple[int | str | None, ...] | None:
 
 def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
     kind = value.type.WhichOneof("value")
+    if kind == "map_type":
+        values = value.type.map_type.value_type.tensor_type.elem_type
+        return InputSpec(value.name, dtypes.onnx_to_torch(values) if values else None, None, kind)
     if kind != "tensor_type":
         return InputSpec(value.name, None, None, kind or "tensor_type")
     tt = value.type.tensor_type

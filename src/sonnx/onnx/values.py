@@ -1,8 +1,8 @@
 """Non-tensor ONNX values: sequences of tensors, optionals and sequences of maps.
 
 A graph value is a :class:`~sonnx.tensor.Tensor`, a :class:`TensorSequence`, an
-:class:`OptionalValue` or a :class:`MapSequence`. The tensors inside are ordinary recorded
-tensors, so gradients flow through sequence operations.
+:class:`OptionalValue`, a :class:`MapValue` or a :class:`MapSequence`. The tensors inside are
+ordinary recorded tensors, so gradients flow through sequence operations.
 """
 
 from __future__ import annotations
@@ -45,11 +45,21 @@ class MapSequence(list):
         self.name: str | None = None
 
 
-GraphValue = Tensor | TensorSequence | OptionalValue | MapSequence
+class MapValue(dict):
+    """An ONNX ``map(K, V)`` value: a plain dict, with ``value_type`` the declared element
+    type of its values (a torch dtype or :data:`~sonnx.dtypes.STRING`; None if undeclared)."""
+
+    def __init__(self, items: dict, value_type: Any = None) -> None:
+        super().__init__(items)
+        self.value_type = value_type
+        self.name: str | None = None
+
+
+GraphValue = Tensor | TensorSequence | OptionalValue | MapSequence | MapValue
 
 
 def is_single_value(result: Any) -> bool:
     """True when a converter returned one graph value rather than a tuple of outputs."""
     return result is None or isinstance(
-        result, (Tensor, TensorSequence, OptionalValue, MapSequence)
+        result, (Tensor, TensorSequence, OptionalValue, MapSequence, MapValue)
     )

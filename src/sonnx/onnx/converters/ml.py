@@ -1,11 +1,14 @@
 """Importer registrations for the ai.onnx.ml operators: see sonnx.autograd.ml, ml_linear,
-ml_svm and ml_trees. ZipMap, whose output is a sequence of maps rather than a tensor, is a
-converter function here."""
+ml_svm, ml_trees and ml_lookup. ZipMap, DictVectorizer and CastMap, whose inputs or outputs are
+maps rather than tensors, are converter functions here."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from sonnx import dtypes
 from sonnx.autograd.ml import ML_DOMAIN, ArrayFeatureExtractor, Binarizer, TreeEnsemble
 from sonnx.autograd.ml_linear import (
     FeatureVectorizer,
@@ -16,8 +19,10 @@ from sonnx.autograd.ml_linear import (
     OneHotEncoder,
     Scaler,
 )
+from sonnx.autograd.ml_lookup import CategoryMapper, LabelEncoder
 from sonnx.autograd.ml_svm import SVMClassifier, SVMRegressor
 from sonnx.autograd.ml_trees import TreeEnsembleClassifier, TreeEnsembleRegressor
+from sonnx.device import get_default_device
 from sonnx.errors import BadInputError
 from sonnx.onnx.registry import NodeInfo, converter, register_operator
 from sonnx.onnx.values import MapSequence
@@ -38,6 +43,8 @@ for _op in (
     SVMRegressor,
 ):
     register_operator(_op, 1, domain=ML_DOMAIN)
+register_operator(LabelEncoder, 1, 2, 4, domain=ML_DOMAIN)
+register_operator(CategoryMapper, 1, domain=ML_DOMAIN)
 register_operator(TreeEnsembleClassifier, 1, 3, domain=ML_DOMAIN)
 register_operator(TreeEnsembleRegressor, 1, 3, domain=ML_DOMAIN)
 
@@ -57,3 +64,72 @@ def ZipMap(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -
         )
     rows = x.detach().to("cpu", dtype=x.dtype).tolist()  # host: the maps are Python values
     return MapSequence([dict(zip(labels, row, strict=True)) for row in rows])
+
+
+def _rows(node: NodeInfo, value: Any) -> list[dict]:
+    """A map input as a list of dict rows (one map, or a sequence of them)."""
+    if isinstance(value, dict):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+        return list(value)
+    raise BadInputError(
+        f"{node.op_type} {node.name!r}: input X must be a map (a dict) or a sequence of maps, "
+        f"received {type(value).__name__}"
+    )
+
+
+def _as_output(values: np.ndarray) -> Tensor:
+    return Tensor(data=values, device=get_default_device(), requires_grad=False)
+
+
+@converter("DictVectorizer", 1, domain=ML_DOMAIN)
+def DictVectorizer(node: NodeInfo, inputs: list[Any], attrs: dict[str, Any]) -> Tensor:
+    """Each map as one row (1, vocabulary) of its values at the vocabulary's positions (0 or ""
+    where a key is absent; keys outside the vocabulary are dropped), as onnxruntime does; a
+    sequence of maps gives one row each."""
+    vocabulary = attrs.get("string_vocabulary") or attrs.get("int64_vocabulary") or []
+    column = {key: i for i, key in enumerate(vocabulary)}
+    rows = _rows(node, inputs[0])
+    value_type = getattr(inputs[0], "value_type", None)
+    sample = next((v for row in rows for v in row.values()), 0.0)
+    if value_type is dtypes.STRING or isinstance(sample, str):
+        out = np.full((len(rows), len(vocabulary)), "", dtype=object)
+    else:
+        np_type = dtypes.torch_to_numpy(value_type) if value_type is not None else None
+        out = np.zeros((len(rows), len(vocabulary)), dtype=np_type or np.float32)
+    for r, row in enumerate(rows):
+        for key, value in row.items():
+            if key in column:
+                out[r, column[key]] = value
+    return _as_output(out)
+
+
+@converter("CastMap", 1, domain=ML_DOMAIN)
+def CastMap(node: NodeInfo, inputs: list[Any], attrs: dict[str, Any]) -> Tensor:
+    """A map(int64, V) as a (1, n) tensor: its values in increasing key order (DENSE), or at
+    positions 0..max_map-1 by key with 0 elsewhere (SPARSE); cast to float32, int64 (truncated)
+    or strings formatted with six decimals, exactly as onnxruntime writes them."""
+    [row] = _rows(node, inputs[0])
+    cast_to, form = str(attrs.get("cast_to")), str(attrs.get("map_form"))
+    if form == "SPARSE":
+        size = int(attrs.get("max_map"))
+        bad = [k for k in row if not 0 <= int(k) < size]
+        if bad:
+            raise BadInputError(
+                f"CastMap {node.name!r}: SPARSE keys must be in [0, {size - 1}] (max_map), "
+                f"received {sorted(bad)}"
+            )
+        present = [k in row for k in range(size)]
+        values = [row.get(k, 0) for k in range(size)]
+    else:
+        present = [True] * len(row)
+        values = [row[k] for k in sorted(row)]
+    numeric = np.asarray(values, dtype=np.float64)
+    if cast_to == "TO_STRING":  # onnxruntime fills SPARSE gaps with the text "0.f"
+        text = [f"{v:f}" if here else "0.f" for v, here in zip(numeric, present, strict=True)]
+        out = np.array(text, dtype=object)
+    elif cast_to == "TO_INT64":
+        out = np.trunc(numeric).astype(np.int64)
+    else:
+        out = numeric.astype(np.float32)
+    return _as_output(out.reshape(1, -1))
