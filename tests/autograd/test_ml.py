@@ -13,6 +13,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from sonnx import autograd
+from sonnx.autograd import ml_tree_engine
 from sonnx.errors import BadInputError
 from sonnx.onnx.exporter import to_onnx
 from sonnx.tensor import Tensor
@@ -195,6 +196,18 @@ def test_tree_ensemble_matches_reference(aggregate, seed):
     ).astype(np.float32)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-5)
+
+
+def test_tree_ensemble_in_stages_matches_reference(monkeypatch):
+    """Every mode, membership sets and NaNs through several one-level stages of the engine."""
+    monkeypatch.setattr(ml_tree_engine, "PADDED_LEVELS", 1)
+    monkeypatch.setattr(ml_tree_engine, "STAGE_LEVELS", 1)
+    rng = np.random.default_rng(4)
+    attrs = random_ensemble(rng, n_trees=4, n_features=3, n_targets=3)
+    x = _features(rng, 40, 3)
+    got = autograd.TreeEnsemble(aggregate_function=1, **attrs)(_t(x)).numpy()
+    expected = reference("TreeEnsemble", [x], aggregate_function=1, **_tensor_attrs(attrs))
+    np.testing.assert_allclose(got, expected.astype(np.float32), rtol=1e-6, atol=1e-5)
 
 
 # onnxruntime 1.31 numbers the transforms 1 LOGISTIC, 2 SOFTMAX, where the ONNX schema says

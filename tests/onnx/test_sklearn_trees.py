@@ -1,7 +1,7 @@
 """scikit-learn tree ensembles converted by skl2onnx run in sonnx (TreeEnsembleClassifier and
-TreeEnsembleRegressor on both of sonnx's strategies: GEMM for shallow forests, traversal for
-deep ones): labels equal ``predict``, scores match ``predict_proba``/``predict`` and
-onnxruntime, NaNs follow the learned missing-value branch."""
+TreeEnsembleRegressor on sonnx's tree engine, in one padded stage and in several): labels
+equal ``predict``, scores match ``predict_proba``/``predict`` and onnxruntime, NaNs follow the
+learned missing-value branch."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from sklearn import ensemble, tree
 
 import sonnx
 from sonnx import autograd
-from sonnx.autograd import ml_trees
+from sonnx.autograd import ml_tree_engine
 from sonnx.autograd.backward import gradients
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
@@ -89,16 +89,24 @@ def test_tree_regressors(name):
     check_regressor(REGRESSORS[name](), x, y)
 
 
-def test_both_strategies_are_exercised():
+def test_deep_trees_go_in_stages(monkeypatch):
+    """Trees padded in stages of a few levels give the same results as padded whole."""
     x, y = classification(3, rows=150)
-    shallow = ensemble.RandomForestClassifier(5, max_depth=3, random_state=0).fit(x, y)
-    deep = ensemble.RandomForestClassifier(5, max_depth=8, random_state=0).fit(x, y)
-    for estimator, gemm in ((shallow, True), (deep, False)):
-        rep = sonnx.prepare(convert(estimator, x, zipmap=False))
-        rep.run([x])
+    estimator = ensemble.RandomForestClassifier(5, random_state=0).fit(x, y)
+    model = convert(estimator, x, zipmap=False)
+    padded = sonnx.prepare(model)
+    whole = padded.run([x])
+    monkeypatch.setattr(ml_tree_engine, "PADDED_LEVELS", 2)
+    monkeypatch.setattr(ml_tree_engine, "STAGE_LEVELS", 2)
+    staged = sonnx.prepare(model)
+    for a, b in zip(whole, staged.run([x]), strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    stages = []
+    for rep in (padded, staged):
         [op] = [s.op for s in rep.steps if s.info.op_type == "TreeEnsembleClassifier"]
         [forest] = op.__dict__["_forests"].values()
-        assert (forest.gemm is not None) == gemm
+        stages.append(len(forest.stages))
+    assert forest.depth > 4 and stages[1] > stages[0]
 
 
 def _with_nans(x: np.ndarray) -> np.ndarray:
@@ -127,7 +135,7 @@ def test_rows_go_in_chunks(monkeypatch):
     estimator = ensemble.RandomForestClassifier(10, random_state=0).fit(x, y)
     model = convert(estimator, x, zipmap=False)
     whole = sonnx.prepare(model).run([x])
-    monkeypatch.setattr(ml_trees, "CHUNK_ELEMENTS", 70)
+    monkeypatch.setattr(ml_tree_engine, "CHUNK_ELEMENTS", 70)
     chunked = sonnx.prepare(model).run([x])
     for a, b in zip(whole, chunked, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
@@ -143,12 +151,15 @@ def test_too_few_features_name_what_the_trees_read():
 
 
 def test_trees_record_no_gradient():
-    """Piecewise constant: a backward from the scores reports the missing gradient graph."""
+    """Piecewise constant: a backward from the scores names the operator that stops it."""
     x, y = classification(2, rows=60)
     estimator = ensemble.RandomForestClassifier(4, max_depth=3, random_state=0).fit(x, y)
     rep = sonnx.prepare(convert(estimator, x, zipmap=False))
     autograd.training = True
-    _, scores = rep.run([Tensor(data=x, requires_grad=True, stores_grad=True)])
-    assert not scores.requires_grad
-    with pytest.raises(BadInputError, match="carries no gradient graph"):
-        gradients(scores, torch.ones_like(scores.data))
+    try:
+        _, scores = rep.run([Tensor(data=x, requires_grad=True, stores_grad=True)])
+        assert not scores.requires_grad
+        with pytest.raises(BadInputError, match=r"inference-only.*TreeEnsembleClassifier"):
+            gradients(scores, torch.ones_like(scores.data))
+    finally:
+        autograd.training = False

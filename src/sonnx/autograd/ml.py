@@ -1,9 +1,9 @@
 """Classical machine-learning operators of the ``ai.onnx.ml`` domain: Binarizer,
 ArrayFeatureExtractor and TreeEnsemble.
 
-TreeEnsemble walks every (sample, tree) pair down its tree at once: one step per tree level
-gathers each pair's current node and picks its true or false child, so the loop runs as many
-times as the deepest tree is deep, never once per sample.
+TreeEnsemble runs on the same engine as TreeEnsembleClassifier and TreeEnsembleRegressor
+(:mod:`~sonnx.autograd.ml_tree_engine`): every (sample, tree) pair goes down its tree at once,
+never one sample at a time.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
+from sonnx.autograd.ml_tree_engine import MEMBER, TreeEngine, TreeNodes, compare_dtype
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
@@ -32,8 +33,6 @@ __all__ = [
 ML_DOMAIN = "ai.onnx.ml"
 _NUMBERS = (torch.float32, torch.float64, torch.int32, torch.int64)
 _TREE_TYPES = (torch.float16, torch.float32, torch.float64)
-# nodes_modes values: LEQ, LT, GTE, GT, EQ, NEQ, MEMBER (index = mode).
-_MEMBER = 6
 AGGREGATES = {0: "AVERAGE", 1: "SUM", 2: "MIN", 3: "MAX"}
 POST_TRANSFORMS = {0: "NONE", 1: "SOFTMAX", 2: "LOGISTIC", 3: "SOFTMAX_ZERO", 4: "PROBIT"}
 
@@ -105,55 +104,43 @@ class TreeEnsemble(Operator):
             raise BadInputError(
                 f"TreeEnsemble: input X must be 2-D (N, features), received shape {tuple(x.shape)}"
             )
-        nodes = _Nodes(self, x.device)
-        leaf_targets = _ints(self, "leaf_targetids")
-        leaf_weights = _floats(self, "leaf_weights", x.device)
-        if len(leaf_targets) != leaf_weights.numel():
-            raise BadInputError(
-                f"TreeEnsemble: attributes leaf_targetids and leaf_weights must have one value "
-                f"per leaf, received {len(leaf_targets)} and {leaf_weights.numel()}"
-            )
-        n_targets = self.attr("n_targets")
-        n_targets = max(leaf_targets, default=-1) + 1 if n_targets is None else int(n_targets)
-        if leaf_targets and not 0 <= min(leaf_targets) <= max(leaf_targets) < n_targets:
-            raise BadInputError(
-                f"TreeEnsemble: attribute leaf_targetids must be in [0, {n_targets - 1}] "
-                f"(n_targets={n_targets}), received {leaf_targets}"
-            )
-        features = nodes.features.tolist()
-        if features and not 0 <= min(features) <= max(features) < x.shape[1]:
+        nodes = self._nodes()
+        features = nodes.feature[~nodes.leaf]
+        if features.size and not 0 <= features.min() <= features.max() < x.shape[1]:
             raise BadInputError(
                 f"TreeEnsemble: X has {x.shape[1]} features but nodes_featureids refers to "
-                f"features {sorted(set(features))}"
+                f"features {sorted(set(features.tolist()))}"
             )
-        leaves = nodes.leaves(x.detach().to(torch.float64), len(leaf_targets))
-        weights = leaf_weights[leaves]
-        targets = torch.tensor(leaf_targets, dtype=torch.int64, device=x.device)[leaves]
-        scores = self._aggregate(weights, targets, n_targets, x.dtype)
-        return self._post_transform(scores).to(x.dtype)
-
-    def _aggregate(
-        self, weights: torch.Tensor, targets: torch.Tensor, n_targets: int, dtype: torch.dtype
-    ) -> torch.Tensor:
-        """Combine each sample's tree outputs (N, trees) into (N, n_targets).
-
-        MIN and MAX start from the type's largest and smallest values (a target no leaf
-        reaches keeps them), as ``onnx.reference`` does.
-        """
         function = int(self.attr("aggregate_function"))
         if function not in AGGREGATES:
             raise BadInputError(
                 f"TreeEnsemble: attribute aggregate_function must be one of {AGGREGATES}, "
                 f"received {function}"
             )
-        shape = (weights.shape[0], n_targets)
-        if AGGREGATES[function] in ("SUM", "AVERAGE"):
-            total = weights.new_zeros(shape).scatter_add(1, targets, weights)
-            return total / weights.shape[1] if AGGREGATES[function] == "AVERAGE" else total
-        info = torch.finfo(dtype)
-        start = info.max if AGGREGATES[function] == "MIN" else info.min
-        reduce = "amin" if AGGREGATES[function] == "MIN" else "amax"
-        return weights.new_full(shape, start).scatter_reduce(1, targets, weights, reduce)
+        engine = self._engine(nodes, x)
+        scores, given = engine.aggregate(x.detach(), AGGREGATES[function])
+        if AGGREGATES[function] in ("MIN", "MAX"):
+            # a target no leaf reaches keeps the type's largest (MIN) or smallest (MAX)
+            # value, as onnx.reference starts from them
+            info = torch.finfo(x.dtype)
+            start = info.max if AGGREGATES[function] == "MIN" else info.min
+            scores = torch.where(given, scores, start)
+        return self._post_transform(scores).to(x.dtype)
+
+    def _engine(self, nodes: TreeNodes, x: torch.Tensor) -> TreeEngine:
+        """The engine for X's device and compare type, built on first use and kept."""
+        key = (x.device, compare_dtype(x.dtype))
+        engines = self.__dict__.setdefault("_engines", {})
+        if key not in engines:
+            engines[key] = TreeEngine(nodes, key[1], x.device, self.op_type)
+        return engines[key]
+
+    def _nodes(self) -> TreeNodes:
+        """The forest's nodes, checked once: interior nodes first, then leaf j as node
+        ``len(nodes_featureids) + j``."""
+        if "_tree_nodes" not in self.__dict__:
+            self.__dict__["_tree_nodes"] = _tree_nodes(self)
+        return self.__dict__["_tree_nodes"]
 
     def _post_transform(self, scores: torch.Tensor) -> torch.Tensor:
         transform = int(self.attr("post_transform"))
@@ -177,107 +164,96 @@ class TreeEnsemble(Operator):
         return scores
 
 
-class _Nodes:
-    """A TreeEnsemble's interior nodes as tensors, checked against each other."""
+def _tree_nodes(op: TreeEnsemble) -> TreeNodes:
+    """A TreeEnsemble's nodes and leaves as one checked :class:`TreeNodes`."""
+    features = np.asarray(_ints(op, "nodes_featureids"), dtype=np.int64)
+    count = len(features)
+    columns = {
+        name: np.asarray(_ints(op, name), dtype=np.int64)
+        for name in (
+            "nodes_truenodeids",
+            "nodes_trueleafs",
+            "nodes_falsenodeids",
+            "nodes_falseleafs",
+        )
+    }
+    modes = _ints(op, "nodes_modes")
+    tracks = op.attr("nodes_missing_value_tracks_true")
+    tracks = [0] * count if tracks is None or len(tracks) == 0 else [int(t) for t in tracks]
+    splits = _floats(op, "nodes_splits")
+    lengths = {name: len(v) for name, v in columns.items()}
+    lengths.update(
+        nodes_modes=len(modes),
+        nodes_missing_value_tracks_true=len(tracks),
+        nodes_splits=len(splits),
+    )
+    if any(n != count for n in lengths.values()):
+        raise BadInputError(
+            f"TreeEnsemble: every nodes_* attribute must have one value per node "
+            f"({count}, as nodes_featureids), received lengths {lengths}"
+        )
+    if any(not 0 <= m <= MEMBER for m in modes):
+        raise BadInputError(
+            f"TreeEnsemble: attribute nodes_modes must hold values 0 to 6, received {modes}"
+        )
+    members = _member_sets(op, modes)
+    targets = _ints(op, "leaf_targetids")
+    weights = _floats(op, "leaf_weights")
+    if len(targets) != len(weights):
+        raise BadInputError(
+            f"TreeEnsemble: attributes leaf_targetids and leaf_weights must have one value "
+            f"per leaf, received {len(targets)} and {len(weights)}"
+        )
+    n_targets = op.attr("n_targets")
+    n_targets = max(targets, default=-1) + 1 if n_targets is None else int(n_targets)
+    if targets and not 0 <= min(targets) <= max(targets) < n_targets:
+        raise BadInputError(
+            f"TreeEnsemble: attribute leaf_targetids must be in [0, {n_targets - 1}] "
+            f"(n_targets={n_targets}), received {targets}"
+        )
+    children = []
+    for side in ("true", "false"):
+        ids, leafs = columns[f"nodes_{side}nodeids"], columns[f"nodes_{side}leafs"] != 0
+        _check_branches(ids[~leafs], count, "node")
+        _check_branches(ids[leafs], len(targets), "leaf")
+        children.append(np.where(leafs, count + ids, ids))
+    roots = _ints(op, "tree_roots")
+    if not roots or any(not 0 <= r < max(count, 1) for r in roots):
+        raise BadInputError(
+            f"TreeEnsemble: attribute tree_roots must name nodes in [0, {count - 1}], "
+            f"received {roots}"
+        )
+    total = count + len(targets)
+    values = np.zeros((total, n_targets))
+    has = np.zeros((total, n_targets), dtype=bool)
+    values[count + np.arange(len(targets)), targets] = weights
+    has[count + np.arange(len(targets)), targets] = True
+    itself = np.arange(count, total)
+    return TreeNodes(
+        roots=np.asarray(roots, dtype=np.int64),
+        feature=np.concatenate([features, np.zeros(len(targets), np.int64)]),
+        threshold=np.concatenate([splits, np.zeros(len(targets))]),
+        mode=np.concatenate([modes, np.zeros(len(targets), np.int64)]).astype(np.int64),
+        tracks=np.concatenate([np.asarray(tracks) != 0, np.zeros(len(targets), bool)]),
+        true_child=np.concatenate([children[0], itself]),
+        false_child=np.concatenate([children[1], itself]),
+        leaf=np.arange(total) >= count,
+        values=values,
+        has=has,
+        members=np.concatenate([members, np.full((len(targets), members.shape[1]), np.nan)]),
+    )
 
-    def __init__(self, op: TreeEnsemble, device: torch.device) -> None:
-        self.features = torch.tensor(
-            _ints(op, "nodes_featureids"), dtype=torch.int64, device=device
-        )
-        count = self.features.numel()
-        columns = {
-            name: _ints(op, name)
-            for name in (
-                "nodes_truenodeids",
-                "nodes_falsenodeids",
-                "nodes_trueleafs",
-                "nodes_falseleafs",
-            )
-        }
-        modes = _ints(op, "nodes_modes")
-        tracks = op.attr("nodes_missing_value_tracks_true")
-        tracks = [0] * count if tracks is None or len(tracks) == 0 else [int(t) for t in tracks]
-        splits = _floats(op, "nodes_splits", device)
-        lengths = {name: len(v) for name, v in columns.items()}
-        lengths.update(
-            nodes_modes=len(modes),
-            nodes_missing_value_tracks_true=len(tracks),
-            nodes_splits=splits.numel(),
-        )
-        if any(n != count for n in lengths.values()):
-            raise BadInputError(
-                f"TreeEnsemble: every nodes_* attribute must have one value per node "
-                f"({count}, as nodes_featureids), received lengths {lengths}"
-            )
-        if any(not 0 <= m <= _MEMBER for m in modes):
-            raise BadInputError(
-                f"TreeEnsemble: attribute nodes_modes must hold values 0 to 6, received {modes}"
-            )
-        self.true_ids, self.false_ids, true_leafs, false_leafs = (
-            torch.tensor(columns[name], dtype=torch.int64, device=device) for name in columns
-        )
-        self.true_leafs, self.false_leafs = true_leafs != 0, false_leafs != 0
-        for ids, leafs in ((self.true_ids, self.true_leafs), (self.false_ids, self.false_leafs)):
-            inner = ids[~leafs]
-            if inner.numel() and not 0 <= int(inner.min()) <= int(inner.max()) < count:
-                bad = int(inner.max()) if int(inner.max()) >= count else int(inner.min())
-                raise BadInputError(
-                    f"TreeEnsemble: a branch leads to node {bad}, not in [0, {count - 1}]"
-                )
-        self.modes = torch.tensor(modes, dtype=torch.int64, device=device)
-        self.tracks = torch.tensor(tracks, device=device) != 0
-        self.splits = splits.to(torch.float64)
-        self.members = _member_sets(op, modes, device)
-        self.roots = _ints(op, "tree_roots")
-        if not self.roots or any(not 0 <= r < max(count, 1) for r in self.roots):
-            raise BadInputError(
-                f"TreeEnsemble: attribute tree_roots must name nodes in [0, {count - 1}], "
-                f"received {self.roots}"
-            )
 
-    def leaves(self, x: torch.Tensor, n_leaves: int) -> torch.Tensor:
-        """The leaf index each sample of x (N, F) reaches in each tree: (N, trees)."""
-        roots = torch.tensor(self.roots, dtype=torch.int64, device=x.device)
-        # A root whose two branches are the same leaf is a tree made of that one leaf.
-        is_leaf = (
-            self.true_leafs[roots]
-            & self.false_leafs[roots]
-            & (self.true_ids[roots] == self.false_ids[roots])
-        )
-        index = torch.where(is_leaf, self.true_ids[roots], roots).expand(x.shape[0], -1)
-        is_leaf = is_leaf.expand(x.shape[0], -1)
-        for _ in range(self.features.numel() + 1):
-            if bool(is_leaf.all()):
-                break
-            node = torch.where(is_leaf, 0, index)
-            value = x.gather(1, self.features[node])
-            branch = self._compare(node, value)
-            index = torch.where(
-                is_leaf, index, torch.where(branch, self.true_ids[node], self.false_ids[node])
-            )
-            is_leaf = is_leaf | torch.where(branch, self.true_leafs[node], self.false_leafs[node])
-        else:
-            raise BadInputError("TreeEnsemble: the nodes_*nodeids attributes form a cycle")
-        if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < n_leaves:
+def _check_branches(ids: np.ndarray, count: int, what: str) -> None:
+    if ids.size and not 0 <= ids.min() <= ids.max() < count:
+        bad = int(ids.max()) if ids.max() >= count else int(ids.min())
+        if what == "node":
             raise BadInputError(
-                f"TreeEnsemble: a branch leads to leaf {int(index.max())}, but only "
-                f"{n_leaves} leaves are given"
+                f"TreeEnsemble: a branch leads to node {bad}, not in [0, {count - 1}]"
             )
-        return index
-
-    def _compare(self, node: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        split = self.splits[node]
-        tests = [
-            value <= split,
-            value < split,
-            value >= split,
-            value > split,
-            value == split,
-            value != split,
-            (value.unsqueeze(-1) == self.members[node]).any(-1),
-        ]
-        chosen = torch.stack(tests, -1).gather(-1, self.modes[node].unsqueeze(-1)).squeeze(-1)
-        return chosen | (self.tracks[node] & value.isnan())
+        raise BadInputError(
+            f"TreeEnsemble: a branch leads to leaf {bad}, but only {count} leaves are given"
+        )
 
 
 def _ints(op: Operator, name: str) -> list[int]:
@@ -287,14 +263,14 @@ def _ints(op: Operator, name: str) -> list[int]:
     return [int(v) for v in np.asarray(value).reshape(-1)]
 
 
-def _floats(op: Operator, name: str, device: torch.device) -> torch.Tensor:
+def _floats(op: Operator, name: str) -> np.ndarray:
     value = op.attr(name)
     if value is None:
         raise BadInputError(f"{op.op_type}: attribute {name} is required")
-    return torch.as_tensor(np.asarray(value, dtype=np.float64).reshape(-1), device=device)
+    return np.asarray(value, dtype=np.float64).reshape(-1)
 
 
-def _member_sets(op: Operator, modes: list[int], device: torch.device) -> torch.Tensor:
+def _member_sets(op: Operator, modes: list[int]) -> np.ndarray:
     """Each node's membership set as a NaN-padded row (nodes, widest set); NaN equals nothing.
 
     ``membership_values`` lists the sets of the BRANCH_MEMBER nodes in node order, each ended
@@ -309,18 +285,17 @@ def _member_sets(op: Operator, modes: list[int], device: torch.device) -> torch.
             groups[-1].append(float(v))
     if not groups[-1]:
         groups.pop()
-    member_nodes = [i for i, m in enumerate(modes) if m == _MEMBER]
+    member_nodes = [i for i, m in enumerate(modes) if m == MEMBER]
     if len(groups) != len(member_nodes):
         raise BadInputError(
             f"TreeEnsemble: membership_values must hold one NaN-terminated set per set "
             f"membership node ({len(member_nodes)}), received {len(groups)} sets"
         )
     width = max((len(g) for g in groups), default=0)
-    # host: filled row by row on the host, then moved to ``device`` in one copy
-    table = torch.full((len(modes), max(width, 1)), math.nan, dtype=torch.float64)
+    table = np.full((len(modes), max(width, 1)), math.nan)
     for node, group in zip(member_nodes, groups, strict=True):
-        table[node, : len(group)] = torch.tensor(group, dtype=torch.float64)  # host: as above
-    return table.to(device)
+        table[node, : len(group)] = group
+    return table
 
 
 # ---- lower-case functions ---------------------------------------------------------------------
