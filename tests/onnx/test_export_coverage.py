@@ -21,6 +21,7 @@ from tests.onnx import (
     test_export_more,
     test_export_nn,
     test_export_ops,
+    test_export_strings,
 )
 from tests.onnx.export_check import run_eager
 
@@ -32,6 +33,7 @@ CASE_FILES = [
     "test_export_layers.py",
     "test_export_models.py",
     "test_export_ml.py",
+    "test_export_strings.py",
 ]
 # Public names that are not operations.
 NOT_OPS = {
@@ -82,7 +84,11 @@ def _names_used(prefix: str) -> set[str]:
 def test_every_operator_class_is_exported_by_some_case() -> None:
     recorded: set[str] = set()
     for params in (
-        test_export_ops.ALL + test_export_nn.ALL + test_export_more.ALL + test_export_ml.ML
+        test_export_ops.ALL
+        + test_export_nn.ALL
+        + test_export_more.ALL
+        + test_export_ml.ML
+        + test_export_strings.ALL
     ):
         build, make, _ = params.values
         _, outputs = run_eager(build, make(2))

@@ -5,7 +5,10 @@ batch 2 and 5 (dtypes and shapes only for random operators)."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
+import PIL.Image
 import pytest
 
 import sonnx.autograd as ag
@@ -183,6 +186,14 @@ def _tree_ensemble(x):
     )
 
 
+def _png_bytes(batch: int) -> list[np.ndarray]:
+    """A PNG file of a (3, batch + 1) RGB image, as 1-D uint8."""
+    pixels = np.random.default_rng(batch).integers(0, 256, (3, batch + 1, 3)).astype(np.uint8)
+    buffer = io.BytesIO()
+    PIL.Image.fromarray(pixels).save(buffer, format="PNG")
+    return [np.frombuffer(buffer.getvalue(), dtype=np.uint8).copy()]
+
+
 def _tfidf(x):
     return ag.tfidf_vectorizer(
         x, "TFIDF", 1, 2, 1, [0, 3], [0, 1, 2, 3, 4], [0, 1, 2, 0, 1, 2, 2], [1, 2, 3, 4, 5]
@@ -202,6 +213,8 @@ QUANTIZED_AND_TEXT = [
         rng_inputs(((3, 4, 4), lambda r, s: r.integers(0, 255, s).astype(np.uint8))),
     ),
     case("tfidf_vectorizer", _tfidf, rng_inputs(((6,), np.int64))),
+    # onnxruntime has no ImageDecoder kernel: onnx's reference evaluator checks it.
+    case("image_decoder", ag.image_decoder, _png_bytes, runtime="reference", opset=20),
 ]
 
 ALL = RECURRENT + SIGNAL + RANDOM + OPTIMIZERS + OTHERS + ML + QUANTIZED_AND_TEXT

@@ -13,6 +13,7 @@ from sonnx.autograd.cast import *
 from sonnx.autograd.conv import *
 from sonnx.autograd.conv_quantized import *
 from sonnx.autograd.elementwise import *
+from sonnx.autograd.image import *
 from sonnx.autograd.indexing import *
 from sonnx.autograd.legacy_layers import *
 from sonnx.autograd.linalg import *
@@ -28,6 +29,7 @@ from sonnx.autograd.resize import *
 from sonnx.autograd.rnn import *
 from sonnx.autograd.shape import *
 from sonnx.autograd.signal import *
+from sonnx.autograd.strings_ops import *
 from sonnx.autograd.text import *
 from sonnx.autograd.training_ops import *
 

@@ -9,6 +9,7 @@ from sonnx.onnx.converters import (  # noqa: F401
     conv_quantized,
     elementwise,
     gradient,
+    image,
     indexing,
     linalg,
     loss,
@@ -23,6 +24,7 @@ from sonnx.onnx.converters import (  # noqa: F401
     sequence,
     shape,
     signal,
+    strings_ops,
     text,
     training_ops,
 )
