@@ -103,7 +103,7 @@ def zoo_spec(name: str, args: argparse.Namespace, batches: list[int]) -> Spec:
     """One of the ``sonnx.testing.zoo_*`` stand-ins at the sizes the flags ask for."""
     if name in ("resnet50", "mobilenetv3"):
         module = zoo_vision.ResNet50() if name == "resnet50" else zoo_vision.MobileNetV3()
-        model = zoo_vision.export_image_model(module, OPSET)
+        model = zoo_vision.export_image_model(module, OPSET, size=args.image)
         return _sized(name, model, module, [(args.image, args.image)], batches)
     if name in ("yolov8", "dbnet"):
         module = zoo_vision.YoloV8() if name == "yolov8" else zoo_vision.DBNet()

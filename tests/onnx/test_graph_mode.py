@@ -51,13 +51,15 @@ def _same(graph_rep, eager_rep, feeds) -> None:
         np.testing.assert_allclose(to_numpy(g), to_numpy(e), rtol=1e-5, atol=1e-6)
 
 
-def test_cnn_compiles_once_per_input_shape_and_matches_eager(cnn) -> None:
+def test_cnn_compiles_once_for_many_batch_sizes_and_matches_eager(cnn) -> None:
     rep, eager = sonnx.prepare(cnn, use_graph=True), sonnx.prepare(cnn)
+    rep.graph_runner.dynamic = True
     rng = np.random.default_rng(0)
-    for batch in (2, 5, 2):
+    # torch's choice of convolution kernel guards the batch size to 1, 2-15 or 16 and more.
+    for batch in (2, 5, 3):
         _same(rep, eager, [rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)])
     assert rep.graph_runner.fallback is None
-    assert rep.graph_runner.compile_count == 2
+    assert rep.graph_runner.compile_count == 1
 
 
 def test_shape_arithmetic_of_a_bert_encoder_is_folded_into_the_graph(bert) -> None:

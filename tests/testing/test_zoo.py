@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import sonnx
+from sonnx import autograd
 from sonnx.tensor import to_numpy
 from sonnx.testing import zoo_audio, zoo_text, zoo_vision
 
@@ -180,3 +181,20 @@ def test_sonnx_matches_onnxruntime_at_two_shapes_of_the_dynamic_dims(name: str) 
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
         shapes.append([e.shape for e in expected])
     assert shapes[0] != shapes[1]
+
+
+def test_dbnet_compiles_whole_in_graph_mode_and_matches_eager_at_both_shapes() -> None:
+    """Its head ends in a one-channel ConvTranspose with a bias, which inductor's freezing
+    could not compile when the bias was a separate add (issue #11)."""
+    c = case("dbnet")
+    graph, eager = sonnx.prepare(c.model, use_graph=True), sonnx.prepare(c.model)
+    previous, autograd.training = autograd.training, False
+    try:
+        for feeds in c.feeds:
+            got, expected = graph.run(feeds), eager.run(feeds)
+            for g, e in zip(got, expected, strict=True):
+                np.testing.assert_allclose(to_numpy(g), to_numpy(e), rtol=1e-5, atol=1e-5)
+    finally:
+        autograd.training = previous
+    assert graph.graph_runner.fallback is None
+    assert graph.graph_runner.compile_count >= 1

@@ -184,7 +184,8 @@ class ConvTranspose(Operator):
 
     Runs the unpadded torch transposed convolution (full output ``stride * (in - 1) +
     dilated_kernel``), then crops the begin/end pads and appends output_padding with one
-    ``F.pad`` (so any output_padding works, not only those torch accepts), then adds B.
+    ``F.pad`` (so any output_padding works, not only those torch accepts); B is added by the
+    convolution, or after the pad when that appends (the appended values get B too).
     With output_shape (or SAME_*: ``in * stride``) the pads follow from the requested size; an
     output larger than the full one is extended with zeros at the end, as onnxruntime does.
     """
@@ -215,11 +216,14 @@ class ConvTranspose(Operator):
             for s, i, k in zip(strides, sizes, effective_kernel(kernel, dilations), strict=True)
         ]
         begins, ends = self._pads(n, sizes, strides, full, extra)
-        y = CONV_TRANSPOSE[n](x, w, None, strides, 0, 0, group, dilations)
-        y = F.pad(
-            y, torch_pad([-p for p in begins], [e - p for e, p in zip(extra, ends, strict=True)])
-        )
-        if b is not None:
+        after = [e - p for e, p in zip(extra, ends, strict=True)]
+        # B inside the convolution where the output only crops the full one: a separate add
+        # after a one-channel ConvTranspose makes inductor's freezing (binary folding) fold a
+        # mis-sized bias, and the graph fails to compile.
+        inside = b is not None and all(p >= 0 for p in begins) and all(a <= 0 for a in after)
+        y = CONV_TRANSPOSE[n](x, w, b if inside else None, strides, 0, 0, group, dilations)
+        y = F.pad(y, torch_pad([-p for p in begins], after))
+        if b is not None and not inside:
             y = y + b.reshape(1, -1, *([1] * n))
         return y
 

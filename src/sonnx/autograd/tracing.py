@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
@@ -177,7 +178,9 @@ class ValueFlow(TorchFunctionMode):
         kwargs = kwargs or {}
         flat = pytree.tree_leaves((args, kwargs))
         if func not in _RANDOM and not any(self._is_traced(v) for v in flat):
-            with disable_proxy_modes_tracing():
+            # On real tensors even in a symbolic trace: a symbolic size read here becomes its
+            # value, and the trace's guards then hold the graph to that size.
+            with disable_proxy_modes_tracing(), unset_fake_temporarily():
                 return func(*args, **kwargs)
         if func in _HOST_READS:
             raise NotTraceableError(f"it reads a computed tensor on the host ({func.__name__})")

@@ -36,11 +36,13 @@ from sonnx.autograd.host_values import HOST_CONSTANT_SIZE, is_host_value
 from sonnx.autograd.random_ops import RANDOM_OP_TYPES
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.onnx.graph_program import GraphProgram, reads_of
+from sonnx.onnx.symbolic_graphs import CompiledGraph, compile_symbolic, freeze
 from sonnx.tensor import Tensor
 
 
-def _signature(t: torch.Tensor) -> tuple[Any, ...]:
-    return (tuple(t.shape), t.dtype, t.device)
+def _kind(t: torch.Tensor) -> tuple[Any, ...]:
+    """What a compiled graph is specialised on whatever its guards say: rank, dtype, device."""
+    return (t.dim(), t.dtype, t.device)
 
 
 def _is_shape_value(t: torch.Tensor) -> bool:
@@ -51,16 +53,17 @@ def _is_shape_value(t: torch.Tensor) -> bool:
 @dataclass
 class Segment:
     """Steps ``[start, stop)`` compiled together: what they read from before and what later
-    steps (or the graph's outputs) read from them; compiled graphs by input signature."""
+    steps (or the graph's outputs) read from them; compiled graphs by the inputs' ranks,
+    dtypes and devices and the baked shape values, each serving the shapes its guards admit."""
 
     start: int
     stop: int
     inputs: list[str]
     outputs: list[str]
-    compiled: dict[tuple[Any, ...], tuple[tuple[Any, ...], Callable[..., Any]]] = field(
-        default_factory=dict
-    )
+    compiled: dict[tuple[Any, ...], list[CompiledGraph]] = field(default_factory=dict)
     eager: bool = False
+    #: Why the segment is compiled for each input shape (no symbolic trace), if it is.
+    per_shape: str | None = None
 
 
 class _ReplanError(Exception):
@@ -85,6 +88,11 @@ class GraphRunner:
         self.input_names = program.input_names
         self.output_names = program.output_names
         self.backend = backend
+        #: Trace segments with symbolic sizes (one graph for the shapes its guards admit; see
+        #: :mod:`sonnx.onnx.symbolic_graphs`). Off by default until the static retrace after a
+        #: failed symbolic one works (MobileNet-v3, YOLOv8 and the int8 BERT stand-ins then
+        #: fail with "SymInt is not tracked with proxy").
+        self.dynamic = False
         #: Why the steps that run eagerly do, by step index.
         self.eager_steps: dict[int, str] = {
             i: f"it draws random numbers ({step.info.op_type})"
@@ -110,8 +118,14 @@ class GraphRunner:
 
     @property
     def compile_count(self) -> int:
-        """How many graphs have been compiled (segments times input signatures)."""
-        return sum(len(s.compiled) for s in self.segments if isinstance(s, Segment))
+        """How many graphs are compiled (for each segment, one per set of shapes its guards
+        cannot cover with one graph)."""
+        return sum(
+            len(graphs)
+            for s in self.segments
+            if isinstance(s, Segment)
+            for graphs in s.compiled.values()
+        )
 
     @property
     def segments(self) -> list[Segment | int]:
@@ -151,14 +165,17 @@ class GraphRunner:
         baked = [_is_shape_value(a.data) for a in args]
         traced = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
         key = tuple(
-            (_signature(a.data), tuple(a.data.reshape(-1).tolist())) if bake else _signature(a.data)
+            (_kind(a.data), tuple(a.data.reshape(-1).tolist())) if bake else _kind(a.data)
             for a, bake in zip(args, baked, strict=True)
         )
         versions = tuple((id(t.data), t.data._version) for t in self.constants.values())
-        entry = segment.compiled.get(key)
-        if entry is None or entry[0] != versions:
+        graphs = segment.compiled.setdefault(key, [])
+        graphs[:] = [g for g in graphs if g.versions == versions]
+        entry = next((g for g in graphs if g.fits(traced)), None)
+        if entry is None:
             try:
-                entry = segment.compiled[key] = (versions, self._compile(segment, args, baked))
+                entry = self._compile(segment, args, baked, versions)
+                graphs.append(entry)
             except NotTraceableError as e:
                 if e.step_index is None or e.step_index in self.eager_steps:
                     raise
@@ -170,7 +187,7 @@ class GraphRunner:
                 self._warn(f"steps from node {first!r} on ({_reason(e)})")
                 self.program.execute(values, start=segment.start, stop=segment.stop)
                 return
-        outs = entry[1](*traced)
+        outs = entry.run(*traced)
         values.update(
             (n, Tensor(data=t, requires_grad=False, name=n))
             for n, t in zip(segment.outputs, outs, strict=True)
@@ -191,8 +208,8 @@ class GraphRunner:
             )
 
     def _compile(
-        self, segment: Segment, args: list[Tensor], baked: list[bool]
-    ) -> Callable[..., Any]:
+        self, segment: Segment, args: list[Tensor], baked: list[bool], versions: tuple[Any, ...]
+    ) -> CompiledGraph:
         reads = _segment_reads(self.program, segment.start, segment.stop)
         names = [n for n in reads if n in self.constants and self.constants[n].stores_grad]
         fixed = {n: a for n, a, bake in zip(segment.inputs, args, baked, strict=True) if bake}
@@ -224,15 +241,36 @@ class GraphRunner:
         params = [self.constants[n].data.detach() for n in names]
         xs = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
         with torch.no_grad():
-            graph = make_fx(pure)(*params, *xs)
-            _freeze(graph, params)
-            try:
-                return _compiled(graph, xs, self.backend, pattern_matcher=True)
-            except torch._dynamo.exc.BackendCompilerFailed:
-                # inductor's pattern rewrites (attention fusion) can reject a graph whose
-                # constants are tensors (a softmax scale computed from a shape); without them
-                # the graph still compiles.
-                return _compiled(graph, xs, self.backend, pattern_matcher=False)
+            if self.dynamic and self.backend == "inductor" and segment.per_shape is None:
+                try:
+                    return compile_symbolic(pure, params, xs, versions)
+                except NotTraceableError:
+                    raise
+                except Exception as e:  # a symbolic trace or compile torch cannot do
+                    segment.per_shape = _reason(e)
+            return self._compile_static(pure, params, xs, versions)
+
+    def _compile_static(
+        self,
+        pure: Callable[..., list[torch.Tensor]],
+        params: list[torch.Tensor],
+        xs: list[torch.Tensor],
+        versions: tuple[Any, ...],
+    ) -> CompiledGraph:
+        """A graph for exactly the shapes of ``xs``."""
+        graph = make_fx(pure)(*params, *xs)
+        freeze(graph, params)
+        shapes = [(x.shape, x.stride()) for x in xs]
+        try:
+            run = _compiled(graph, xs, self.backend, pattern_matcher=True)
+        except torch._dynamo.exc.BackendCompilerFailed:
+            # inductor's pattern rewrites (attention fusion) can reject a graph whose
+            # constants are tensors (a softmax scale computed from a shape); without them
+            # the graph still compiles.
+            run = _compiled(graph, xs, self.backend, pattern_matcher=False)
+        return CompiledGraph(
+            versions, lambda ts: [(t.shape, t.stride()) for t in ts] == shapes, run
+        )
 
 
 def _reason(error: Exception) -> str:
@@ -294,18 +332,3 @@ def _compiled(
     with torch._inductor.config.patch(**options):
         compiled(*xs)
     return compiled
-
-
-def _freeze(graph: GraphModule, params: list[torch.Tensor]) -> None:
-    """Turn the graph's first ``len(params)`` inputs into attributes holding ``params``, so the
-    compiled graph takes only the model inputs and treats the weights as constants."""
-    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"][: len(params)]
-    for i, (node, value) in enumerate(zip(placeholders, params, strict=True)):
-        attr = f"_weight_{i}"
-        graph.register_buffer(attr, value)
-        with graph.graph.inserting_before(node):
-            constant = graph.graph.get_attr(attr)
-        node.replace_all_uses_with(constant)
-        graph.graph.erase_node(node)
-    graph.graph.lint()
-    graph.recompile()

@@ -45,16 +45,20 @@ def dynamic_image_axes(
 
 
 def export_image_model(
-    module: nn.Module, opset: int = 17, dynamic_hw: bool = False, spatial_outputs: bool = False
+    module: nn.Module,
+    opset: int = 17,
+    dynamic_hw: bool = False,
+    spatial_outputs: bool = False,
+    size: int = 64,
 ) -> onnx.ModelProto:
-    """``module`` exported with input ``images [batch, 3, H, W]`` and output ``output``;
+    """``module`` exported with input ``images [batch, 3, size, size]`` and output ``output``;
     BatchNorm folded, the batch dynamic (and H x W with ``dynamic_hw``)."""
     axes = (
         dynamic_image_axes(["images"], ["output"], spatial_outputs)
         if dynamic_hw
         else {"images": {0: "batch"}, "output": {0: "batch"}}
     )
-    example = torch.randn(1, 3, 64, 64)
+    example = torch.randn(1, 3, size, size)
     return export(module, (example,), opset, ["images"], ["output"], dynamic_axes=axes)
 
 

@@ -1,0 +1,70 @@
+"""Graph mode across input shapes: how many compiles, how long, and graph == eager.
+
+    python bench/graph_shapes.py --threads 1                 # every zoo stand-in
+    python bench/graph_shapes.py --threads 1 --models bert-int8 dbnet --batches 1 8
+
+Each zoo stand-in (``bench/infer.py``'s sizes: ``--image``, ``--det-sizes``, ``--rec-widths``,
+``--qbert-seqs``) is prepared once in graph mode and run at every batch size of every size
+variant, in that order. Each row is one first run at a new shape: the graphs compiled by it
+(``new``), its seconds (trace + compile + run), and the largest |graph - eager| over the
+outputs. A new process with the same ``TORCHINDUCTOR_CACHE_DIR`` shows the cold start: the
+compiles then come from inductor's caches on disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from common import add_common_args, pin_threads
+from infer import ZOO, build
+
+import sonnx
+from sonnx import autograd, tensor
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", choices=ZOO, default=list(ZOO), metavar="MODEL")
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
+    parser.add_argument(
+        "--image", type=int, default=64, help="classifier side (fixed in their files)"
+    )
+    parser.add_argument("--det-sizes", nargs="+", default=["320x320", "480x640"])
+    parser.add_argument("--rec-widths", nargs="+", type=int, default=[160, 320])
+    parser.add_argument("--qbert-seqs", nargs="+", type=int, default=[16, 128])
+    add_common_args(parser)
+    args = parser.parse_args()
+    pin_threads(args.threads)
+    autograd.training = False
+    print(f"{'model':<12} {'shape':<14} {'batch':>5} {'new':>4} {'seconds':>8} {'max diff':>9}")
+    for name in args.models:
+        spec = build(name, args)
+        eager = sonnx.prepare(spec.onnx_bytes)
+        graph = sonnx.prepare(spec.onnx_bytes, use_graph=True)
+        runner = graph.graph_runner
+        total, count = 0.0, 0
+        for label, make in spec.variants.items():
+            for batch in spec.batches:
+                feed = make(batch)
+                arrays = [feed[n] for n in eager.inputs]
+                expected = [tensor.to_numpy(t) for t in eager.run(arrays)]
+                started = time.perf_counter()
+                got = [tensor.to_numpy(t) for t in graph.run(arrays)]
+                seconds = time.perf_counter() - started
+                diff = max(
+                    float(np.abs(g - e).max()) if g.size else 0.0
+                    for g, e in zip(got, expected, strict=True)
+                )
+                new, count = runner.compile_count - count, runner.compile_count
+                total += seconds
+                print(f"{name:<12} {label:<14} {batch:>5} {new:>4} {seconds:>8.2f} {diff:>9.2e}")
+        fallback = runner.fallback or "all compiled"
+        print(f"{name:<12} total: {count} compiles, {total:.1f} s; {fallback}")
+        torch._dynamo.reset()
+
+
+if __name__ == "__main__":
+    main()
