@@ -23,7 +23,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     overload = {"max_batch_size": 4, "max_queue_size": 4, "max_queue_delay_ms": 2}
     helpers.write_model(root, "slow", 1, helpers.slow_model(), overload)
     helpers.write_model(root, "identity", 1, helpers.identity_model())
-    helpers.write_model(root, "text", 1, helpers.string_model())
+    strings = {"max_batch_size": 16, "max_queue_delay_ms": 20}
+    helpers.write_model(root, "text", 1, helpers.string_model(), strings)
+    helpers.write_model(root, "labels", 1, helpers.classifier_model(), strings)
     helpers.write_checkpoint(root, "checkpoint", 1)
     return root
 
@@ -34,7 +36,7 @@ def reps(repository: Path) -> dict[str, sonnx.SingaRep]:
     return {
         f"{model.parent.name}/{model.name}": sonnx.prepare(model / "model.onnx")
         for model in sorted(repository.glob("*/[0-9]*"))
-        if model.parent.name not in ("text", "checkpoint")
+        if model.parent.name != "checkpoint"
     }
 
 

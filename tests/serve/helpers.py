@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import torch
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from sonnx.testing import torch_models
@@ -122,14 +122,58 @@ def identity_model() -> onnx.ModelProto:
 
 
 def string_model() -> onnx.ModelProto:
-    """A model with an ONNX STRING input (KServe BYTES), which sonnx cannot run yet."""
+    """ONNX STRING (KServe BYTES) in and out: ``text`` [n, 2] -> ``is_cat`` (Equal against a
+    string initializer, BOOL [n, 2]) and ``echo`` (``text`` with its columns swapped and
+    appended by Gather, Concat and Identity, STRING [n, 4]). Opset 19: Equal takes strings."""
+    nodes = [
+        helper.make_node("Equal", ["text", "cat"], ["is_cat"]),
+        helper.make_node("Gather", ["text", "swap"], ["swapped"], axis=1),
+        helper.make_node("Concat", ["text", "swapped"], ["joined"], axis=1),
+        helper.make_node("Identity", ["joined"], ["echo"]),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array(["cat"], dtype=object), "cat"),
+        numpy_helper.from_array(np.array([1, 0], dtype=np.int64), "swap"),
+    ]
     graph = helper.make_graph(
-        [helper.make_node("Identity", ["text"], ["echo"])],
+        nodes,
         "strings",
-        [helper.make_tensor_value_info("text", TensorProto.STRING, [1])],
-        [helper.make_tensor_value_info("echo", TensorProto.STRING, [1])],
+        [helper.make_tensor_value_info("text", TensorProto.STRING, ["n", 2])],
+        [
+            helper.make_tensor_value_info("is_cat", TensorProto.BOOL, ["n", 2]),
+            helper.make_tensor_value_info("echo", TensorProto.STRING, ["n", 4]),
+        ],
+        constants,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+LABELS = np.array(["bird", "cat", "dog"])
+FEATURES = 4
+
+
+def labelled_features(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Float32 features and the string label of their largest one of the first three."""
+    x = np.random.default_rng(seed).standard_normal((rows, FEATURES)).astype(np.float32)
+    return x, LABELS[np.argmax(x[:, :3], axis=1)]
+
+
+def fitted_classifier():
+    """A scikit-learn LogisticRegression fitted on string labels (the same every call)."""
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = labelled_features(90, seed=11)
+    return LogisticRegression(max_iter=500).fit(x, y)
+
+
+def classifier_model() -> onnx.ModelProto:
+    """:func:`fitted_classifier` converted by skl2onnx without ZipMap: ``X`` [n, 4] FP32 ->
+    ``label`` [n] STRING and ``probabilities`` [n, 3] FP32."""
+    from skl2onnx import to_onnx
+
+    model = fitted_classifier()
+    example = np.zeros((1, FEATURES), np.float32)
+    return to_onnx(model, example, options={id(model): {"zipmap": False}})
 
 
 def write_model(root: Path, name: str, version: int, model: onnx.ModelProto, config=None) -> Path:

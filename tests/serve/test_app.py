@@ -121,8 +121,7 @@ def test_versions_newest_by_default_and_by_number(client, reps) -> None:
 def test_repository_index_unload_and_load(client) -> None:
     index = {row["name"]: row for row in client.get_model_repository_index()}
     assert index["cnn"]["state"] == "READY"
-    assert index["text"]["state"] == "UNAVAILABLE"
-    assert "input 'text'" in index["text"]["reason"]
+    assert index["text"]["state"] == "READY" and index["labels"]["state"] == "READY"
     client.unload_model("versioned")
     assert not client.is_model_ready("versioned")
     with pytest.raises(InferenceServerException, match="not loaded") as err:
@@ -130,14 +129,3 @@ def test_repository_index_unload_and_load(client) -> None:
     assert err.value.status() == "404"
     client.load_model("versioned")
     assert client.is_model_ready("versioned", "1") and client.is_model_ready("versioned", "2")
-    with pytest.raises(InferenceServerException, match=r"input 'text'.*STRING"):
-        client.load_model("text")
-
-
-def test_string_input_is_a_clear_400_naming_the_input(client) -> None:
-    given = httpclient.InferInput("text", [1], "BYTES")
-    given.set_data_from_numpy(np.array([b"hello"], dtype=object))
-    with pytest.raises(InferenceServerException, match="input 'text' has ONNX type STRING") as e:
-        client.infer("text", [given])
-    assert e.value.status() == "400"
-    assert not client.is_model_ready("text")

@@ -21,11 +21,20 @@ def request(*inputs: dict, **extra) -> bytes:
 
 
 def test_bytes_round_trip_matches_tritonclient_layout() -> None:
-    values = np.array([b"hello", b"", "gr\u00fc\u00df".encode(), bytes(range(256))], dtype=object)
+    values = np.array(["hello", "", "gr\u00fc\u00df", "\u732b\U0001f408"], dtype=object)
     encoded = codec.encode_bytes_tensor(values)
     assert encoded == serialize_byte_tensor(values).item()  # a 0-d object array of bytes
     decoded = codec.decode_bytes_tensor(encoded, 4, "text")
-    assert decoded.dtype == object and list(decoded) == list(values)
+    assert decoded.dtype == object and list(decoded) == list(values)  # str, as sonnx runs them
+    as_bytes = np.array([v.encode() for v in values], dtype=object)
+    assert codec.encode_bytes_tensor(as_bytes) == encoded
+
+
+def test_bytes_that_are_not_utf8_are_named() -> None:
+    data = serialize_byte_tensor(np.array([b"ok", b"\xff\xfe"], dtype=object)).item()
+    message = "input 'text' (BYTES): element 1 is not valid UTF-8 (invalid start byte at byte 0)"
+    with pytest.raises(InvalidRequestError, match=re.escape(message)):
+        codec.decode_bytes_tensor(data, 2, "text")
 
 
 @pytest.mark.parametrize(
@@ -48,8 +57,12 @@ def test_bytes_in_json_and_binary_requests() -> None:
         {"name": "b", "shape": [2], "datatype": "BYTES", "parameters": {"binary_data_size": 11}},
     )
     decoded = codec.decode_request(header + blob, len(header))
-    assert decoded.inputs[0].array.tolist() == [[b"x", "y\u00e9".encode()]]
-    assert decoded.inputs[1].array.tolist() == [b"a", b"bc"]
+    assert decoded.inputs[0].array.tolist() == [["x", "y\u00e9"]]
+    assert decoded.inputs[1].array.tolist() == ["a", "bc"]
+    assert all(a.dtype == object for a in (decoded.inputs[0].array, decoded.inputs[1].array))
+    numbers = request({"name": "j", "shape": [2], "datatype": "BYTES", "data": ["x", 3]})
+    with pytest.raises(InvalidRequestError, match=r"list of strings, received \["):
+        codec.decode_request(numbers, None)
 
 
 def test_json_numbers_are_checked_per_datatype() -> None:

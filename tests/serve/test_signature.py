@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 from sonnx.serve.codec import RequestedOutput, RequestTensor
@@ -26,9 +27,27 @@ def bert_request(*shapes: tuple[int, ...]) -> list[RequestTensor]:
     return [tensor(n, s) for n, s in zip(names, shapes, strict=False)]
 
 
-def test_string_input_is_refused_by_name() -> None:
-    with pytest.raises(UnsupportedError, match="input 'text' has ONNX type STRING"):
-        ModelSignature.from_model(helpers.string_model(), ModelConfig())
+def test_string_tensors_are_bytes_and_may_be_batched() -> None:
+    signature = ModelSignature.from_model(helpers.string_model(), ModelConfig(max_batch_size=4))
+    assert signature.metadata() == {
+        "inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1, 2]}],
+        "outputs": [
+            {"name": "is_cat", "datatype": "BOOL", "shape": [-1, 2]},
+            {"name": "echo", "datatype": "BYTES", "shape": [-1, 4]},
+        ],
+    }
+    words = np.array([["a", "b"]], dtype=object)
+    arrays = signature.check_inputs([RequestTensor("text", "BYTES", (1, 2), words)])
+    assert arrays["text"] is words
+    with pytest.raises(InvalidRequestError, match="'text' expects datatype BYTES, received FP32"):
+        signature.check_inputs([RequestTensor("text", "FP32", (1, 2), np.zeros((1, 2)))])
+
+
+def test_a_type_without_kserve_datatype_is_refused_by_name() -> None:
+    model = helpers.string_model()
+    model.graph.output[1].type.tensor_type.elem_type = onnx.TensorProto.COMPLEX64
+    with pytest.raises(UnsupportedError, match="output 'echo' has ONNX element type COMPLEX64"):
+        ModelSignature.from_model(model, ModelConfig())
 
 
 def test_batching_needs_a_dynamic_first_dim(bert) -> None:

@@ -50,7 +50,8 @@ from sonnx.serve.repository import ModelRepository
 
 log = logging.getLogger("sonnx.serve")
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
-# Bodies above this are decoded and encoded in a worker thread, off the event loop.
+# JSON headers (or BYTES bodies) above this are decoded, and outputs above this encoded, in a
+# worker thread, off the event loop.
 _OFFLOAD_BYTES = 256 * 1024
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -247,8 +248,8 @@ class _Api:
             arrays = signature.check_inputs(req.inputs)
             return req, arrays, signature.check_outputs(req.outputs, req.binary_output)
 
-        big = len(body) > _OFFLOAD_BYTES
-        req, arrays, wanted = await asyncio.to_thread(decode) if big else decode()
+        slow = _slow_to_decode(body, header_length)
+        req, arrays, wanted = await asyncio.to_thread(decode) if slow else decode()
         timeout = served.config.request_timeout_ms / 1e3
         if req.timeout_s is not None:
             timeout = min(timeout, req.timeout_s)
@@ -311,6 +312,17 @@ class _Api:
                 f"the request body must be a JSON object, received {body[:60]!r}"
             )
         return value
+
+
+def _slow_to_decode(body: bytearray, header_length: int | None) -> bool:
+    """Whether decoding ``body`` is worth a worker thread: JSON above ``_OFFLOAD_BYTES`` is
+    parsed value by value, and so are binary BYTES elements; other binary tensors are wrapped
+    without reading them, so a large image sent as binary is decoded on the event loop rather
+    than paying two thread hand-offs per request."""
+    json_size = len(body) if header_length is None else header_length
+    if json_size > _OFFLOAD_BYTES:
+        return True
+    return len(body) > _OFFLOAD_BYTES and b'"BYTES"' in body[:json_size]
 
 
 def _header_length(value: str | None) -> int | None:

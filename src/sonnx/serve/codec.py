@@ -7,10 +7,15 @@ body is consistent with itself (value counts, byte sizes, datatypes) but knows n
 models: :mod:`sonnx.serve.signature` checks a request against the model.
 
 Binary data is little-endian, element after element in row-major order; BYTES elements are
-each a 4-byte little-endian length followed by the bytes. JSON floats round-trip exactly
-(``repr`` of a float32 read back as float32 gives the same bits); NaN and infinities are
-written as the non-standard ``NaN`` / ``Infinity`` literals that Python and rapidjson read, so
-clients needing strict JSON should ask for binary outputs.
+each a 4-byte little-endian length followed by the bytes. BYTES tensors are ONNX STRING
+tensors, which hold text, so they decode (from JSON strings or binary elements) to object
+arrays of ``str``; a binary element that is not valid UTF-8 is the client's error (400, naming
+the input and the element), never replaced or passed on as raw bytes. String outputs are
+encoded as UTF-8.
+
+JSON floats round-trip exactly (``repr`` of a float32 read back as float32 gives the same
+bits); NaN and infinities are written as the non-standard ``NaN`` / ``Infinity`` literals that
+Python and rapidjson read, so clients needing strict JSON should ask for binary outputs.
 """
 
 from __future__ import annotations
@@ -215,10 +220,11 @@ def decode_json_data(data: Any, datatype: str, count: int, name: str) -> np.ndar
     if datatype == "BYTES":
         flat = _flatten(data if isinstance(data, list) else [data])
         if not all(isinstance(v, str) for v in flat):
-            raise InvalidRequestError(f"input {name!r} (BYTES): JSON data must be strings")
-        array = np.empty(len(flat), dtype=object)
-        array[:] = [v.encode("utf-8") for v in flat]
-        return _check_count(array, count, name)
+            raise InvalidRequestError(
+                f"input {name!r} (BYTES): JSON data must be a (nested) list of strings, "
+                f"received {_short(data)}"
+            )
+        return _check_count(_object_array(flat), count, name)
     target = DATATYPES[datatype]
     if target.kind in "iu":
         return _check_count(_integers(data, target, name, datatype), count, name)
@@ -291,9 +297,10 @@ def decode_binary_data(data: memoryview, datatype: str, count: int, name: str) -
 
 
 def decode_bytes_tensor(data: bytes | memoryview, count: int, name: str) -> np.ndarray:
-    """BYTES elements (4-byte little-endian length, then the bytes) as an object array."""
+    """BYTES elements (4-byte little-endian length, then UTF-8 bytes) as an object array of
+    ``str``."""
     view = memoryview(data)
-    items: list[bytes] = []
+    items: list[str] = []
     offset = 0
     while offset < len(view):
         if offset + 4 > len(view):
@@ -305,11 +312,26 @@ def decode_bytes_tensor(data: bytes | memoryview, count: int, name: str) -> np.n
                 f"input {name!r} (BYTES): element {len(items)} claims {length} bytes, "
                 f"{len(view) - offset} remain"
             )
-        items.append(bytes(view[offset : offset + length]))
+        items.append(_utf8(view[offset : offset + length], name, len(items)))
         offset += length
+    return _check_count(_object_array(items), count, name)
+
+
+def _utf8(raw: memoryview, name: str, index: int) -> str:
+    try:
+        return str(raw, "utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidRequestError(
+            f"input {name!r} (BYTES): element {index} is not valid UTF-8 ({e.reason} at byte "
+            f"{e.start}); BYTES inputs are ONNX STRING tensors and must hold UTF-8 text"
+        ) from None
+
+
+def _object_array(items: list[Any]) -> np.ndarray:
+    """A 1-D object array of ``items`` (``np.array`` would make a ``<U`` array of strs)."""
     array = np.empty(len(items), dtype=object)
     array[:] = items
-    return _check_count(array, count, name)
+    return array
 
 
 # ---- encoding ------------------------------------------------------------------------------
@@ -373,7 +395,7 @@ def _to_json_values(array: np.ndarray, datatype: str, name: str) -> list[Any]:
     flat = array.reshape(-1)
     if datatype == "BYTES":
         try:
-            return [bytes(v).decode("utf-8") for v in flat]
+            return [v if isinstance(v, str) else bytes(v).decode("utf-8") for v in flat]
         except UnicodeDecodeError:
             raise InvalidRequestError(
                 f"output {name!r} holds bytes that are not UTF-8; request it with binary_data true"

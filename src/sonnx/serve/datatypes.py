@@ -1,8 +1,8 @@
 """The KServe v2 datatypes and how they map to NumPy dtypes and ONNX element types.
 
 One table per direction, so the codec, the model signature and the responses agree on every
-name. BYTES decodes to an object array of ``bytes``; BF16 uses ml_dtypes' bfloat16 (NumPy has
-none), as tritonclient does.
+name. BYTES is ONNX STRING and decodes to an object array of ``str`` (what sonnx runs string
+tensors on); BF16 uses ml_dtypes' bfloat16 (NumPy has none), as tritonclient does.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from onnx import TensorProto
 
 from sonnx.serve.errors import UnsupportedError
 
-# KServe datatype name -> NumPy dtype of the decoded array (BYTES: an object array of bytes).
+# KServe datatype name -> NumPy dtype of the decoded array (BYTES: an object array of str).
 DATATYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),

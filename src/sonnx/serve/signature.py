@@ -1,9 +1,10 @@
 """What a served model accepts and returns, in KServe terms, and the checks on each request.
 
 The signature is read from the ONNX graph (not from a prepared model), so a model whose inputs
-sonnx cannot run, such as ONNX STRING (KServe BYTES), is reported by input name before any
-loading work. ``config.json`` may narrow the declared shapes. Dims are ints, ``-1`` for any
-size, as in the KServe model metadata.
+or outputs have no KServe datatype is reported by name before any loading work. ONNX STRING
+is KServe BYTES (object arrays of ``str`` on both sides, see :mod:`sonnx.serve.codec`).
+``config.json`` may narrow the declared shapes. Dims are ints, ``-1`` for any size, as in the
+KServe model metadata.
 """
 
 from __future__ import annotations
@@ -54,19 +55,14 @@ class ModelSignature:
     def from_model(cls, model: onnx.ModelProto, config: ModelConfig) -> ModelSignature:
         """Read the graph's inputs (not initializers) and outputs; apply the config's shapes.
 
-        Raises :class:`UnsupportedError` for a STRING input and :class:`ConfigError` when the
-        config's shapes or ``max_batch_size`` do not fit the model.
+        Raises :class:`UnsupportedError` for a value that is not a tensor or whose element
+        type has no KServe datatype, and :class:`ConfigError` when the config's shapes or
+        ``max_batch_size`` do not fit the model.
         """
         graph = model.graph
         initializers = {i.name for i in graph.initializer}
         inputs = [_spec(v, "input") for v in graph.input if v.name not in initializers]
         outputs = [_spec(v, "output") for v in graph.output]
-        for spec in inputs:
-            if spec.datatype == "BYTES":
-                raise UnsupportedError(
-                    f"input {spec.name!r} has ONNX type STRING (KServe BYTES): sonnx cannot run "
-                    "string inputs yet"
-                )
         inputs = _override(inputs, config.inputs, "inputs")
         outputs = _override(outputs, config.outputs, "outputs")
         if config.batching:
