@@ -3,7 +3,7 @@
 sonnx demo [--epochs N] [--limit N] [--data DIR] [--out DIR]   the walkthrough (main job)
 sonnx info MODEL.onnx                                         layers, inputs, outputs, params
 sonnx run MODEL.onnx INPUT.npy [...] [--last-layers K]        run a model on .npy inputs
-sonnx serve --model-repository DIR [--http-port 8000]          KServe v2 inference server
+sonnx serve --model-repository DIR [--http-port 8000] [--grpc-port 8001]  KServe v2 server
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def _serve(args: argparse.Namespace) -> int:
         args.model_repository,
         host=args.host,
         port=args.http_port,
+        grpc_port=args.grpc_port,
         api_key=args.api_key or os.environ.get("SONNX_API_KEY") or None,
         max_request_mb=args.max_request_mb,
         shutdown_timeout=args.shutdown_timeout,
@@ -106,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--model-repository", required=True, help="DIR with <model>/<version>/model.onnx"
     )
     serve.add_argument("--http-port", type=int, default=8000, help="0 picks a free port")
+    serve.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="also serve the KServe v2 gRPC protocol on this port (Triton's: 8001; 0 picks a "
+        "free port); default: HTTP only",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to listen on every interface")
     serve.add_argument(
         "--api-key", default=None, help="require this key (default: $SONNX_API_KEY, else none)"

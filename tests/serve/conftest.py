@@ -1,11 +1,12 @@
 """The repository every server test serves, one real server process for the module-level
-tests, and tritonclient connected to it."""
+tests (HTTP and gRPC), and tritonclient connected to it over each protocol."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 import sonnx
@@ -17,6 +18,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("repository")
     batching = {"max_batch_size": 32, "max_queue_delay_ms": 20, "max_queue_size": 128}
     helpers.write_model(root, "cnn", 1, helpers.cnn_model(seed=0), batching)
+    padded = {**batching, "padded_batches": True}
+    helpers.write_model(root, "cnn-padded", 1, helpers.cnn_model(seed=0), padded)
     helpers.write_model(root, "bert", 1, helpers.bert_model(), {"max_batch_size": 8})
     helpers.write_model(root, "versioned", 1, helpers.cnn_model(seed=1), {"versions": "all"})
     helpers.write_model(root, "versioned", 2, helpers.cnn_model(seed=2))
@@ -42,7 +45,7 @@ def reps(repository: Path) -> dict[str, sonnx.SingaRep]:
 
 @pytest.fixture(scope="session")
 def server(repository: Path):
-    process = helpers.ServerProcess(repository, "--max-request-mb", "4")
+    process = helpers.ServerProcess(repository, "--max-request-mb", "4", "--grpc-port", "0")
     yield process
     assert process.stop() == 0
 
@@ -50,5 +53,14 @@ def server(repository: Path):
 @pytest.fixture(scope="session")
 def client(server: helpers.ServerProcess):
     client = httpclient.InferenceServerClient(server.url, network_timeout=60.0, concurrency=64)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def grpc_client(server: helpers.ServerProcess):
+    """tritonclient.grpc connected to the same server's gRPC port."""
+    port = server.logged("grpc_listening")["port"]
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
     yield client
     client.close()

@@ -13,16 +13,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import onnx
 import torch
+import uvicorn
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
+from sonnx.serve.server import bind_socket
 from sonnx.testing import torch_models
 
 OPSET = 17
@@ -257,6 +259,10 @@ class ServerProcess:
             if entry.get("event") == event:
                 return entry
 
+    def logged(self, event: str) -> dict:
+        """The first log entry (already read) whose ``event`` field is ``event``."""
+        return next(entry for entry in self.log if entry.get("event") == event)
+
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -265,6 +271,28 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         return self.proc.wait()
+
+
+@contextlib.contextmanager
+def thread_server(app) -> Iterator[int]:
+    """uvicorn in a thread of this process on a free loopback port (signals stay ours)."""
+    sock = bind_socket("127.0.0.1", 0)
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:  # the lifespan has started the app's services (gRPC)
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+    assert not thread.is_alive()
 
 
 def http(

@@ -40,6 +40,19 @@ def test_concurrent_requests_are_merged_and_equal_one_by_one(server, client, rep
     assert helpers.metric(server.port, "sonnx_serve_queue_depth", model="cnn") == 0
 
 
+def test_padded_batches_give_the_same_bits_merged_or_alone(server, client) -> None:
+    images = np.random.default_rng(8).standard_normal((32, 1, *helpers.CNN_IMAGE))
+    images = images.astype(np.float32)
+    runs_before = helpers.metric(server.port, "sonnx_serve_batch_size_count", model="cnn-padded")
+    one_by_one = [client.infer("cnn-padded", [image_input(x)]).as_numpy("output") for x in images]
+    pending = [client.async_infer("cnn-padded", [image_input(x)]) for x in images]
+    together = [p.get_result(timeout=60).as_numpy("output") for p in pending]
+    for alone, merged in zip(one_by_one, together, strict=True):
+        np.testing.assert_array_equal(merged, alone)
+    runs = helpers.metric(server.port, "sonnx_serve_batch_size_count", model="cnn-padded")
+    assert runs - runs_before < 64 - 1, "nothing was merged"
+
+
 def test_full_queue_is_503_and_every_200_is_its_own_result(server, reps) -> None:
     """64 clients at once against max_queue_size 4 (max_batch_size 4)."""
     rng = np.random.default_rng(8)

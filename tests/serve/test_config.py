@@ -20,7 +20,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(
         '{"max_batch_size": 16, "max_queue_delay_ms": 2.5, "max_queue_size": 8,'
-        ' "instance_count": 2, "device": "cpu", "use_graph": true,'
+        ' "instance_count": 2, "device": "cpu", "use_graph": true, "padded_batches": true,'
         ' "request_timeout_ms": 500, "versions": [3, 1],'
         ' "inputs": {"x": {"shape": [-1, 3]}}, "outputs": {"y": {"shape": [-1]}}}'
     )
@@ -32,6 +32,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         instance_count=2,
         device="cpu",
         use_graph=True,
+        padded_batches=True,
         request_timeout_ms=500.0,
         versions=(1, 3),
         inputs={"x": (-1, 3)},
@@ -49,6 +50,8 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         ({"instance_count": 1.5}, "'instance_count' must be an integer"),
         ({"max_queue_delay_ms": "2"}, "'max_queue_delay_ms' must be a number >= 0.0"),
         ({"use_graph": 1}, "'use_graph' must be true or false"),
+        ({"padded_batches": "yes"}, "'padded_batches' must be true or false"),
+        ({"padded_batches": True}, "'padded_batches' needs a 'max_batch_size' above 0"),
         ({"device": 0}, "'device' must be a string"),
         ({"versions": [0]}, "'versions' must be"),
         ({"versions": "newest"}, "'versions' must be"),

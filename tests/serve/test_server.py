@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
-import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-import uvicorn
 from tritonclient.utils import InferenceServerException
 
 import sonnx
@@ -66,26 +62,9 @@ def _wait_until_received(port: int, count: int, timeout: float) -> float:
     raise TimeoutError(f"the server received {received} of {count} requests in {timeout} s")
 
 
-@contextlib.contextmanager
-def thread_server(app) -> Iterator[int]:
-    """uvicorn in a thread of this process on a free loopback port (signals stay ours)."""
-    sock = bind_socket("127.0.0.1", 0)
-    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
-    assert not thread.is_alive()
-
-
 def test_api_key_guards_everything_but_health(tmp_path: Path) -> None:
     helpers.write_model(tmp_path, "identity", 1, helpers.identity_model())
-    with thread_server(create_app(tmp_path, api_key="s3cret")) as port:
+    with helpers.thread_server(create_app(tmp_path, api_key="s3cret")) as port:
         assert helpers.http(port, "GET", "/v2/health/live")[0] == 200
         status, headers, body = helpers.http(port, "GET", "/v2")
         assert status == 401 and b"missing or wrong API key" in body

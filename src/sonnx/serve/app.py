@@ -22,10 +22,10 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -50,10 +50,15 @@ from sonnx.serve.repository import ModelRepository
 
 log = logging.getLogger("sonnx.serve")
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
-# JSON headers (or BYTES bodies) above this are decoded, and outputs above this encoded, in a
-# worker thread, off the event loop.
-_OFFLOAD_BYTES = 256 * 1024
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Service(Protocol):
+    """Another endpoint over the app's repository and metrics (see :mod:`sonnx.serve.grpc`)."""
+
+    async def start(self, repository: ModelRepository, metrics: ServeMetrics) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 def create_app(
@@ -61,9 +66,11 @@ def create_app(
     *,
     api_key: str | None = None,
     max_request_bytes: int = 64 * 2**20,
+    services: Sequence[Service] = (),
 ) -> Starlette:
     """A Starlette app serving ``model_repository``; the models load in the background once
-    the app starts (``/v2/health/ready`` turns 200 when they have)."""
+    the app starts (``/v2/health/ready`` turns 200 when they have). ``services`` (the gRPC
+    endpoint) start with the app over the same repository and stop before it closes."""
     metrics = ServeMetrics()
     repository = ModelRepository(Path(model_repository), metrics)
     api = _Api(repository, metrics, max_request_bytes)
@@ -71,7 +78,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         loading = asyncio.create_task(_load_all(repository))
+        for service in services:
+            await service.start(repository, metrics)
         yield
+        # Other endpoints finish their in-flight requests while the models still serve them.
+        await asyncio.gather(*(service.stop() for service in services))
         loading.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await loading
@@ -218,18 +229,15 @@ class _Api:
         start = time.perf_counter()
         name = request.path_params["name"]
         label = name if self.repository.known(name) else UNKNOWN_MODEL
-        self.metrics.requests.labels(label).inc()
-        in_flight = self.metrics.in_flight.labels(label)
-        in_flight.inc()
+        record = self.metrics.request(label, "http")
         try:
             response = await self._infer(request, name, start)
         except Exception as e:
             response = error_response(e)
-        finally:
-            in_flight.dec()
-        if response.status_code != 200:
-            self.metrics.failures.labels(label, str(response.status_code)).inc()
-        self.metrics.latency.labels(label).observe(time.perf_counter() - start)
+        except BaseException:
+            record.done("499")  # cancelled: the client went away (nginx's code for it)
+            raise
+        record.done(None if response.status_code == 200 else str(response.status_code))
         return response
 
     async def _infer(self, request: Request, name: str, start: float) -> Response:
@@ -250,12 +258,7 @@ class _Api:
 
         slow = _slow_to_decode(body, header_length)
         req, arrays, wanted = await asyncio.to_thread(decode) if slow else decode()
-        timeout = served.config.request_timeout_ms / 1e3
-        if req.timeout_s is not None:
-            timeout = min(timeout, req.timeout_s)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() - (time.perf_counter() - start) + timeout
-        results = await served.batcher.submit(arrays, deadline)
+        results = await served.infer(arrays, req.timeout_s, start)
 
         def encode() -> tuple[bytes, dict[str, str]]:
             tensors = [
@@ -269,7 +272,7 @@ class _Api:
             ]
             return codec.encode_response(name, str(served.version), req.id, tensors)
 
-        big = sum(results[w.name].nbytes for w in wanted) > _OFFLOAD_BYTES
+        big = sum(results[w.name].nbytes for w in wanted) > codec.OFFLOAD_BYTES
         content, headers = await asyncio.to_thread(encode) if big else encode()
         return Response(content, headers=headers)
 
@@ -315,14 +318,14 @@ class _Api:
 
 
 def _slow_to_decode(body: bytearray, header_length: int | None) -> bool:
-    """Whether decoding ``body`` is worth a worker thread: JSON above ``_OFFLOAD_BYTES`` is
+    """Whether decoding ``body`` is worth a worker thread: JSON above ``codec.OFFLOAD_BYTES`` is
     parsed value by value, and so are binary BYTES elements; other binary tensors are wrapped
     without reading them, so a large image sent as binary is decoded on the event loop rather
     than paying two thread hand-offs per request."""
     json_size = len(body) if header_length is None else header_length
-    if json_size > _OFFLOAD_BYTES:
+    if json_size > codec.OFFLOAD_BYTES:
         return True
-    return len(body) > _OFFLOAD_BYTES and b'"BYTES"' in body[:json_size]
+    return len(body) > codec.OFFLOAD_BYTES and b'"BYTES"' in body[:json_size]
 
 
 def _header_length(value: str | None) -> int | None:

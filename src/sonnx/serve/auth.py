@@ -4,13 +4,15 @@ The key may come as ``Authorization: Bearer KEY`` (what KServe/Kubernetes toolin
 ``tritonclient``'s ``headers=`` send) or ``X-API-Key: KEY``. It is compared with
 :func:`hmac.compare_digest`, whose time does not depend on where the strings differ, so the
 key cannot be guessed byte by byte from response times. Health probes stay open because
-kubelets and load balancers call them without credentials.
+kubelets and load balancers call them without credentials. The gRPC endpoint checks the same
+key in its metadata with :func:`key_matches` (see :mod:`sonnx.serve.grpc_service`).
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -45,10 +47,16 @@ class ApiKeyMiddleware:
         await send({"type": "http.response.body", "body": body})
 
     def _allowed(self, scope: Scope) -> bool:
-        supplied = b""
-        for name, value in scope["headers"]:
-            if name == b"x-api-key":
-                supplied = value
-            elif name == b"authorization" and value[:7].lower() == b"bearer ":
-                supplied = value[7:].strip()
-        return hmac.compare_digest(supplied, self._key)
+        return key_matches(scope["headers"], self._key)
+
+
+def key_matches(headers: Iterable[tuple[bytes, bytes]], key: bytes) -> bool:
+    """Whether ``headers`` (lower-case names; HTTP headers or gRPC metadata) carry ``key`` as
+    ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``, compared in constant time."""
+    supplied = b""
+    for name, value in headers:
+        if name == b"x-api-key":
+            supplied = value
+        elif name == b"authorization" and value[:7].lower() == b"bearer ":
+            supplied = value[7:].strip()
+    return hmac.compare_digest(supplied, key)

@@ -57,6 +57,9 @@ class BatchPolicy:
     max_queue_delay_s: float = 0.001
     max_queue_size: int = 64
     instance_count: int = 1
+    #: Run every batch, merged or single, at ``max_batch_size`` rows (blank rows appended), so
+    #: a request's result has the same bits whatever it was merged with.
+    padded: bool = False
 
 
 @dataclass(eq=False)
@@ -223,6 +226,8 @@ class Batcher:
                 item.future.set_result(result)
 
     def _run_in_thread(self, index: int, requests: list[Arrays]) -> list[Arrays | Exception]:
+        if self.policy.padded:
+            return self._run_padded(index, requests)
         if len(requests) == 1:
             return [self._run_alone(index, requests[0])]
         rows = [next(iter(r.values())).shape[0] for r in requests]
@@ -238,11 +243,44 @@ class Batcher:
             )
             return [self._run_alone(index, r) for r in requests]
 
+    def _run_padded(self, index: int, requests: list[Arrays]) -> list[Arrays | Exception]:
+        """The requests' rows and blank rows up to ``max_batch_size``, in one run.
+
+        torch picks kernels (and their rounding) by batch size, so a row computed in a batch
+        of 32 can differ in its last bits from the same row alone; at one fixed batch size
+        every row is computed the same way wherever it sits, at the cost of computing the
+        blank rows when few requests are waiting.
+        """
+        rows = [next(iter(r.values())).shape[0] for r in requests]
+        spare = self.policy.max_batch_size - sum(rows)
+        merged = {
+            name: np.concatenate([r[name] for r in requests] + [_blank(requests[0][name], spare)])
+            for name in requests[0]
+        }
+        try:
+            return _split(self._run(index, merged), [*rows, spare])[: len(requests)]
+        except Exception as e:
+            if len(requests) == 1:
+                return [e]
+            log.warning(
+                "model %r: merged run of %d requests failed (%s); running each alone",
+                self.name,
+                len(requests),
+                e,
+            )
+            return [self._run_padded(index, [r])[0] for r in requests]
+
     def _run_alone(self, index: int, inputs: Arrays) -> Arrays | Exception:
         try:
             return self._run(index, inputs)
         except Exception as e:  # handed to the request's future, answered by the app
             return e
+
+
+def _blank(like: np.ndarray, rows: int) -> np.ndarray:
+    """``rows`` rows shaped like ``like``'s: zeros, or empty strings for BYTES."""
+    fill = "" if like.dtype == object else 0
+    return np.full((rows, *like.shape[1:]), fill, dtype=like.dtype)
 
 
 def _split(outputs: Arrays, rows: list[int]) -> list[Arrays]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,10 @@ import numpy as np
 
 from sonnx.serve.datatypes import DATATYPES
 from sonnx.serve.errors import InvalidRequestError, UnsupportedError
+
+# JSON headers (or BYTES bodies) above this are decoded, and outputs above this encoded, in a
+# worker thread, off the event loop (by both the HTTP and the gRPC endpoint).
+OFFLOAD_BYTES = 256 * 1024
 
 
 @dataclass
@@ -172,20 +177,8 @@ def _decode_input(
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidRequestError(f"each input needs a non-empty string 'name', received {raw}")
-    datatype = raw.get("datatype")
-    if not isinstance(datatype, str) or datatype not in DATATYPES:
-        raise InvalidRequestError(
-            f"input {name!r}: 'datatype' must be one of {', '.join(DATATYPES)}, received "
-            f"{_short(datatype)}"
-        )
-    shape = raw.get("shape")
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise InvalidRequestError(
-            f"input {name!r}: 'shape' must be a list of non-negative integers, received "
-            f"{_short(shape)}"
-        )
+    datatype, shape = raw.get("datatype"), raw.get("shape")
+    check_declared(name, datatype, shape)
     params = _object(raw.get("parameters", {}), f"input {name!r} 'parameters'")
     size = params.get("binary_data_size")
     count = math.prod(shape)
@@ -215,6 +208,23 @@ def _decode_input(
     return RequestTensor(name, datatype, tuple(shape), array.reshape(shape)), offset
 
 
+def check_declared(name: str, datatype: Any, shape: Any) -> None:
+    """Check an input's declared ``datatype`` (a KServe name) and ``shape`` (a list of
+    non-negative ints); shared with the gRPC codec so both protocols word errors alike."""
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
+        raise InvalidRequestError(
+            f"input {name!r}: 'datatype' must be one of {', '.join(DATATYPES)}, received "
+            f"{_short(datatype)}"
+        )
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise InvalidRequestError(
+            f"input {name!r}: 'shape' must be a list of non-negative integers, received "
+            f"{_short(shape)}"
+        )
+
+
 def decode_json_data(data: Any, datatype: str, count: int, name: str) -> np.ndarray:
     """The values of a JSON ``data`` field (flat or nested row-major) as a flat array."""
     if datatype == "BYTES":
@@ -224,10 +234,10 @@ def decode_json_data(data: Any, datatype: str, count: int, name: str) -> np.ndar
                 f"input {name!r} (BYTES): JSON data must be a (nested) list of strings, "
                 f"received {_short(data)}"
             )
-        return _check_count(_object_array(flat), count, name)
+        return check_count(_object_array(flat), count, name)
     target = DATATYPES[datatype]
     if target.kind in "iu":
-        return _check_count(_integers(data, target, name, datatype), count, name)
+        return check_count(_integers(data, target, name, datatype), count, name)
     try:
         values = np.asarray(data)
     except ValueError:
@@ -238,7 +248,7 @@ def decode_json_data(data: Any, datatype: str, count: int, name: str) -> np.ndar
             f"input {name!r} ({datatype}): JSON data must be a (nested) list of {what}, "
             f"received {_short(data)}"
         )
-    return _check_count(values.reshape(-1).astype(target), count, name)
+    return check_count(values.reshape(-1).astype(target), count, name)
 
 
 def _integers(data: Any, target: np.dtype, name: str, datatype: str) -> np.ndarray:
@@ -270,7 +280,7 @@ def _flatten(values: list[Any]) -> list[Any]:
     return flat
 
 
-def _check_count(array: np.ndarray, count: int, name: str) -> np.ndarray:
+def check_count(array: np.ndarray, count: int, name: str) -> np.ndarray:
     if array.size != count:
         raise InvalidRequestError(
             f"input {name!r}: its shape holds {count} value(s), received {array.size}"
@@ -300,7 +310,7 @@ def decode_bytes_tensor(data: bytes | memoryview, count: int, name: str) -> np.n
     """BYTES elements (4-byte little-endian length, then UTF-8 bytes) as an object array of
     ``str``."""
     view = memoryview(data)
-    items: list[str] = []
+    items: list[memoryview] = []
     offset = 0
     while offset < len(view):
         if offset + 4 > len(view):
@@ -312,12 +322,19 @@ def decode_bytes_tensor(data: bytes | memoryview, count: int, name: str) -> np.n
                 f"input {name!r} (BYTES): element {len(items)} claims {length} bytes, "
                 f"{len(view) - offset} remain"
             )
-        items.append(_utf8(view[offset : offset + length], name, len(items)))
+        items.append(view[offset : offset + length])
         offset += length
-    return _check_count(_object_array(items), count, name)
+    return decode_bytes_elements(items, count, name)
 
 
-def _utf8(raw: memoryview, name: str, index: int) -> str:
+def decode_bytes_elements(items: Sequence[bytes | memoryview], count: int, name: str) -> np.ndarray:
+    """BYTES elements (UTF-8) as a flat object array of ``str``, ``count`` of them."""
+    return check_count(
+        _object_array([_utf8(raw, name, index) for index, raw in enumerate(items)]), count, name
+    )
+
+
+def _utf8(raw: bytes | memoryview, name: str, index: int) -> str:
     try:
         return str(raw, "utf-8")
     except UnicodeDecodeError as e:

@@ -13,9 +13,12 @@ typo such as ``max_batchsize`` never silently leaves batching off.
 
 ``max_batch_size`` 0 (the default) turns dynamic batching off. It is opt-in because torch picks
 kernels by batch size: a batched result may differ from the one-by-one result in the last bits
-(about 1e-7 for a float32 CNN). ``inputs`` / ``outputs`` override the shapes the model
-declares (``-1`` for any size): they may fix a dynamic dim (the server then rejects other
-sizes) or give an output a shape the model leaves unknown, but never change a fixed dim.
+(about 1e-7 for a float32 CNN). ``"padded_batches": true`` runs every batch, merged or single,
+at ``max_batch_size`` rows, which makes each result bit-identical whatever it was merged with,
+at the cost of computing blank rows under light load. ``inputs`` / ``outputs`` override the
+shapes the model declares (``-1`` for any size): they may fix a dynamic dim (the server then
+rejects other sizes) or give an output a shape the model leaves unknown, but never change a
+fixed dim.
 
 A version directory may hold a sonnx checkpoint (``model.sonnx``) instead of ``model.onnx``:
 ``model_class`` then names the class that reads it, ``inputs`` give the input shapes and an
@@ -47,6 +50,7 @@ class ModelConfig:
     instance_count: int = 1
     device: str = "cpu"
     use_graph: bool = False
+    padded_batches: bool = False
     request_timeout_ms: float = 30_000.0
     versions: str | tuple[int, ...] = "latest"
     inputs: dict[str, Shape] = field(default_factory=dict)
@@ -93,10 +97,13 @@ def parse_config(raw: Any, where: str = "config.json") -> ModelConfig:
         if not isinstance(raw["device"], str):
             raise ConfigError(f"{where}: 'device' must be a string such as 'cpu' or 'cuda:0'")
         values["device"] = raw["device"]
-    if "use_graph" in raw:
-        if not isinstance(raw["use_graph"], bool):
-            raise ConfigError(f"{where}: 'use_graph' must be true or false")
-        values["use_graph"] = raw["use_graph"]
+    for key in ("use_graph", "padded_batches"):
+        if key in raw:
+            if not isinstance(raw[key], bool):
+                raise ConfigError(f"{where}: {key!r} must be true or false")
+            values[key] = raw[key]
+    if values.get("padded_batches") and not values.get("max_batch_size"):
+        raise ConfigError(f"{where}: 'padded_batches' needs a 'max_batch_size' above 0")
     if "versions" in raw:
         values["versions"] = _versions(raw["versions"], where)
     for key in ("inputs", "outputs"):

@@ -4,10 +4,13 @@ A per-app :class:`~prometheus_client.CollectorRegistry` (not the process-global 
 tests and embedders run several apps in one process without "duplicated timeseries" errors,
 and keeps Python's process metrics out unless asked for. Labels carry only names of models in
 the repository (requests for unknown names count under ``_unknown``), so a client cannot grow
-the label set without bound.
+the label set without bound. Requests, failures and latency also carry the ``protocol``
+(``http`` or ``grpc``); a failure's ``code`` is the HTTP status or the gRPC status name.
 """
 
 from __future__ import annotations
+
+import time
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -30,18 +33,21 @@ class ServeMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "sonnx_serve_requests", "Inference requests received", ["model"], registry=r
+            "sonnx_serve_requests",
+            "Inference requests received",
+            ["model", "protocol"],
+            registry=r,
         )
         self.failures = Counter(
             "sonnx_serve_request_failures",
-            "Inference requests answered with an error, by HTTP status",
-            ["model", "code"],
+            "Inference requests answered with an error, by HTTP status or gRPC status name",
+            ["model", "protocol", "code"],
             registry=r,
         )
         self.latency = Histogram(
             "sonnx_serve_request_duration_seconds",
             "Inference request latency: body read to response built",
-            ["model"],
+            ["model", "protocol"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
@@ -79,6 +85,10 @@ class ServeMetrics:
             registry=r,
         )
 
+    def request(self, model: str, protocol: str) -> RequestRecord:
+        """Count one inference request now; call ``done`` on the result when it is answered."""
+        return RequestRecord(self, model, protocol)
+
     def observer(self, model: str) -> ModelObserver:
         """The batcher's view of these metrics for ``model``."""
         return ModelObserver(self, model)
@@ -86,6 +96,26 @@ class ServeMetrics:
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class RequestRecord:
+    """One inference request in the metrics: counted and in flight from creation, answered at
+    :meth:`done`."""
+
+    def __init__(self, metrics: ServeMetrics, model: str, protocol: str) -> None:
+        self._metrics, self._labels = metrics, (model, protocol)
+        self._start = time.perf_counter()
+        metrics.requests.labels(model, protocol).inc()
+        self._in_flight = metrics.in_flight.labels(model)
+        self._in_flight.inc()
+
+    def done(self, failure_code: str | None = None) -> None:
+        """The request was answered: successfully, or with ``failure_code``."""
+        self._in_flight.dec()
+        if failure_code is not None:
+            self._metrics.failures.labels(*self._labels, failure_code).inc()
+        elapsed = time.perf_counter() - self._start
+        self._metrics.latency.labels(*self._labels).observe(elapsed)
 
 
 class ModelObserver:

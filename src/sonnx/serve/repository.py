@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,17 @@ class ModelVersion:
     config: ModelConfig
     signature: ModelSignature
     batcher: Batcher
+
+    async def infer(self, inputs: Arrays, timeout_s: float | None, received: float) -> Arrays:
+        """Run ``inputs`` through the batcher; every output by name. The deadline is the
+        model's ``request_timeout_ms`` or the request's ``timeout_s`` if shorter, counted
+        from ``received`` (a :func:`time.perf_counter` reading)."""
+        timeout = self.config.request_timeout_ms / 1e3
+        if timeout_s is not None:
+            timeout = min(timeout, timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() - (time.perf_counter() - received) + timeout
+        return await self.batcher.submit(inputs, deadline)
 
 
 @dataclass
@@ -200,6 +212,7 @@ class ModelRepository:
             max_queue_delay_s=config.max_queue_delay_ms / 1e3,
             max_queue_size=config.max_queue_size,
             instance_count=config.instance_count,
+            padded=config.padded_batches,
         )
         batcher = Batcher(name, _runner(name, reps), policy, self._metrics.observer(name))
         return ModelVersion(name, version, config, signature, batcher)

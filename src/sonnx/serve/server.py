@@ -13,7 +13,10 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -21,6 +24,9 @@ from sonnx import autograd
 from sonnx.serve.app import create_app
 from sonnx.serve.errors import ConfigError
 from sonnx.serve.logs import configure_logging
+
+if TYPE_CHECKING:
+    from sonnx.serve.grpc_service import GrpcEndpoint
 
 log = logging.getLogger("sonnx.serve")
 
@@ -30,16 +36,22 @@ def run_server(
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
+    grpc_port: int | None = None,
     api_key: str | None = None,
     max_request_mb: float = 64.0,
     shutdown_timeout: float = 30.0,
     log_level: str = "info",
 ) -> int:
     """Serve ``model_repository`` until SIGTERM or SIGINT; the exit code (0 after a graceful
-    stop). ``port`` 0 picks a free port, logged in the ``listening`` line."""
+    stop). ``port`` 0 picks a free port, logged in the ``listening`` line. ``grpc_port`` (None:
+    no gRPC) serves the same models over gRPC too, logged in the ``grpc_listening`` line."""
     autograd.training = False  # serving never records gradients
+    limit = int(max_request_mb * 2**20)
+    services = []
+    if grpc_port is not None:
+        services.append(_grpc_endpoint(host, grpc_port, api_key, limit, shutdown_timeout))
     app = create_app(
-        Path(model_repository), api_key=api_key, max_request_bytes=int(max_request_mb * 2**20)
+        Path(model_repository), api_key=api_key, max_request_bytes=limit, services=services
     )
     sock = bind_socket(host, port)
     configure_logging(log_level)
@@ -60,9 +72,39 @@ def run_server(
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stopped)
-    uvicorn.Server(config).run(sockets=[sock])
+    _Server(config, on_exit=[s.request_stop for s in services]).run(sockets=[sock])
     log.info("stopped", extra={"fields": {"event": "stopped"}})
     return 0
+
+
+def _grpc_endpoint(
+    host: str, port: int, api_key: str | None, limit: int, grace_s: float
+) -> GrpcEndpoint:
+    """The gRPC endpoint, imported only when asked for; a taken port is reported now, as a
+    :class:`ConfigError`, rather than as a failed start-up once uvicorn runs."""
+    try:
+        from sonnx.serve.grpc_service import GrpcEndpoint
+    except ImportError as e:
+        raise ConfigError(
+            f"--grpc-port needs grpcio and tritonclient[grpc] (pip install sonnx[serve]): {e}"
+        ) from None
+    if port != 0:
+        bind_socket(host, port).close()
+    return GrpcEndpoint(host, port, api_key=api_key, max_request_bytes=limit, grace_s=grace_s)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, also telling the other endpoints when a stop signal arrives, so that they
+    refuse new calls and drain while uvicorn drains HTTP (the app's shutdown then waits)."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: list[Callable[[], None]]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        for callback in self._on_exit:
+            callback()
 
 
 def _stopped(signum: int, frame: object) -> None:
