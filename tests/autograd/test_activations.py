@@ -12,6 +12,7 @@ from onnx.reference import ReferenceEvaluator
 
 import sonnx.autograd as autograd
 from sonnx.autograd import activations as act
+from sonnx.autograd import activations_softmax as sm
 from sonnx.errors import BadInputError, ExportError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
@@ -140,7 +141,7 @@ def test_singa_function_defaults_equal_onnx():
     np.testing.assert_allclose(act.leakyrelu(t).numpy(), _reference("LeakyRelu", [X], 16))
     np.testing.assert_allclose(act.hardsigmoid(t).numpy(), _reference("HardSigmoid", [X], 22))
     ref = _reference("Softmax", [X], 13, axis=1)
-    np.testing.assert_allclose(act.softmax(t).numpy(), ref, rtol=1e-6)
+    np.testing.assert_allclose(sm.softmax(t).numpy(), ref, rtol=1e-6)
 
 
 X3 = RNG.standard_normal((2, 3, 4)).astype(np.float32)
@@ -150,7 +151,7 @@ X3 = RNG.standard_normal((2, 3, 4)).astype(np.float32)
 @pytest.mark.parametrize("version", [1, 11, 13])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_softmax_family_versions(op_type, version, axis):
-    op = getattr(act, op_type)(version=version, axis=axis)
+    op = getattr(sm, op_type)(version=version, axis=axis)
     got = op(_tensor(X3)).numpy()
     if version < 13:
         # onnx.reference implements only the one-axis meaning: coerce to 2-D by hand.
@@ -165,12 +166,12 @@ def test_softmax_family_versions(op_type, version, axis):
 @pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax", "Hardmax"])
 @pytest.mark.parametrize(("version", "target"), [(11, 13), (13, 11), (11, 11), (None, 18)])
 def test_softmax_family_exports_across_the_opset_13_change(op_type, version, target):
-    op = getattr(act, op_type)(version=version, axis=1)
+    op = getattr(sm, op_type)(version=version, axis=1)
     expected = op(_tensor(X3)).numpy()
     np.testing.assert_allclose(_run_exported(op, [X3], target), expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("fn", [act.softmax, act.log_softmax])
+@pytest.mark.parametrize("fn", [sm.softmax, sm.log_softmax])
 def test_softmax_gradients(fn):
     check_grad(lambda t: fn(t, axis=1), [RNG.standard_normal((2, 3, 2))])
 
@@ -178,7 +179,7 @@ def test_softmax_gradients(fn):
 def test_hardmax_has_no_gradient_and_picks_first_maximum():
     autograd.training = True
     x = Tensor(data=np.array([[1.0, 3.0, 3.0]]), requires_grad=True, stores_grad=True)
-    y = act.hardmax(x)
+    y = sm.hardmax(x)
     assert y.numpy().tolist() == [[0.0, 1.0, 0.0]]
     assert not y.requires_grad
 
@@ -229,7 +230,7 @@ def test_bad_inputs():
     with pytest.raises(BadInputError, match="PRelu: input slope must broadcast"):
         act.prelu(_tensor(X), _tensor(np.ones(3, dtype=np.float32)))
     with pytest.raises(BadInputError, match="Softmax: attribute axis"):
-        act.softmax(_tensor(X), axis=2)
+        sm.softmax(_tensor(X), axis=2)
     with pytest.raises(BadInputError, match="SwiGLU: inputs A and B"):
         act.swiglu(_tensor(X), _tensor(X[:2]))
     with pytest.raises(BadInputError, match="Gelu: attribute approximate"):
@@ -246,7 +247,7 @@ def test_half_precision_runs():
 
 def test_float16_softmax_rounds_like_the_onnx_reference():
     x = (RNG.standard_normal((4, 7)) * 3).astype(np.float16)
-    got = act.softmax(_tensor(x), axis=1).numpy()
+    got = sm.softmax(_tensor(x), axis=1).numpy()
     np.testing.assert_array_equal(got, _reference("Softmax", [x], 13, axis=1))
 
 

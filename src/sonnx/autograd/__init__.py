@@ -7,6 +7,7 @@ operator, plus a lower-case function with SINGA's name (``relu``, ``conv2d``, â€
 
 # ruff: noqa: F403
 from sonnx.autograd.activations import *
+from sonnx.autograd.activations_softmax import *
 from sonnx.autograd.attention import *
 from sonnx.autograd.backward import backward, gradients, trainable_tensors
 from sonnx.autograd.cast import *

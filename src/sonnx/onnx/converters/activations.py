@@ -8,18 +8,15 @@ from sonnx.autograd.activations import (
     Celu,
     Elu,
     Gelu,
-    Hardmax,
     HardSigmoid,
     HardSwish,
     LeakyRelu,
-    LogSoftmax,
     Mish,
     PRelu,
     Relu,
     Selu,
     Shrink,
     Sigmoid,
-    Softmax,
     Softplus,
     Softsign,
     SwiGLU,
@@ -27,6 +24,7 @@ from sonnx.autograd.activations import (
     Tanh,
     ThresholdedRelu,
 )
+from sonnx.autograd.activations_softmax import Hardmax, LogSoftmax, Softmax
 from sonnx.onnx.registry import register_operator
 
 register_operator(Relu, 1, 6, 13, 14)
