@@ -34,7 +34,7 @@ from sonnx.errors import BadInputError
 if TYPE_CHECKING:
     from sonnx.autograd.operator import Operator
 
-__all__ = ["StringArray", "as_string_array", "is_string_array", "run_on_strings"]
+__all__ = ["StringArray", "as_string_array", "is_string_array", "object_array", "run_on_strings"]
 
 # Operators whose every output is made of their inputs' elements, moved (the ONNX spec lets
 # each of them take strings).
@@ -71,6 +71,15 @@ SHAPE_OPS = frozenset({"Shape", "Size"})
 _CPU = torch.device("cpu")
 
 
+def object_array(values: Sequence[Any], shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """``values`` (a flat sequence of str) as an object array of ``shape`` (1-D by default);
+    NumPy would turn a list of equal-length lists into extra dimensions, or strs into a ``<U``
+    array, so elements are assigned one by one."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out if shape is None else out.reshape(shape)
+
+
 def as_string_array(values: Any, what: str = "value") -> np.ndarray:
     """``values`` as a NumPy ``object`` array of Python ``str`` (bytes are UTF-8 decoded)."""
     array = np.asarray(values)
@@ -79,10 +88,7 @@ def as_string_array(values: Any, what: str = "value") -> np.ndarray:
     if array.dtype.kind == "S":
         return np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(array)
     if array.dtype.kind == "O" or (array.size == 0 and array.dtype.kind == "f"):
-        flat = [_as_str(v, what) for v in array.reshape(-1)]
-        out = np.empty(len(flat), dtype=object)
-        out[:] = flat
-        return out.reshape(array.shape)
+        return object_array([_as_str(v, what) for v in array.reshape(-1)], array.shape)
     raise BadInputError(f"{what}: expected strings, received an array of {array.dtype}")
 
 
@@ -204,9 +210,7 @@ def is_string_array(values: Any) -> bool:
 def pick(pool: np.ndarray, positions: torch.Tensor) -> StringArray:
     """The strings of the flat ``pool`` at int64 ``positions``, in the positions' shape."""
     index = positions.detach().cpu().numpy()
-    out = np.empty(index.shape, dtype=object)
-    out.reshape(-1)[:] = pool[index.reshape(-1)] if index.size else []
-    return StringArray(out)
+    return StringArray(object_array(pool[index.reshape(-1)], index.shape))
 
 
 def numbers(values: np.ndarray) -> torch.Tensor:

@@ -25,7 +25,7 @@ from sonnx.autograd.operator import Operator
 from sonnx.dtypes import STRING, ElementType
 from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.onnx.graph_builder import GraphBuilder
-from sonnx.strings import StringArray, numbers
+from sonnx.strings import StringArray, numbers, object_array
 from sonnx.tensor import Tensor
 
 __all__ = ["BitCast", "Cast", "CastLike", "bitcast", "cast", "cast_like"]
@@ -263,9 +263,7 @@ def format_numbers(op: str, x: torch.Tensor) -> StringArray:
         text = [_format_float(v) for v in values]
     else:
         text = [str(v) for v in values]
-    out = np.empty(len(text), dtype=object)
-    out[:] = text
-    return StringArray(out.reshape(tuple(x.shape)))
+    return StringArray(object_array(text, tuple(x.shape)))
 
 
 def cast_any(

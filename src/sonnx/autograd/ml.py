@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
+from sonnx.autograd.ml_common import FEATURE_TYPES, ML_DOMAIN
 from sonnx.autograd.ml_tree_engine import MEMBER, TreeEngine, TreeNodes, compare_dtype
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError
@@ -30,8 +31,6 @@ __all__ = [
     "tree_ensemble",
 ]
 
-ML_DOMAIN = "ai.onnx.ml"
-_NUMBERS = (torch.float32, torch.float64, torch.int32, torch.int64)
 _TREE_TYPES = (torch.float16, torch.float32, torch.float64)
 AGGREGATES = {0: "AVERAGE", 1: "SUM", 2: "MIN", 3: "MAX"}
 POST_TRANSFORMS = {0: "NONE", 1: "SOFTMAX", 2: "LOGISTIC", 3: "SOFTMAX_ZERO", 4: "PROBIT"}
@@ -45,7 +44,7 @@ class Binarizer(Operator):
     domain = ML_DOMAIN
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype not in _NUMBERS:
+        if x.dtype not in FEATURE_TYPES:
             raise BadInputError(
                 f"Binarizer: input X must be float32, float64, int32 or int64, received {x.dtype}"
             )

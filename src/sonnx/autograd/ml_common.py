@@ -19,7 +19,7 @@ import torch
 
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError
-from sonnx.strings import StringArray
+from sonnx.strings import StringArray, object_array
 
 ML_DOMAIN = "ai.onnx.ml"
 POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
@@ -96,9 +96,7 @@ def labels_tensor(labels: Sequence[int] | Sequence[str], device: torch.device) -
     """The labels as a table to index with class positions: an int64 tensor on ``device``, or a
     :class:`~sonnx.strings.StringArray` (on the host) for string labels."""
     if labels and isinstance(labels[0], str):
-        table = np.empty(len(labels), dtype=object)
-        table[:] = list(labels)
-        return StringArray(table)
+        return StringArray(object_array(list(labels)))
     return torch.tensor(list(labels), dtype=torch.int64, device=device)
 
 

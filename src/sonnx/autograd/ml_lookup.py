@@ -18,7 +18,7 @@ from sonnx import dtypes
 from sonnx.autograd.ml_common import ML_DOMAIN
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError
-from sonnx.strings import StringArray, numbers
+from sonnx.strings import StringArray, numbers, object_array
 
 __all__ = ["CategoryMapper", "LabelEncoder"]
 
@@ -64,9 +64,7 @@ def _result(values: np.ndarray) -> StringArray | torch.Tensor:
 
 
 def _strings(values: Any) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = [v.decode() if isinstance(v, bytes) else str(v) for v in values]
-    return out
+    return object_array([v.decode() if isinstance(v, bytes) else str(v) for v in values])
 
 
 class LabelEncoder(Operator):

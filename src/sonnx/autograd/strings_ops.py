@@ -22,7 +22,7 @@ from sonnx.autograd.conv_common import require_opset
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_builder import GraphBuilder
-from sonnx.strings import StringArray, numbers
+from sonnx.strings import StringArray, numbers, object_array
 from sonnx.tensor import Tensor
 
 __all__ = [
@@ -47,14 +47,6 @@ def string_input(op_type: str, position: int, name: str, value: Any) -> np.ndarr
             f"{op_type}: input {position} ({name}) must be a string tensor, received {received}"
         )
     return value.array
-
-
-def object_array(values: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """``values`` (a flat sequence of str) as an object array of ``shape``; NumPy would turn a
-    list of equal-length lists into extra dimensions, so elements are assigned one by one."""
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out.reshape(shape)
 
 
 class _StringOp(Operator):

@@ -20,9 +20,9 @@ import torch
 
 from sonnx.autograd.conv_common import require_opset
 from sonnx.autograd.operator import Operator
-from sonnx.autograd.strings_ops import compile_re2, object_array, string_input
+from sonnx.autograd.strings_ops import compile_re2, string_input
 from sonnx.errors import BadInputError
-from sonnx.strings import StringArray, numbers
+from sonnx.strings import StringArray, numbers, object_array
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:

@@ -52,6 +52,7 @@ def place_constant(t: Tensor, dev: Device) -> None:
     t.to_device(Device(constant_device(t.data, dev.torch_device)))
 
 
+#: What the importer appends to a shared statistics input's name for its own buffer.
 STATISTICS_SUFFIX = "/statistics"
 # Inputs that hold running statistics rather than weights: (op type, input positions).
 _STATISTICS_INPUTS = {"BatchNormalization": (3, 4)}

@@ -470,7 +470,6 @@ def _evaluate_constant(step: Step) -> Tensor:
         raise failure from e
 
 
-#: What the importer appends to a shared statistics input's name for its own buffer.
 def _mark_foldable(steps: list[Step], constants: dict[str, Tensor]) -> None:
     """Mark the steps that read only constants and steps marked before them (no subgraphs, no
     random draws): what depends only on weights and constants."""
