@@ -470,11 +470,12 @@ def _check_nodes_exist(g: GraphBuilder, first: int, op: Operator) -> None:
 def _takes_strings(schema: onnx.defs.OpSchema, inputs: Sequence[Tensor | None]) -> bool:
     """False when a string input sits where ``schema``'s type constraints allow no strings
     (Equal takes strings from opset 19 only)."""
-    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    strings = [i for i, t in enumerate(inputs) if t is not None and t.dtype is dtypes.STRING]
     formal = schema.inputs
-    for i, t in enumerate(inputs):
-        if t is None or t.dtype is not dtypes.STRING or not formal:
-            continue
+    if not strings or not formal:  # the common case: nothing to look up
+        return True
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    for i in strings:
         type_str = formal[min(i, len(formal) - 1)].type_str
         if "tensor(string)" not in allowed.get(type_str, {type_str}):
             return False
