@@ -31,6 +31,7 @@ import numpy as np
 
 from sonnx.serve.datatypes import DATATYPES
 from sonnx.serve.errors import InvalidRequestError, UnsupportedError
+from sonnx.strings import object_array
 
 # JSON headers (or BYTES bodies) above this are decoded, and outputs above this encoded, in a
 # worker thread, off the event loop (by both the HTTP and the gRPC endpoint).
@@ -234,7 +235,7 @@ def decode_json_data(data: Any, datatype: str, count: int, name: str) -> np.ndar
                 f"input {name!r} (BYTES): JSON data must be a (nested) list of strings, "
                 f"received {_short(data)}"
             )
-        return check_count(_object_array(flat), count, name)
+        return check_count(object_array(flat), count, name)
     target = DATATYPES[datatype]
     if target.kind in "iu":
         return check_count(_integers(data, target, name, datatype), count, name)
@@ -330,7 +331,7 @@ def decode_bytes_tensor(data: bytes | memoryview, count: int, name: str) -> np.n
 def decode_bytes_elements(items: Sequence[bytes | memoryview], count: int, name: str) -> np.ndarray:
     """BYTES elements (UTF-8) as a flat object array of ``str``, ``count`` of them."""
     return check_count(
-        _object_array([_utf8(raw, name, index) for index, raw in enumerate(items)]), count, name
+        object_array([_utf8(raw, name, index) for index, raw in enumerate(items)]), count, name
     )
 
 
@@ -342,13 +343,6 @@ def _utf8(raw: bytes | memoryview, name: str, index: int) -> str:
             f"input {name!r} (BYTES): element {index} is not valid UTF-8 ({e.reason} at byte "
             f"{e.start}); BYTES inputs are ONNX STRING tensors and must hold UTF-8 text"
         ) from None
-
-
-def _object_array(items: list[Any]) -> np.ndarray:
-    """A 1-D object array of ``items`` (``np.array`` would make a ``<U`` array of strs)."""
-    array = np.empty(len(items), dtype=object)
-    array[:] = items
-    return array
 
 
 # ---- encoding ------------------------------------------------------------------------------
