@@ -8,7 +8,8 @@ Each zoo stand-in (``bench/infer.py``'s sizes: ``--image``, ``--det-sizes``, ``-
 variant, in that order. Each row is one first run at a new shape: the graphs compiled by it
 (``new``), its seconds (trace + compile + run), and the largest |graph - eager| over the
 outputs. A new process with the same ``TORCHINDUCTOR_CACHE_DIR`` shows the cold start: the
-compiles then come from inductor's caches on disk.
+compiles then come from inductor's caches on disk. ``--per-shape`` compiles every input shape
+on its own, as graph mode did before shapes were traced symbolically.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ def main() -> None:
     parser.add_argument("--det-sizes", nargs="+", default=["320x320", "480x640"])
     parser.add_argument("--rec-widths", nargs="+", type=int, default=[160, 320])
     parser.add_argument("--qbert-seqs", nargs="+", type=int, default=[16, 128])
+    parser.add_argument(
+        "--per-shape", action="store_true", help="compile per input shape (no symbolic sizes)"
+    )
     add_common_args(parser)
     args = parser.parse_args()
     pin_threads(args.threads)
@@ -45,6 +49,7 @@ def main() -> None:
         eager = sonnx.prepare(spec.onnx_bytes)
         graph = sonnx.prepare(spec.onnx_bytes, use_graph=True)
         runner = graph.graph_runner
+        runner.dynamic = not args.per_shape
         total, count = 0.0, 0
         for label, make in spec.variants.items():
             for batch in spec.batches:

@@ -20,6 +20,7 @@ from sonnx.device import Device, as_device
 from sonnx.dims import Dim
 from sonnx.errors import BadInputError
 from sonnx.strings import StringArray, as_string_array, is_string_array
+from sonnx.symbolic_sizes import SymbolicInts
 
 if TYPE_CHECKING:
     from sonnx.autograd.operator import Operator
@@ -392,6 +393,23 @@ class StringTensor(Tensor):
 def string_tensor(data: StringArray, creator: Operator | None = None, index: int = 0) -> Tensor:
     """An operator's string output: ``data`` wrapped, with its creator recorded."""
     out = object.__new__(StringTensor)
+    out.data = data
+    out.creator = creator
+    out.output_index = index
+    out.name = None
+    out._requires_grad = False
+    out._stores_grad = False
+    return out
+
+
+class SymbolicTensor(Tensor):
+    """A shape value while graph mode traces with symbolic sizes: ``data`` is a
+    :class:`~sonnx.symbolic_sizes.SymbolicInts`, whose elements may be torch symbols."""
+
+
+def symbolic_tensor(data: SymbolicInts, creator: Operator | None = None, index: int = 0) -> Tensor:
+    """An operator's symbolic shape value: ``data`` wrapped, with its creator recorded."""
+    out = object.__new__(SymbolicTensor)
     out.data = data
     out.creator = creator
     out.output_index = index

@@ -22,6 +22,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.errors import BadInputError
+from sonnx.symbolic_sizes import has_symbols
 
 WIDENED_UINTS = frozenset({torch.uint16, torch.uint32})
 NO_KERNEL_UINTS = frozenset({torch.uint16, torch.uint32, torch.uint64})
@@ -111,6 +112,8 @@ def broadcast_shapes(*shapes: Sequence[int]) -> torch.Size:
     computed on the shape tuples in plain Python: operators check shapes on every call, and
     torch's version costs several times more."""
     tuples = [tuple(s) for s in shapes]
+    if any(has_symbols(s) for s in tuples):  # a symbolic trace: torch's rules on symbols
+        return torch.broadcast_shapes(*tuples)
     first = tuples[0]
     if all(s == first for s in tuples[1:]):
         return torch.Size(first)

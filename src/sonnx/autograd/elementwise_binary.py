@@ -25,6 +25,7 @@ from sonnx.autograd.elementwise_base import (
     same_dtype,
 )
 from sonnx.autograd.operator import Operator
+from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError, ExportError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
@@ -41,14 +42,19 @@ class BinaryOp(Operator):
     _checked: tuple[Any, ...] | None = None
 
     def check(self, a: torch.Tensor, b: torch.Tensor, numeric: bool = True) -> None:
-        signature = (a.shape, b.shape, a.dtype, b.dtype, numeric)
-        if signature == self._checked:
+        # Not while a graph is traced: shapes may be symbols then, which must neither be
+        # compared with a kept signature (a guard pinning the graph) nor kept (for a later
+        # trace to meet).
+        kept = value_checks()
+        signature = (a.shape, b.shape, a.dtype, b.dtype, numeric) if kept else None
+        if kept and signature == self._checked:
             return
         same_dtype(self.op_type, self.input_names, (a, b))
         broadcast_shape(self.op_type, self.input_names, (a, b))
         if numeric:
             require(self.op_type, self.input_names[0], a, "a numeric tensor", a.dtype != torch.bool)
-        self._checked = signature
+        if kept:
+            self._checked = signature
 
 
 class Add(BinaryOp):

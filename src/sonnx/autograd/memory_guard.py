@@ -22,6 +22,7 @@ from functools import cache
 import torch
 
 from sonnx.errors import BadInputError, ResourceLimitError
+from sonnx.symbolic_sizes import has_symbols
 
 ENV_VAR = "SONNX_MAX_TENSOR_BYTES"
 
@@ -64,6 +65,8 @@ def check_elements(
 ) -> None:
     """Raise :class:`ResourceLimitError` if ``count`` elements of ``itemsize`` bytes each
     exceed the limit of ``device``; ``what`` names the tensor (``"ConstantOfShape: output"``)."""
+    if has_symbols([count]):  # a trace with symbolic sizes: no one size to check
+        return
     needed = count * max(itemsize, 1)
     limit = max_tensor_bytes(device)
     if needed > limit:
@@ -81,6 +84,8 @@ def check_shape(
 
     Negative dims are reported as such rather than multiplied into a negative size.
     """
+    if has_symbols(shape):  # a trace with symbolic sizes: reading them would pin them
+        return
     dims = [int(d) for d in shape]
     if any(d < 0 for d in dims):
         raise BadInputError(f"{what}: expected non-negative dims, received shape {tuple(dims)}")

@@ -25,7 +25,15 @@ from sonnx.autograd.host_values import forget, host, place_inputs
 from sonnx.errors import BadInputError
 from sonnx.onnx.attributes import schema_defaults
 from sonnx.strings import StringArray, run_on_strings
-from sonnx.tensor import RecordedTensor, StringTensor, Tensor, string_tensor
+from sonnx.symbolic_sizes import SYMBOLIC_TYPES, SymbolicInts, run_on_symbols
+from sonnx.tensor import (
+    RecordedTensor,
+    StringTensor,
+    SymbolicTensor,
+    Tensor,
+    string_tensor,
+    symbolic_tensor,
+)
 
 if TYPE_CHECKING:
     from sonnx.onnx.graph_builder import GraphBuilder
@@ -104,6 +112,8 @@ class Operator:
         given = [None if a is None else a.data for a in args]
         if any(type(a) is StringTensor for a in args):
             result = run_on_strings(self, given)
+        elif any(type(a) is SymbolicTensor for a in args):
+            result = run_on_symbols(self, given)
         else:
             raw = place_inputs(self.op_type, given)
             try:
@@ -115,7 +125,7 @@ class Operator:
         self.inputs = tuple(recorded_input(a) for a in args)
         self.sequence = next_call_number()
         needs_grad = any(a is not None and a.requires_grad for a in args)
-        if isinstance(result, (torch.Tensor, StringArray)):
+        if isinstance(result, (torch.Tensor, StringArray, SymbolicInts)):
             self.num_outputs = 1
             return _wrap(result, self, 0, needs_grad)
         outs = tuple(
@@ -140,10 +150,15 @@ class Operator:
 
 
 def _wrap(
-    data: torch.Tensor | StringArray, creator: Operator, index: int, needs_grad: bool
+    data: torch.Tensor | StringArray | SymbolicInts,
+    creator: Operator,
+    index: int,
+    needs_grad: bool,
 ) -> Tensor:
     if type(data) is StringArray:
         return string_tensor(data, creator, index)
+    if type(data) is SymbolicInts:
+        return symbolic_tensor(data, creator, index)
     out = object.__new__(Tensor)
     out.data = data
     out.creator = creator
@@ -158,7 +173,10 @@ def recorded_input(t: Tensor | None) -> Tensor | None:
     """What this operator keeps of input ``t``: leaves (parameters, constants, graph inputs),
     parameters and small values whole — an export may write a small computed value (a scale, an
     axis) as an attribute — and large computed values as a :class:`RecordedTensor`."""
-    if t is None or t.creator is None or t._stores_grad or t.data.numel() <= KEPT_VALUE_SIZE:
+    if t is None or t.creator is None or t._stores_grad:
+        return t
+    count = t.data.numel()
+    if not isinstance(count, torch.SymInt) and count <= KEPT_VALUE_SIZE:
         return t
     return RecordedTensor(t)
 
@@ -189,8 +207,14 @@ def _constant(value: Any, reference: Tensor | None, op_type: str, position: int)
     )
 
 
-def host_ints(x: torch.Tensor | None) -> list[int] | None:
-    """An integer tensor input (a shape, axes, pads) as a Python list; None stays None."""
+def host_ints(x: torch.Tensor | SymbolicInts | None) -> list[int] | None:
+    """An integer tensor input (a shape, axes, pads) as a Python list; None stays None.
+
+    A symbolic shape value (:mod:`sonnx.symbolic_sizes`) keeps its symbols: reading them as
+    ints would pin the traced graph to their current values."""
     if x is None:
         return None
-    return [int(v) for v in host(x).reshape(-1).tolist()]
+    value = host(x)
+    if type(value) is SymbolicInts:
+        return [v if isinstance(v, SYMBOLIC_TYPES) else int(v) for v in value.tolist()]
+    return [int(v) for v in value.reshape(-1).tolist()]

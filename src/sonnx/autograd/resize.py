@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from sonnx import dtypes
 from sonnx.autograd.host_values import host
@@ -34,6 +35,7 @@ from sonnx.autograd.resize_grid import (
     roi_align,
 )
 from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
+from sonnx.symbolic_sizes import has_symbols
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -187,6 +189,58 @@ def _apply_plan(x: torch.Tensor, axis: int, plan: _AxisPlan, fill: float) -> tor
     return gathered
 
 
+def _interpolated(
+    op: Resize,
+    x: torch.Tensor,
+    axes: list[int],
+    in_shape: list[Any],
+    out_shape: list[Any],
+    scales: list[Any],
+    given_sizes: bool,
+) -> torch.Tensor:
+    """Resize to symbolic sizes, for a graph traced with symbolic sizes.
+
+    The plan of taps above is computed on the host for known sizes; here the taps are
+    computed by traced tensor operations whose only symbolic operands are integers (a float
+    symbol would not survive inductor), for the modes exporters write: nearest
+    ``asymmetric``/``floor`` at a whole scale or to given sizes, and linear ``half_pixel`` /
+    ``pytorch_half_pixel``. Any other resize raises, and graph mode compiles that part for
+    each shape instead.
+    """
+    mode, coordinates = op.attr("mode"), op.attr("coordinate_transformation_mode")
+    rounding = op.attr("nearest_mode")
+    nearest = mode == "nearest" and (coordinates, rounding) == ("asymmetric", "floor")
+    linear = mode == "linear" and coordinates in ("half_pixel", "pytorch_half_pixel")
+    if (
+        not (nearest or linear)
+        or op.attr("antialias")
+        or (linear and not dtypes.is_float(x.dtype))
+        or not (given_sizes or all(isinstance(s, float) and s.is_integer() for s in scales))
+    ):
+        raise NotImplementedError(
+            f"Resize: mode {mode!r} with {coordinates!r} and scales {scales} on a {x.dtype} "
+            "input has no form for symbolic sizes"
+        )
+    for axis, n, o in zip(axes, in_shape, out_shape, strict=True):
+        if statically_known_true(o == n):
+            continue
+        if nearest:  # floor(y / (o / n)), exactly, in integers
+            x = x.index_select(axis, torch.arange(o, device=x.device) * n // o)
+            continue
+        # The tap left of each output position and the weight of the one right of it.
+        at = ((torch.arange(o, device=x.device, dtype=torch.float32) + 0.5) * n / o - 0.5).clamp(
+            min=0
+        )
+        left = at.floor().long().clamp(max=n - 1)
+        right = (left + 1).clamp(max=n - 1)
+        shape = [1] * x.dim()
+        shape[axis] = o
+        weight = (at - left).to(x.dtype).reshape(shape)
+        low = x.index_select(axis, left)
+        x = low + (x.index_select(axis, right) - low) * weight
+    return x
+
+
 class Resize(Operator):
     """ONNX Resize (11, 13, 18, 19): nearest / linear / cubic, every coordinate mode.
 
@@ -211,6 +265,9 @@ class Resize(Operator):
             full[axis] = n
         check_shape("Resize: output", full, x.dtype, x.device)
         rois = self._rois(roi, axes, x.dim())
+        if has_symbols(in_shape) or has_symbols(out_shape):  # a trace with symbolic sizes
+            given_sizes = sizes is not None and sizes.numel() > 0
+            return _interpolated(self, x, axes, in_shape, out_shape, scale_list, given_sizes)
         compute = x if dtypes.is_float(x.dtype) or self.attr("mode") == "nearest" else x.double()
         fill = float(self.attr("extrapolation_value"))
         for k, axis in enumerate(axes):
@@ -280,8 +337,10 @@ class Resize(Operator):
             scale_list = [float(s) for s in host(scales).reshape(-1).tolist()]
             if any(s <= 0 for s in scale_list):
                 raise BadInputError(f"Resize: scales must be positive, received {scale_list}")
+            # A whole scale multiplies: the same sizes, and symbolic sizes stay integers.
             return scale_list, [
-                math.floor(s * n) for s, n in zip(scale_list, in_shape, strict=True)
+                n * int(s) if s.is_integer() else math.floor(s * n)
+                for s, n in zip(scale_list, in_shape, strict=True)
             ]
         out = host_ints(sizes)
         scale_list = [o / n for o, n in zip(out, in_shape, strict=True)]

@@ -21,8 +21,10 @@ import torch.nn.functional as F
 
 from sonnx.autograd.normalization_common import check_float
 from sonnx.autograd.operator import Operator, TorchOutputs
+from sonnx.autograd.tracing import NotTraceableError
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_builder import GraphBuilder
+from sonnx.symbolic_sizes import has_symbols
 from sonnx.tensor import Tensor
 
 __all__ = ["GRU", "LSTM", "RNN", "gru", "lstm", "rnn"]
@@ -188,6 +190,9 @@ class _Recurrent(Operator):
 
     def _run_direction(self, x, weights, init, acts, lengths, reverse: bool):
         """Run one direction; returns Y (steps, batch, hidden) and the final states."""
+        if has_symbols(x.shape[:1]):
+            # A loop of symbolic length cannot be unrolled into one graph for every length.
+            raise NotTraceableError("it steps through a sequence of symbolic length")
         w, r, b, p = weights
         rows = w.shape[0]
         projected = x @ w.T

@@ -20,6 +20,7 @@ from sonnx.autograd.operator import Operator, host_ints
 from sonnx.autograd.shape_common import attrs_without, int64_input
 from sonnx.device import as_device
 from sonnx.errors import BadInputError
+from sonnx.symbolic_sizes import SYMBOLIC_TYPES, has_symbols, symbolic
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -70,8 +71,11 @@ class Shape(Operator):
         start = self.attr("start") or 0
         end = self.attr("end")
         # Python slicing clamps negative and out-of-range bounds exactly as ONNX does.
+        dims = list(x.shape)[start:end]
+        if has_symbols(dims):  # a trace with symbolic sizes: keep the symbols
+            return symbolic(dims)
         # host: shape values live on the host (see sonnx.autograd.host_values)
-        return torch.tensor(list(x.shape)[start:end], dtype=torch.int64)
+        return torch.tensor(dims, dtype=torch.int64)
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         start, end = self.attr("start") or 0, self.attr("end")
@@ -95,7 +99,10 @@ class Size(Operator):
     op_type = "Size"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tensor(x.numel(), dtype=torch.int64)  # host: a shape value
+        count = x.numel()
+        if has_symbols([count]):  # a trace with symbolic sizes: keep the symbol
+            return symbolic([count]).reshape(())
+        return torch.tensor(count, dtype=torch.int64)  # host: a shape value
 
 
 class Constant(Operator):
@@ -174,12 +181,12 @@ class Range(Operator):
                 )
         dtype = start.dtype
         if dtype.is_floating_point:
-            s, stop, d = (float(host(t).item()) for t in (start, limit, delta))
-            count = max(math.ceil((stop - s) / d), 0) if d else None
+            s, stop, d = (_host_scalar(t, float) for t in (start, limit, delta))
+            count = torch.sym_max(_float_range_count(s, stop, d), 0) if d else None
             step_type = torch.float64
         else:
-            s, stop, d = (int(host(t).item()) for t in (start, limit, delta))
-            count = max(-((s - stop) // d), 0) if d else None
+            s, stop, d = (_host_scalar(t, int) for t in (start, limit, delta))
+            count = torch.sym_max(-((s - stop) // d), 0) if d else None
             step_type = torch.int64
         if count is None:
             raise BadInputError("Range: delta must be non-zero, received 0")
@@ -190,6 +197,26 @@ class Range(Operator):
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         attrs = self.export_attrs(g) if g.opset >= 27 else attrs_without(self.attrs, "stash_type")
         g.add_node("Range", inputs, outputs, **attrs)
+
+
+def _float_range_count(start: Any, limit: Any, delta: Any) -> Any:
+    """``ceil((limit - start) / delta)``; with a symbolic size among whole numbers (a float
+    Range over an image side, as detection heads build their grids), in integers, since a
+    float symbol in a traced graph is one inductor cannot compile."""
+    bounds = (start, limit, delta)
+    if not has_symbols(bounds):
+        return math.ceil((limit - start) / delta)
+    if not all(isinstance(v, torch.SymInt) or float(v).is_integer() for v in bounds):
+        raise NotImplementedError(f"Range: bounds {bounds} have no form for symbolic sizes")
+    first, last, step = (v if isinstance(v, torch.SymInt) else int(v) for v in bounds)
+    return -((first - last) // step)
+
+
+def _host_scalar(t: torch.Tensor, kind: type) -> Any:
+    """A scalar input's value on the host as ``kind``; a symbolic size (a trace with symbolic
+    sizes, see :mod:`sonnx.symbolic_sizes`) stays a symbol."""
+    value = host(t).item()
+    return value if isinstance(value, SYMBOLIC_TYPES) else kind(value)
 
 
 class EyeLike(Operator):

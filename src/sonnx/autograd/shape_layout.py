@@ -24,6 +24,7 @@ from sonnx.autograd.shape_common import (
     normalize_axes,
 )
 from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
+from sonnx.symbolic_sizes import viewable
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ class Reshape(Operator):
                 f"received {target}"
             )
         try:
-            return x.reshape(target)
+            return viewable(x).reshape(target)
         except RuntimeError:
             raise BadInputError(
                 f"Reshape: cannot reshape input of shape {tuple(x.shape)} ({x.numel()} elements) "
@@ -115,7 +116,7 @@ class Flatten(Operator):
             )
         axis = axis + rank if axis < 0 else axis
         shape = tuple(x.shape)
-        return x.reshape(math.prod(shape[:axis]), math.prod(shape[axis:]))
+        return viewable(x).reshape(math.prod(shape[:axis]), math.prod(shape[axis:]))
 
 
 class Transpose(Operator):
@@ -171,7 +172,7 @@ class Unsqueeze(Operator):
         out_rank = x.dim() + len(listed)
         dims = set(normalize_axes("Unsqueeze", listed, out_rank))
         rest = iter(x.shape)
-        return x.reshape([1 if i in dims else next(rest) for i in range(out_rank)])
+        return viewable(x).reshape([1 if i in dims else next(rest) for i in range(out_rank)])
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         if g.opset >= 13:

@@ -23,6 +23,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from sonnx.errors import BadInputError
+from sonnx.symbolic_sizes import SYMBOLIC_TYPES
 
 __all__ = [
     "NotTraceableError",
@@ -172,6 +173,10 @@ class ValueFlow(TorchFunctionMode):
         self._traced: dict[int, torch.Tensor] = {id(t): t for t in traced}
 
     def _is_traced(self, value: Any) -> bool:
+        """A traced tensor, or a symbolic size (a trace with symbolic sizes): computing with
+        either must be recorded, not folded to today's value."""
+        if isinstance(value, SYMBOLIC_TYPES):
+            return True
         return isinstance(value, torch.Tensor) and id(value) in self._traced
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -186,7 +191,10 @@ class ValueFlow(TorchFunctionMode):
             raise NotTraceableError(f"it reads a computed tensor on the host ({func.__name__})")
         if func in _DATA_DEPENDENT_SHAPES or (
             func is torch.Tensor.__getitem__
-            and any(self._is_traced(v) and v.dtype == torch.bool for v in flat[1:])
+            and any(
+                isinstance(v, torch.Tensor) and self._is_traced(v) and v.dtype == torch.bool
+                for v in flat[1:]
+            )
         ):
             raise NotTraceableError(f"an output shape depends on tensor values ({func.__name__})")
         out = func(*args, **kwargs)

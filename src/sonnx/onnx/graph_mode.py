@@ -37,6 +37,7 @@ from sonnx.autograd.random_ops import RANDOM_OP_TYPES
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.onnx.graph_program import GraphProgram, reads_of
 from sonnx.onnx.symbolic_graphs import CompiledGraph, compile_symbolic, freeze
+from sonnx.symbolic_sizes import SymbolicInts, materialize, viewable
 from sonnx.tensor import Tensor
 
 
@@ -80,19 +81,25 @@ class GraphRunner:
     step or ``load_states`` the next run compiles afresh.
     """
 
-    def __init__(self, program: GraphProgram, backend: str = "inductor") -> None:
+    def __init__(
+        self,
+        program: GraphProgram,
+        backend: str = "inductor",
+        declared_shapes: dict[str, Any] | None = None,
+    ) -> None:
         self.program = program
+        #: The graph inputs' shapes as the model declares them (see ``compile_symbolic``).
+        self.declared_shapes = declared_shapes or {}
         # The program's own (the SingaRep's tensor_map is the same dict), so weights a user
         # changes or trains are the ones compiled in.
         self.constants = program.constants
         self.input_names = program.input_names
         self.output_names = program.output_names
         self.backend = backend
-        #: Trace segments with symbolic sizes (one graph for the shapes its guards admit; see
-        #: :mod:`sonnx.onnx.symbolic_graphs`). Off by default until the static retrace after a
-        #: failed symbolic one works (MobileNet-v3, YOLOv8 and the int8 BERT stand-ins then
-        #: fail with "SymInt is not tracked with proxy").
-        self.dynamic = False
+        #: Trace segments with symbolic sizes: one graph for every shape its guards admit
+        #: (see :mod:`sonnx.onnx.symbolic_graphs`); a segment torch cannot trace or compile
+        #: that way is compiled for each input shape. False compiles every segment per shape.
+        self.dynamic = True
         #: Why the steps that run eagerly do, by step index.
         self.eager_steps: dict[int, str] = {
             i: f"it draws random numbers ({step.info.op_type})"
@@ -162,7 +169,12 @@ class GraphRunner:
         if segment.eager or not all(isinstance(a, Tensor) for a in args):
             self.program.execute(values, start=segment.start, stop=segment.stop)
             return
-        baked = [_is_shape_value(a.data) for a in args]
+        # A shape value an eager step computed is baked in; a graph input (token ids are
+        # small host integers too) never is.
+        baked = [
+            n not in self.input_names and _is_shape_value(a.data)
+            for n, a in zip(segment.inputs, args, strict=True)
+        ]
         traced = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
         key = tuple(
             (_kind(a.data), tuple(a.data.reshape(-1).tolist())) if bake else _kind(a.data)
@@ -231,19 +243,28 @@ class GraphRunner:
                 self.program.execute(
                     values, start=segment.start, stop=segment.stop, keep=set(segment.outputs)
                 )
-            outs = [values.get(n) for n in segment.outputs]
-            if not all(isinstance(o, Tensor) for o in outs):
-                error = NotTraceableError("an output is not a tensor (a sequence or an optional)")
-                error.step_index = segment.stop - 1
-                raise error
-            return [o.data for o in outs]
+                outs = [values.get(n) for n in segment.outputs]
+                if not all(isinstance(o, Tensor) for o in outs):
+                    error = NotTraceableError(
+                        "an output is not a tensor (a sequence or an optional)"
+                    )
+                    error.step_index = segment.stop - 1
+                    raise error
+                # A shape value leaving the segment becomes a tensor of the graph; a strided
+                # output of symbolic sizes leaves contiguous (inductor cannot always give a
+                # symbolic output the strides of the trace).
+                return [
+                    materialize(o.data) if type(o.data) is SymbolicInts else viewable(o.data)
+                    for o in outs
+                ]
 
         params = [self.constants[n].data.detach() for n in names]
         xs = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
         with torch.no_grad():
             if self.dynamic and self.backend == "inductor" and segment.per_shape is None:
                 try:
-                    return compile_symbolic(pure, params, xs, versions)
+                    declared = [self.declared_shapes.get(n) for n in traced_names]
+                    return compile_symbolic(pure, params, xs, versions, declared)
                 except NotTraceableError:
                     raise
                 except Exception as e:  # a symbolic trace or compile torch cannot do

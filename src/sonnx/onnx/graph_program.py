@@ -55,7 +55,8 @@ from sonnx.onnx.subgraphs import BoundSubgraph as BoundSubgraph  # re-exported f
 from sonnx.onnx.subgraphs import Subgraph
 from sonnx.onnx.values import is_single_value
 from sonnx.strings import StringArray
-from sonnx.tensor import Tensor, string_tensor
+from sonnx.symbolic_sizes import SymbolicInts
+from sonnx.tensor import Tensor, string_tensor, symbolic_tensor
 
 CPU = Device("cpu")
 
@@ -113,15 +114,17 @@ class Step:
         finally:
             if placed is not raw:
                 forget(placed)
-        if isinstance(result, (torch.Tensor, StringArray)):
+        if isinstance(result, (torch.Tensor, StringArray, SymbolicInts)):
             return _plain(result)
         return tuple(None if r is None else _plain(r) for r in result)
 
 
-def _plain(data: torch.Tensor | StringArray) -> Tensor:
+def _plain(data: torch.Tensor | StringArray | SymbolicInts) -> Tensor:
     """A tensor computed inside an imported run: values only, no creator."""
     if type(data) is StringArray:  # Cast to strings, a string-valued op on numbers
         return string_tensor(data)
+    if type(data) is SymbolicInts:  # Shape in a symbolic trace
+        return symbolic_tensor(data)
     out = object.__new__(Tensor)
     out.data = data
     out.creator = None

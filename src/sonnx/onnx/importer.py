@@ -307,7 +307,11 @@ def prepare(
         outputs=list(program.output_names),
         program=program,
         source=GraphSource(proto, program),
-        graph_runner=GraphRunner(program) if use_graph else None,
+        graph_runner=(
+            GraphRunner(program, declared_shapes={s.name: s.shape for s in input_specs})
+            if use_graph
+            else None
+        ),
     )
 
 

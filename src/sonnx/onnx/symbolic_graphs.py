@@ -1,15 +1,19 @@
 """One compiled graph for many input shapes: a symbolic trace and the guards it leaves.
 
-Graph mode traces a segment of steps with ``make_fx`` on fake inputs whose every dimension is
-a symbol (a batch size, a sequence length, an image side). What the trace learns about the
-symbols becomes a *guard* in its ``ShapeEnv``: a convolution's channels equal the weight's
-(``s1 == 3``), a size read as a Python int by a shape computation (``Shape -> Gather ->
-Reshape`` folds into constants of the graph, see :mod:`sonnx.autograd.tracing`) equals the
-value it was read at. Dimensions no guard pins stay symbolic, so the graph inductor compiles
-from the trace serves every input its guards admit: graph mode checks them before each run
-and traces afresh only when they fail.
+Graph mode traces a segment of steps with ``make_fx`` on fake inputs whose dimensions are
+symbols (a batch size, a sequence length, an image side), except those the model declares
+fixed. Shape arithmetic stays symbolic too (``Shape -> Gather -> Concat -> Reshape`` computes
+``s0 * 12`` rather than ``96``; see :mod:`sonnx.symbolic_sizes`). What the trace learns about
+the symbols becomes a *guard* in its ``ShapeEnv``: a convolution's channels equal the
+weight's (``s1 == 3``), a feature pyramid's upsampled side equals its skip connection's.
+Dimensions no guard pins stay symbolic, so the graph inductor compiles from the trace serves
+every input its guards admit: graph mode checks them before each run and compiles another
+graph only when they fail. torch itself still tells some sizes apart: which convolution kernel
+runs (and so the memory format of its output) depends on whether the batch is 1, or under 16
+for a 1x1 kernel on one thread, so a CNN may get one graph for a batch of one and another for
+the rest, each serving every image size.
 
-Two torch settings make the symbols general: sizes of 1 are not specialised
+Two torch settings keep the symbols general: sizes of 1 are not specialised
 (``specialize_zero_one=False``, and ``backed_size_oblivious`` so that broadcasting and
 contiguity checks do not pin a batch of one), and equal sizes are not merged into one symbol
 (``duck_shape=False``: a 320 x 320 image does not make the graph square-only).
@@ -49,13 +53,19 @@ def compile_symbolic(
     params: list[torch.Tensor],
     xs: list[torch.Tensor],
     versions: tuple[Any, ...],
+    declared: Sequence[Sequence[Any] | None] | None = None,
 ) -> CompiledGraph:
     """``pure(*params, *xs)`` traced with symbolic sizes for ``xs`` and compiled by inductor
-    with ``params`` frozen in as constants; it serves the inputs its guards admit."""
+    with ``params`` frozen in as constants; it serves the inputs its guards admit.
+
+    ``declared`` holds each input's shape as the model declares it, if it does: an int for a
+    fixed dimension, which is traced fixed; anything else is free, a symbol.
+    """
     env = ShapeEnv(specialize_zero_one=False, duck_shape=False)
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
     fake_params = [mode.from_tensor(p, static_shapes=True) for p in params]
-    fake_xs = [_symbolic(mode, x) for x in xs]
+    shapes = declared if declared is not None else [None] * len(xs)
+    fake_xs = [_symbolic(mode, x, shape) for x, shape in zip(xs, shapes, strict=True)]
     with fx_config.patch(backed_size_oblivious=True):
         graph = make_fx(pure, tracing_mode="symbolic", _allow_non_fake_inputs=True)(
             *fake_params, *fake_xs
@@ -81,8 +91,14 @@ def _locals(ts: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
     return {f"t{i}": t for i, t in enumerate(ts)}
 
 
-def _symbolic(mode: FakeTensorMode, x: torch.Tensor) -> FakeTensor:
-    context = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * x.dim())
+def _symbolic(mode: FakeTensorMode, x: torch.Tensor, declared: Sequence[Any] | None) -> FakeTensor:
+    """A fake of ``x`` whose dimensions are symbols, but those ``declared`` fixed."""
+    known = declared is not None and len(declared) == x.dim()
+    sizes = [
+        DimDynamic.STATIC if known and isinstance(declared[axis], int) else DimDynamic.DYNAMIC
+        for axis in range(x.dim())
+    ]
+    context = StatelessSymbolicContext(dynamic_sizes=sizes)
     return mode.from_tensor(x, symbolic_context=context)
 
 
