@@ -28,7 +28,9 @@ def test_a_checkpoint_is_served_with_symbolic_batch_and_its_own_answers(client, 
     given.set_data_from_numpy(x)
     (name,) = [o["name"] for o in meta["outputs"]]
     got = client.infer("checkpoint", [given]).as_numpy(name)
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    # the server runs the exported graph, whose Conv+BatchNorm+Relu is one oneDNN call with
+    # the norm folded into the weight: float32 rounding differs from the layers' separate steps
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(

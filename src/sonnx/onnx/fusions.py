@@ -10,6 +10,10 @@ runs the nodes as they are). Export is unaffected: it writes the original nodes.
 Likewise a ``MatMul`` by a 2-D weight followed by the ``Add`` of a 1-D bias (every exported
 ``Linear``) runs as ``torch.nn.functional.linear``: one GEMM with the bias fused in, and a
 backward that does the same.
+
+Chains of ``Conv`` nodes, each with the BatchNormalization and activation after it, run as
+oneDNN calls on channels-last tensors in CPU float32 inference, and as their nodes otherwise:
+see :mod:`sonnx.onnx.conv_fusions`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import torch.nn.functional as F
 from sonnx import dtypes
 from sonnx.autograd.elementwise_binary import Add
 from sonnx.autograd.linalg import MatMul
+from sonnx.onnx.conv_fusions import find_conv_group
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -70,15 +75,37 @@ def find_fusions(
         for name in step.inputs:
             readers.setdefault(name, []).append(i)
     found: dict[int, Fusion] = {}
+    claimed: set[int] = set()  # the steps of the groups found so far
     for index, step in enumerate(steps):
         fusion = None
         if step.info.op_type == "Erf":
             fusion = _gelu(index, steps, constants, producer, readers, set(outputs))
         elif step.info.op_type == "MatMul":
             fusion = _linear(index, steps, constants, readers, set(outputs))
-        if fusion is not None and not (set(fusion.internal) & set(found)):
+        elif step.info.op_type == "Conv":
+            fusion = _conv(index, steps, constants, producer, readers, set(outputs), claimed)
+        if fusion is not None and not ({*fusion.internal, fusion.final} & claimed):
             found[fusion.final] = fusion
+            claimed.update((*fusion.internal, fusion.final))
     return found
+
+
+def _conv(
+    conv: int,
+    steps: Sequence[Step],
+    constants: dict[str, Tensor],
+    producer: dict[str, int],
+    readers: dict[str, list[int]],
+    outputs: set[str],
+    claimed: set[int],
+) -> Fusion | None:
+    """A Conv with what follows it (see :mod:`sonnx.onnx.conv_fusions`)."""
+    group = find_conv_group(conv, steps, constants, producer, readers, outputs, claimed)
+    if group is None:
+        return None
+    *internal, final = group.steps
+    names = frozenset(o for i in internal for o in steps[i].outputs if o)
+    return Fusion(group.name, tuple(internal), final, group.inputs, names, group.compute)
 
 
 def _linear(
