@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -62,6 +64,68 @@ RESIZE_CASES = [
 @pytest.mark.parametrize("scales", [[1, 1, 1.7, 2.3], [1, 1, 0.6, 0.45]])
 def test_resize_scales_matches_reference(attrs, scales):
     x = RNG.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    s = np.asarray(scales, np.float32)
+    expected = reference("Resize", [x, None, s], 19, **attrs)
+    got = Resize(**attrs)(const(x), None, const(s)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+TORCH_KERNEL_CASES = [  # (attributes, input shape, scales or None, sizes or None)
+    (dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+     (2, 3, 5, 6), [1, 1, 2, 4], None),
+    (dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+     (1, 2, 5, 3, 4), None, [1, 2, 10, 3, 8]),
+    (dict(mode="nearest"), (2, 3, 5, 6), [1, 1, 8, 2], None),
+    (dict(mode="nearest", nearest_mode="round_prefer_ceil"), (2, 3, 7), None, [2, 3, 28]),
+    (dict(mode="linear"), (2, 3, 7, 9), [1, 1, 1.7, 0.45], None),
+    (dict(mode="linear"), (2, 3, 7, 9), None, [2, 3, 14, 4]),
+    (dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"),
+     (2, 3, 7, 9), None, [2, 3, 20, 36]),
+    (dict(mode="linear", coordinate_transformation_mode="align_corners"),
+     (1, 2, 4, 5, 6), [1, 1, 1.5, 2, 0.5], None),
+    (dict(mode="linear"), (3, 2, 10), [1, 1, 2.5], None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("attrs", "shape", "scales", "sizes"), TORCH_KERNEL_CASES)
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_resize_by_torch_kernel_matches_reference(monkeypatch, attrs, shape, scales, sizes,
+                                                  channels_last):  # fmt: skip
+    """The modes torch's upsampling kernels compute exactly skip the separable gathers, give
+    the reference's values and keep a channels-last map channels-last."""
+    resize = importlib.import_module("sonnx.autograd.resize")  # the package's resize is a function
+
+    def no_gathers(*args):
+        raise AssertionError("the separable gathers ran")
+
+    monkeypatch.setattr(resize, "_apply_plan", no_gathers)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    s = None if scales is None else np.asarray(scales, np.float32)
+    n = None if sizes is None else np.asarray(sizes, np.int64)
+    expected = reference("Resize", [x, None, s, n], 19, **attrs)
+    data = torch.from_numpy(x)
+    layout = {4: torch.channels_last, 5: torch.channels_last_3d}.get(len(shape))
+    if channels_last and layout is not None:
+        data = data.contiguous(memory_format=layout)
+    given = [None if v is None else const(v) for v in (s, n)]
+    out = Resize(**attrs)(Tensor(data=data, requires_grad=False), None, *given)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+    if channels_last and layout is not None:
+        assert out.data.is_contiguous(memory_format=layout)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "scales"),
+    [
+        (dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+              nearest_mode="floor"), [1, 1, 3, 2]),  # 3 is not a power of two
+        (dict(mode="nearest", nearest_mode="floor"), [1, 1, 2, 2]),  # not torch's rounding
+        (dict(mode="linear", exclude_outside=1), [1, 1, 1.5, 2]),
+        (dict(mode="linear"), [1, 2, 1.5, 2]),  # channels resized
+    ],
+)  # fmt: skip
+def test_resize_outside_torch_kernels_still_matches_reference(attrs, scales):
+    x = RNG.standard_normal((2, 3, 5, 4)).astype(np.float32)
     s = np.asarray(scales, np.float32)
     expected = reference("Resize", [x, None, s], 19, **attrs)
     got = Resize(**attrs)(const(x), None, const(s)).numpy()

@@ -241,6 +241,74 @@ def _interpolated(
     return x
 
 
+_TORCH_LINEAR = {3: torch.ops.aten.upsample_linear1d, 4: torch.ops.aten.upsample_bilinear2d}
+_TORCH_LINEAR[5] = torch.ops.aten.upsample_trilinear3d
+_TORCH_NEAREST = {3: torch.ops.aten.upsample_nearest1d, 4: torch.ops.aten.upsample_nearest2d}
+_TORCH_NEAREST[5] = torch.ops.aten.upsample_nearest3d
+_TORCH_NEAREST_EXACT = {
+    3: torch.ops.aten._upsample_nearest_exact1d,
+    4: torch.ops.aten._upsample_nearest_exact2d,
+    5: torch.ops.aten._upsample_nearest_exact3d,
+}
+
+
+def _torch_kernel(
+    op: Resize,
+    x: torch.Tensor,
+    axes: list[int],
+    in_shape: list[int],
+    out_shape: list[int],
+    scales: list[float],
+) -> torch.Tensor | None:
+    """The resize by torch's own upsampling kernel where that computes exactly what ONNX
+    asks, else None. ``scales`` are ONNX's per-axis scales (out / in for given sizes).
+
+    Exporters resize image maps (an FPN's upsampling) in the modes torch offers, and torch's
+    kernels are several times faster than the separable gathers above, and keep a
+    channels-last input channels-last for the convolution after. They apply to the spatial
+    axes of a 3- to 5-D float map (N and C unchanged), without antialias or a crop, when:
+    linear with ``half_pixel``, ``pytorch_half_pixel`` (outputs longer than 1) or
+    ``align_corners`` (where the scaled length is the output size: ONNX divides by the
+    former, torch by the latter), the coordinates of torch's ``align_corners`` False / True,
+    edges clamped alike; nearest at a power-of-two whole scale (exact in floats) with
+    ``asymmetric``/``floor`` (torch's ``nearest``) or ``half_pixel`` and either round-half
+    mode (``nearest-exact``: at a whole scale a source coordinate is never a tie).
+    """
+    rank = x.dim()
+    if rank not in _TORCH_LINEAR or op.attr("antialias") or op.attr("exclude_outside"):
+        return None
+    if not dtypes.is_float(x.dtype) or (
+        x.device.type == "cpu" and x.dtype not in (torch.float32, torch.float64)
+    ):
+        return None
+    size, factors = list(x.shape[2:]), [1.0] * (rank - 2)
+    for axis, n, o, s in zip(axes, in_shape, out_shape, scales, strict=True):
+        if axis < 2 and o != n:
+            return None
+        if axis >= 2:
+            size[axis - 2], factors[axis - 2] = o, s
+    lengths = [n * s for n, s in zip(x.shape[2:], factors, strict=True)]
+    coordinates, mode = op.attr("coordinate_transformation_mode"), op.attr("mode")
+    if mode == "linear":
+        if coordinates == "align_corners" and lengths != size:
+            return None  # ONNX divides by the unrounded length
+        if coordinates == "pytorch_half_pixel" and min(size) <= 1:
+            return None
+        if coordinates not in ("half_pixel", "pytorch_half_pixel", "align_corners"):
+            return None
+        return _TORCH_LINEAR[rank](x, size, coordinates == "align_corners", *factors)
+    if mode != "nearest" or lengths != size:
+        return None
+    if any(not s.is_integer() or int(s) & (int(s) - 1) for s in factors):
+        return None
+    rounding = op.attr("nearest_mode")
+    if (coordinates, rounding) == ("asymmetric", "floor"):
+        return _TORCH_NEAREST[rank](x, size, *factors)
+    if coordinates == "half_pixel" and rounding in ("round_prefer_floor", "round_prefer_ceil"):
+        return _TORCH_NEAREST_EXACT[rank](x, size, *factors)
+    return None
+
+
 class Resize(Operator):
     """ONNX Resize (11, 13, 18, 19): nearest / linear / cubic, every coordinate mode.
 
@@ -265,9 +333,14 @@ class Resize(Operator):
             full[axis] = n
         check_shape("Resize: output", full, x.dtype, x.device)
         rois = self._rois(roi, axes, x.dim())
+        given_sizes = sizes is not None and sizes.numel() > 0
         if has_symbols(in_shape) or has_symbols(out_shape):  # a trace with symbolic sizes
-            given_sizes = sizes is not None and sizes.numel() > 0
+            # (not torch's kernels: their decompositions guard on the sizes, one compile each)
             return _interpolated(self, x, axes, in_shape, out_shape, scale_list, given_sizes)
+        fast = _torch_kernel(self, x, axes, in_shape, out_shape, scale_list)
+        if fast is not None:
+            self._shapes = (tuple(x.shape), tuple(fast.shape))
+            return fast
         compute = x if dtypes.is_float(x.dtype) or self.attr("mode") == "nearest" else x.double()
         fill = float(self.attr("extrapolation_value"))
         for k, axis in enumerate(axes):
