@@ -14,12 +14,10 @@ LeakyRelu) is applied by the convolution as a post-op
 
 A Conv left out would run ``F.conv2d`` on the channels-last output of the conv before it,
 with its NCHW weight converted at every call (up to several times slower than either layout
-alone, and 1x1 convs at batch 1 take torch's slow unfused path), and a plan step cannot be a
-group of one. So a Conv whose input only it reads from the previous unit joins that group (a
-*chain*: MobileNet's projection convs, ResNet's second conv of a block, YOLO's head convs),
-and a lone Conv carries the step that alone reads its output (ResNet's downsampling conv and
-its Add) or else the step whose output only it reads (MobileNet-v3's projection conv and the
-squeeze-excite Mul before it), which the group then runs as the plan would.
+alone, and 1x1 convs at batch 1 take torch's slow unfused path), so every 2-D Conv with
+known weights is in a group. A Conv whose input only it reads from the previous unit joins
+that group (a *chain*: MobileNet's projection convs, ResNet's second conv of a block, YOLO's
+head convs); any other is a group by itself (ResNet's downsampling conv, an FPN's convs).
 
 The fused path is for inference only, and only on CPU float32: while ``sonnx.autograd.training``
 is on or gradients are recorded, while a graph is traced for graph mode (the trace must stay
@@ -49,7 +47,6 @@ import torch.nn.functional as F
 
 from sonnx.autograd.conv_common import forward_pads, spatial_ints, torch_pad
 from sonnx.autograd.operator import is_training
-from sonnx.autograd.random_ops import RANDOM_OP_TYPES
 from sonnx.autograd.tracing import NotTraceableError, value_checks
 from sonnx.tensor import Tensor
 
@@ -84,14 +81,11 @@ def find_conv_group(
     producer: dict[str, int],
     readers: dict[str, list[int]],
     outputs: set[str],
-    taken: set[int],
 ) -> ConvGroup | None:
     """The chain of Conv units starting at Conv step ``conv``, or None: each unit a Conv
     with weights known before the run (initializers, or values computed from them only), then
     optionally an inference-form BatchNormalization and an activation; the next unit is the
-    Conv that alone reads the previous unit's output. A lone Conv (a unit of one step) carries
-    the step that alone reads its output, or else the one whose output only it reads, if that
-    step is not in ``taken`` (groups found before): a group has at least two steps."""
+    Conv that alone reads the previous unit's output."""
     finder = _Finder(steps, constants, producer, readers, outputs)
     units: list[list[int]] = []
     found = finder.unit(conv)
@@ -105,23 +99,10 @@ def find_conv_group(
             break
         found = finder.unit(after)
     order = [i for unit in units for i in unit]
-    head = tail = None
-    if len(order) == 1:  # a lone Conv: carry the step after it, or the one before
-        tail = finder.carried_after(order[0])
-        head = None if tail is not None else finder.carried_before(order[0], taken)
-        if head is None and tail is None:
-            return None
-        order = [i for i in (head, *order, tail) if i is not None]
     inside = {o for i in order for o in steps[i].outputs}
     reads = (n for i in order for n in steps[i].inputs if n and n not in inside)
     inputs = tuple(dict.fromkeys(reads))
-    chain = ConvChain(
-        [_Unit(unit, finder, inputs) for unit in units],
-        inputs,
-        constants,
-        None if head is None else (head, steps[head]),
-        None if tail is None else (tail, steps[tail]),
-    )
+    chain = ConvChain([_Unit(unit, finder, inputs) for unit in units], inputs, constants)
     return ConvGroup(chain.name, tuple(order), inputs, chain)
 
 
@@ -176,33 +157,6 @@ class _Finder:
         elif after is not None and _unary(self.steps[after], self.constants) is not None:
             unit.append(after)
         return unit
-
-    def carried_after(self, conv: int) -> int | None:
-        """The step that alone reads Conv ``conv``'s output, if a group may run it."""
-        after = self.only_reader(self.steps[conv].outputs[0])
-        return after if after is not None and self.carriable(self.steps[after]) else None
-
-    def carried_before(self, conv: int, taken: set[int]) -> int | None:
-        """The step whose output only Conv ``conv`` reads, if a group may run it."""
-        x = self.steps[conv].inputs[0]
-        before = self.producer.get(x)
-        if before is None or before in taken or self.only_reader(x) != conv:
-            return None
-        return before if self.carriable(self.steps[before]) else None
-
-    @staticmethod
-    def carriable(step: Step) -> bool:
-        """A step a group can run as its plan would: one output, no subgraph, no random draw
-        (graph mode runs those eagerly), not a shape read (the plan keeps shape values), not
-        one that starts a Linear group."""
-        return (
-            len(step.outputs) == 1
-            and bool(step.outputs[0])
-            and not step.foldable
-            and not step.has_subgraphs
-            and step.info.op_type not in RANDOM_OP_TYPES
-            and step.info.op_type not in ("Shape", "Size", "MatMul")
-        )
 
     def planar(self, conv: Step) -> bool:
         """A 2-D Conv, as far as its weight (when an initializer) and attributes tell: the
@@ -467,37 +421,18 @@ def _run_steps(indices: Sequence[int], steps: Sequence[Step], env: dict[str, Ten
 
 class ConvChain:
     """Computes a group from the tensors of its inputs: unit by unit, each fused where it
-    can be (see the module's docstring), else as its steps; a step carried before or after
-    the units runs as the plan would run it."""
+    can be (see the module's docstring), else as its steps."""
 
-    def __init__(
-        self,
-        units: list[_Unit],
-        inputs: tuple[str, ...],
-        constants: dict[str, Tensor],
-        head: tuple[int, Step] | None = None,
-        tail: tuple[int, Step] | None = None,
-    ) -> None:
+    def __init__(self, units: list[_Unit], inputs: tuple[str, ...], constants: dict[str, Tensor]):
         self.units = units
         self.inputs = inputs
         self.constants = constants
-        self.head = head
-        self.tail = tail
-        self.x = -1 if head is not None else inputs.index(units[0].x_name)
-        parts = [u.name for u in units]
-        if head is not None:
-            parts.insert(0, head[1].info.op_type)
-        if tail is not None:
-            parts.append(tail[1].info.op_type)
-        self.name = "+".join(parts)
+        self.x = inputs.index(units[0].x_name)
+        self.name = "+".join(u.name for u in units)
 
     def __call__(self, *args: torch.Tensor) -> torch.Tensor:
         env: dict[str, Tensor] | None = None
-        if self.head is None:
-            y = args[self.x]
-        else:
-            env = self._env(args)
-            y = _run_steps([self.head[0]], [self.head[1]], env).data
+        y = args[self.x]
         fast = (
             _MKLDNN
             and y.dtype == torch.float32
@@ -513,13 +448,8 @@ class ConvChain:
                 continue
             if env is None:
                 env = self._env(args)
-            # the first unit reads the group's input (or the head's output) by name
+            # the first unit reads the group's input by name
             y = unit.unfused(_wrap(y) if k else None, env).data
-        if self.tail is not None:
-            if env is None:
-                env = self._env(args)
-            env[self.units[-1].out_name] = _wrap(y)
-            y = _run_steps([self.tail[0]], [self.tail[1]], env).data
         return y
 
     def _env(self, args: Sequence[torch.Tensor]) -> dict[str, Tensor]:

@@ -83,7 +83,7 @@ def find_fusions(
         elif step.info.op_type == "MatMul":
             fusion = _linear(index, steps, constants, readers, set(outputs))
         elif step.info.op_type == "Conv":
-            fusion = _conv(index, steps, constants, producer, readers, set(outputs), claimed)
+            fusion = _conv(index, steps, constants, producer, readers, set(outputs))
         if fusion is not None and not ({*fusion.internal, fusion.final} & claimed):
             found[fusion.final] = fusion
             claimed.update((*fusion.internal, fusion.final))
@@ -97,10 +97,9 @@ def _conv(
     producer: dict[str, int],
     readers: dict[str, list[int]],
     outputs: set[str],
-    claimed: set[int],
 ) -> Fusion | None:
     """A Conv with what follows it (see :mod:`sonnx.onnx.conv_fusions`)."""
-    group = find_conv_group(conv, steps, constants, producer, readers, outputs, claimed)
+    group = find_conv_group(conv, steps, constants, producer, readers, outputs)
     if group is None:
         return None
     *internal, final = group.steps

@@ -318,7 +318,7 @@ class GraphProgram:
         active = {
             final: fusion
             for final, fusion in self.fusions.items()
-            if start <= min(fusion.internal)
+            if start <= min((*fusion.internal, final))
             and final < end
             and not (keep and fusion.intermediates & keep)
         }
