@@ -214,7 +214,7 @@ def bench_model(
     """Append the set-up row and one row pair per variant and batch size for ``spec``, and a
     note on its graph-mode compiles (and its profiles)."""
     rep, prepare_s = time_once(lambda: sonnx.prepare(spec.onnx_bytes))
-    graph_rep = sonnx.prepare(spec.onnx_bytes, use_graph=True)
+    graph_rep = None if args.eager_only else sonnx.prepare(spec.onnx_bytes, use_graph=True)
     session, session_s = time_once(lambda: ort_session(spec.onnx_bytes, threads, args.ort_spinning))
     rows.append(Row(f"{spec.name} set-up", prepare_s, session_s, "InferenceSession()"))
     compile_total = 0.0
@@ -237,15 +237,18 @@ def bench_model(
                     return spec.module(*(torch.from_numpy(a) for a in feed.values()))
 
             reference = theirs()
-            diff = _max_diff(ours(), reference)
-            graph_out, compile_s = time_once(graph)
-            compile_total += compile_s
-            graph_diff = _max_diff(graph_out, reference)
-            sides = [ours, graph, theirs] + ([eager] if spec.module is not None else [])
-            mine, compiled, ort_timing, *torch_timing = time_sides(sides, args.repeats, args.warmup)
+            results = [("", ours, _max_diff(ours(), reference))]
+            if graph_rep is not None:
+                graph_out, compile_s = time_once(graph)
+                compile_total += compile_s
+                results.append((" graph", graph, _max_diff(graph_out, reference)))
+            sides = [run for _, run, _ in results] + [theirs]
+            sides += [eager] if spec.module is not None else []
+            timings = time_sides(sides, args.repeats, args.warmup)
+            ort_timing, torch_timing = timings[len(results)], timings[len(results) + 1 :]
             torch_s = torch_timing[0].median if torch_timing else None
             case = f"{spec.name} {label} batch {batch}"
-            for suffix, timing, max_diff in (("", mine, diff), (" graph", compiled, graph_diff)):
+            for (suffix, _, max_diff), timing in zip(results, timings, strict=False):
                 rows.append(
                     row_from(
                         case + suffix,
@@ -256,10 +259,13 @@ def bench_model(
                         vs_torch=None if torch_s is None else timing.median / torch_s,
                     )
                 )
-            rows[-1].extra["compile_s"] = compile_s
-            rows[-1].extra["compiles"] = compile_count(graph_rep.graph_runner)
+            if graph_rep is not None:
+                rows[-1].extra["compile_s"] = compile_s
+                rows[-1].extra["compiles"] = compile_count(graph_rep.graph_runner)
             if args.profile:
                 notes.append(f"-- sonnx {case}\n{profile_sonnx(ours, args.profile)}")
+    if graph_rep is None:
+        return
     runner = graph_rep.graph_runner
     notes.append(
         f"graph {spec.name}: {compile_count(runner)} compiles, {compile_total:.1f} s in first "
@@ -294,6 +300,9 @@ def main() -> None:
     parser.add_argument("--bert-layers", type=int, default=4)
     parser.add_argument("--bert-seq", type=int, default=64)
     parser.add_argument("--bert-vocab", type=int, default=1000)
+    parser.add_argument(
+        "--eager-only", action="store_true", help="leave out graph mode (no compiles: quick)"
+    )
     parser.add_argument(
         "--profile", type=int, default=0, metavar="N", help="print sonnx's top N torch ops"
     )
