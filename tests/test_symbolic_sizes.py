@@ -122,6 +122,39 @@ def test_a_grid_from_shape_and_range_and_an_upsample_serve_every_image_size() ->
     _compiled_once(model, [[rng.standard_normal((1, 3, *s)).astype(np.float32)] for s in sizes])
 
 
+class _Head(nn.Module):
+    """A detection head's flattening of two maps (``view(n, c, -1)``, concatenated, split,
+    permuted): inductor lowers those views differently for a batch of one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        y = torch.cat([self.a(x).view(n, 8, -1), self.b(x).view(n, 8, -1)], 2)
+        box, cls = y.split((4, 4), 1)
+        return torch.cat((box * 2, cls.sigmoid()), 1).permute(0, 2, 1)
+
+
+def test_a_graph_loaded_from_the_disk_cache_serves_only_the_shapes_it_was_compiled_for() -> None:
+    """inductor's disk cache checks no guards for a trace of tensors: keyed on the symbolic
+    graph alone, the graph compiled for a batch of one came back for a batch of eight (and
+    failed on its size check). Batches 1, 8, 2 in one runner, then in new runners that load
+    what the first compiled: every answer is eager's."""
+    axes = {"x": {0: "n", 2: "h", 3: "w"}}
+    model = tm.export(_Head(), (torch.randn(1, 3, 16, 16),), 17, ["x"], dynamic_axes=axes)
+    eager = sonnx.prepare(model)
+    x = np.random.default_rng(2).standard_normal((8, 3, 16, 16)).astype(np.float32)
+    for batches in ([1, 8, 2], [8, 1, 2], [2, 4, 1]):
+        graph = sonnx.prepare(model, use_graph=True)
+        for n in batches:
+            got, expected = graph.run([x[:n]])[0], eager.run([x[:n]])[0]
+            np.testing.assert_allclose(to_numpy(got), to_numpy(expected), rtol=1e-5, atol=1e-5)
+        assert graph.graph_runner.fallback is None
+
+
 def test_small_integer_inputs_are_traced_not_baked_into_the_graph() -> None:
     """Token ids are small host integers like a shape value; a graph that baked them in would
     return the first call's answer for every other input."""

@@ -13,6 +13,14 @@ runs (and so the memory format of its output) depends on whether the batch is 1,
 for a 1x1 kernel on one thread, so a CNN may get one graph for a batch of one and another for
 the rest, each serving every image size.
 
+Inductor's on-disk cache (a new process's compile of a graph seen before is a load) keys a
+compiled graph on the graph itself and checks the guards it was compiled under only against
+integer graph inputs, which a trace of tensors does not have: keyed on the symbolic graph
+alone, a graph compiled for a batch of one would be handed back for a batch of eight. So the
+key also holds the input shapes the graph is compiled at (``cache_key_tag``), and a graph
+loaded from the cache, which brings no guards of inductor's size decisions, serves exactly
+those shapes; the next new shape compiles (or loads) its own.
+
 Two torch settings keep the symbols general: sizes of 1 are not specialised
 (``specialize_zero_one=False``, and ``backed_size_oblivious`` so that broadcasting and
 contiguity checks do not pin a batch of one), and equal sizes are not merged into one symbol
@@ -27,6 +35,7 @@ from typing import Any
 
 import torch
 import torch.fx.experimental._config as fx_config
+from torch._dynamo.utils import counters
 from torch._inductor.compile_fx import compile_fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx import GraphModule
@@ -66,7 +75,13 @@ def compile_symbolic(
     fake_params = [mode.from_tensor(p, static_shapes=True) for p in params]
     shapes = declared if declared is not None else [None] * len(xs)
     fake_xs = [_symbolic(mode, x, shape) for x, shape in zip(xs, shapes, strict=True)]
-    with fx_config.patch(backed_size_oblivious=True):
+    layouts = [(tuple(x.shape), x.stride()) for x in xs]
+    tag = f"{torch.compiler.config.cache_key_tag}|sonnx {layouts}"
+    loads = _cache_loads()
+    with (
+        fx_config.patch(backed_size_oblivious=True),
+        torch.compiler.config.patch(cache_key_tag=tag),
+    ):
         graph = make_fx(pure, tracing_mode="symbolic", _allow_non_fake_inputs=True)(
             *fake_params, *fake_xs
         )
@@ -78,12 +93,26 @@ def compile_symbolic(
             # constants are tensors (a softmax scale computed from a shape); without them the
             # graph still compiles.
             run = _inductor(graph, fake_xs, pattern_matcher=False)
+    if _cache_loads() > loads:  # no guards came with it
+        return CompiledGraph(versions, lambda ts: _layouts(ts) == layouts, run)
     # Produced after compiling: inductor adds the guards of its own size decisions.
     code = env.produce_guards_expression(fake_xs, ignore_static=False)
     if not code:
         return CompiledGraph(versions, lambda ts: True, run)
     check = compile(code, "<graph mode guards>", "eval")
     return CompiledGraph(versions, lambda ts: bool(eval(check, {"L": _locals(ts)})), run)
+
+
+def _cache_loads() -> int:
+    """Compiled graphs loaded from the disk caches so far (AOTAutograd's, which holds the
+    inductor graph, or else inductor's own)."""
+    return (
+        counters["aot_autograd"]["autograd_cache_hit"] + counters["inductor"]["fxgraph_cache_hit"]
+    )
+
+
+def _layouts(ts: Sequence[torch.Tensor]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    return [(tuple(t.shape), t.stride()) for t in ts]
 
 
 def _locals(ts: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
