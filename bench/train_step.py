@@ -14,7 +14,10 @@ A step is forward, softmax cross-entropy, backward and an SGD-momentum update on
 - ``layer``: the walkthrough CNN written with ``sonnx.layer`` / ``sonnx.model.Model``;
 - ``bert``: ``torch_models.TinyBert`` (hidden 128, 4 layers, 2 labels) exported to ONNX and
   imported with :class:`sonnx.SONNXModel`, trained with ``train_one_batch`` on ``[batch,
-  sequence]`` int64 token ids and attention masks; default batch 4 at sequence 128.
+  sequence]`` int64 token ids and attention masks; default batch 4 at sequence 128;
+- ``bert-graph``: the same, compiled with ``use_graph=True`` (forward and backward through
+  ``torch.compile``), against the same eager torch step; its first step traces and compiles
+  (the ``first_s`` column: both sides' first step, untimed otherwise).
 
 The reference is ``torch.nn`` + ``torch.optim.SGD`` with the same weights, batch and
 hyper-parameters. Before timing, one step is run on fresh copies of both sides and the two
@@ -48,7 +51,7 @@ from sonnx.walkthrough import CNN, LayerCNN
 
 LR = 0.05
 MOMENTUM = 0.9
-CASES = ("cnn", "resnet18", "layer", "bert")
+CASES = ("cnn", "resnet18", "layer", "bert", "bert-graph")
 
 
 def torch_cnn() -> nn.Sequential:
@@ -185,8 +188,9 @@ def resnet_case(batch: int, image: int, width: int) -> Case:
     return case
 
 
-def bert_case(batch: int, seq: int) -> Case:
-    """(d) A BERT-style encoder exported to ONNX, imported as a SONNXModel."""
+def bert_case(batch: int, seq: int, use_graph: bool = False) -> Case:
+    """(d) A BERT-style encoder exported to ONNX, imported as a SONNXModel (in graph mode
+    with ``use_graph``)."""
     torch.manual_seed(0)
     ref = torch_models.TinyBert(vocab=1000, hidden=128, heads=4, layers=4, ffn=512, max_len=seq)
     ids, mask = torch_models.bert_inputs(batch, seq, 1000)
@@ -197,6 +201,8 @@ def bert_case(batch: int, seq: int) -> Case:
     net.set_optimizer(opt.SGD(lr=LR, momentum=MOMENTUM))
     tids, tmask = (tensor.Tensor(data=t.numpy(), requires_grad=False) for t in (ids, mask))
     ty = tensor.Tensor(data=labels, requires_grad=False)
+    if use_graph:
+        net.compile([tids, tmask], is_train=True, use_graph=True)
     net.train()
 
     def step() -> float:
@@ -217,7 +223,8 @@ def bert_case(batch: int, seq: int) -> Case:
         sgd.step()
         return loss.detach()
 
-    case = Case("BERT-style h128 L4 (imported ONNX)", step, torch_step, f"{batch}x{seq}")
+    name = "BERT-style h128 L4 (imported ONNX" + (", graph mode)" if use_graph else ")")
+    case = Case(name, step, torch_step, f"{batch}x{seq}")
     case.setup_s = export_s + prepare_s
     return case
 
@@ -248,8 +255,8 @@ def build(name: str, args: argparse.Namespace) -> Case:
         return cnn_case(args.batch)
     if name == "layer":
         return layer_case(args.batch)
-    if name == "bert":
-        return bert_case(args.bert_batch, args.bert_seq)
+    if name in ("bert", "bert-graph"):
+        return bert_case(args.bert_batch, args.bert_seq, use_graph=name == "bert-graph")
     return resnet_case(args.resnet_batch, args.resnet_image, args.resnet_width)
 
 
@@ -271,7 +278,7 @@ def main() -> None:
     for name in args.cases:
         case = build(name, args)
         # The first step of each side, from identical weights, is the first warm-up call.
-        ours, theirs = first_losses(case)
+        (ours, theirs), first_s = time_once(lambda case=case: first_losses(case))
         timings = time_pair(case.sonnx_step, case.torch_step, args.repeats, args.warmup - 1)
         rows.append(
             row_from(
@@ -281,6 +288,7 @@ def main() -> None:
                 batch=case.batch,
                 loss_diff=abs(ours - theirs),
                 setup_s=case.setup_s or None,
+                first_s=first_s,
             )
         )
     autograd.training = False
@@ -297,10 +305,11 @@ def main() -> None:
         },
         rows,
         args.json,
-        extra_columns=("batch", "loss_diff", "setup_s"),
+        extra_columns=("batch", "loss_diff", "setup_s", "first_s"),
         notes=[
             "loss_diff: |sonnx - torch| first-step loss from identical weights",
             "setup_s: torch ONNX export + SONNXModel import, once",
+            "first_s: both sides' first step, untimed (graph mode traces and compiles in it)",
         ],
     )
 
