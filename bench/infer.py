@@ -17,7 +17,8 @@ the run too long) with int8 weights behind DequantizeLinear / Cast at each of
 512-sample chunks at 16 and 8 kHz. Both sides load the same serialized bytes;
 the set-up rows time ``sonnx.prepare`` against creating the onnxruntime session. Each batch
 has two sonnx rows: the eager interpreter, and graph mode (``prepare(..., use_graph=True)``:
-one ``torch.compile``'d graph per input shape, whose one-off compile time is ``compile_s``).
+graphs traced with symbolic sizes and compiled by inductor, a new one only for a shape the
+ones before do not serve; ``compile_s`` is the first run at each shape, compiling or not).
 Each run feeds NumPy arrays and ends with NumPy outputs on both sides, in inference mode
 (``sonnx.autograd.training = False``). ``--profile N`` also prints the N most expensive torch
 operators of one sonnx run, and how much of the run was spent outside them (Python dispatch).
@@ -343,9 +344,11 @@ def main() -> None:
         notes=[
             "set-up rows: sonnx.prepare() vs onnxruntime session creation, once, from bytes",
             "max_abs_diff: largest |sonnx - onnxruntime| over the outputs",
-            "graph rows: sonnx.prepare(..., use_graph=True), one torch.compile'd graph per input "
-            "shape; compile_s: its first run (trace + compile), not in the timings",
-            "compiles: graphs compiled so far for the model (segments x input signatures)",
+            "graph rows: sonnx.prepare(..., use_graph=True), graphs with symbolic sizes; "
+            "compile_s: the first run at the shape (trace + compile if it needs a new graph), "
+            "not in the timings",
+            "compiles: graphs compiled so far for the model (segments x the shapes that need "
+            "their own graph)",
             "torch_ms: the source torch.nn module in eager mode under no_grad (BatchNorm folded "
             "into Conv like the file, except in yolov8, whose shape-dependent head torch.fx "
             "cannot trace); "

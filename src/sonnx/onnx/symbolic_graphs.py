@@ -35,8 +35,6 @@ from typing import Any
 
 import torch
 import torch.fx.experimental._config as fx_config
-from torch._dynamo.utils import counters
-from torch._inductor.compile_fx import compile_fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx import GraphModule
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -106,9 +104,10 @@ def compile_symbolic(
 def _cache_loads() -> int:
     """Compiled graphs loaded from the disk caches so far (AOTAutograd's, which holds the
     inductor graph, or else inductor's own)."""
-    return (
-        counters["aot_autograd"]["autograd_cache_hit"] + counters["inductor"]["fxgraph_cache_hit"]
-    )
+    from torch._dynamo.utils import counters  # dynamo and inductor load on first use (~2 s)
+
+    aot, fx = counters["aot_autograd"], counters["inductor"]
+    return aot["autograd_cache_hit"] + fx["fxgraph_cache_hit"]
 
 
 def _layouts(ts: Sequence[torch.Tensor]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -156,6 +155,8 @@ def _inductor(
     which at batch 1 is a large part of a run (measured: MobileNet-v2 22 -> 14 ms, the BERT
     encoder 3.5 -> 2.7 ms) for a few more seconds of compiling.
     """
+    from torch._inductor.compile_fx import compile_fx
+
     options = {"freezing": True, "pattern_matcher": pattern_matcher, "cpp_wrapper": True}
     with torch._inductor.config.patch(**options):
         return compile_fx(graph, fake_xs)
