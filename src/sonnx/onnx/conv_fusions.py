@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from sonnx.autograd.conv_common import forward_pads, spatial_ints, torch_pad
 from sonnx.autograd.operator import is_training
 from sonnx.autograd.tracing import NotTraceableError, value_checks
-from sonnx.tensor import Tensor
+from sonnx.tensor import Tensor, computed_tensor
 
 if TYPE_CHECKING:
     from sonnx.onnx.graph_program import Step
@@ -237,18 +237,6 @@ def _scalar_input(step: Step, position: int, constants: dict[str, Tensor]) -> fl
     if t is None or t.is_param or t.data.device.type == "meta" or t.data.numel() != 1:
         return None
     return float(t.data.reshape(())) if t.data.dtype.is_floating_point else None
-
-
-def _wrap(data: torch.Tensor) -> Tensor:
-    """A torch tensor as a graph value (no creator), as the plan keeps computed values."""
-    out = object.__new__(Tensor)
-    out.data = data
-    out.creator = None
-    out.output_index = 0
-    out.name = None
-    out._requires_grad = data.requires_grad
-    out._stores_grad = False
-    return out
 
 
 class _Cache:
@@ -449,7 +437,7 @@ class ConvChain:
             if env is None:
                 env = self._env(args)
             # the first unit reads the group's input by name
-            y = unit.unfused(_wrap(y) if k else None, env).data
+            y = unit.unfused(computed_tensor(y) if k else None, env).data
         return y
 
     def _env(self, args: Sequence[torch.Tensor]) -> dict[str, Tensor]:
@@ -459,5 +447,5 @@ class ConvChain:
         env: dict[str, Tensor] = {}
         for name, t in zip(self.inputs, args, strict=True):
             const = self.constants.get(name)
-            env[name] = const if const is not None and const.data is t else _wrap(t)
+            env[name] = const if const is not None and const.data is t else computed_tensor(t)
         return env

@@ -56,7 +56,7 @@ from sonnx.onnx.subgraphs import Subgraph
 from sonnx.onnx.values import is_single_value
 from sonnx.strings import StringArray
 from sonnx.symbolic_sizes import SymbolicInts
-from sonnx.tensor import Tensor, string_tensor, symbolic_tensor
+from sonnx.tensor import Tensor, computed_tensor, string_tensor, symbolic_tensor
 
 CPU = Device("cpu")
 
@@ -125,14 +125,7 @@ def _plain(data: torch.Tensor | StringArray | SymbolicInts) -> Tensor:
         return string_tensor(data)
     if type(data) is SymbolicInts:  # Shape in a symbolic trace
         return symbolic_tensor(data)
-    out = object.__new__(Tensor)
-    out.data = data
-    out.creator = None
-    out.output_index = 0
-    out.name = None
-    out._requires_grad = data.requires_grad
-    out._stores_grad = False
-    return out
+    return computed_tensor(data)
 
 
 @contextmanager
