@@ -241,10 +241,16 @@ def _interpolated(
     return x
 
 
-_TORCH_LINEAR = {3: torch.ops.aten.upsample_linear1d, 4: torch.ops.aten.upsample_bilinear2d}
-_TORCH_LINEAR[5] = torch.ops.aten.upsample_trilinear3d
-_TORCH_NEAREST = {3: torch.ops.aten.upsample_nearest1d, 4: torch.ops.aten.upsample_nearest2d}
-_TORCH_NEAREST[5] = torch.ops.aten.upsample_nearest3d
+_TORCH_LINEAR = {
+    3: torch.ops.aten.upsample_linear1d,
+    4: torch.ops.aten.upsample_bilinear2d,
+    5: torch.ops.aten.upsample_trilinear3d,
+}
+_TORCH_NEAREST = {
+    3: torch.ops.aten.upsample_nearest1d,
+    4: torch.ops.aten.upsample_nearest2d,
+    5: torch.ops.aten.upsample_nearest3d,
+}
 _TORCH_NEAREST_EXACT = {
     3: torch.ops.aten._upsample_nearest_exact1d,
     4: torch.ops.aten._upsample_nearest_exact2d,

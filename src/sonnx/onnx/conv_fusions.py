@@ -383,28 +383,21 @@ class _Unit:
         of that name when None); a failing step names itself."""
         if x is not None:
             env[self.x_name] = x
-        return _run_steps(self.indices, self.steps, env)
-
-
-def _run_steps(indices: Sequence[int], steps: Sequence[Step], env: dict[str, Tensor]) -> Tensor:
-    """Run ``steps`` (plan indices ``indices``) as the plan does, on and into ``env``; a
-    failing step names itself, and one graph mode cannot trace says which it is (graph mode
-    then runs it eagerly, and the group as its nodes)."""
-    result: Any = None
-    for index, step in zip(indices, steps, strict=True):
-        step_args = [env[n] if n else None for n in step.inputs]
-        try:
-            result = step.run(step_args, step.attrs)
-        except NotTraceableError as e:
-            e.step_index = index
-            raise
-        except Exception as e:
-            failure = step.failure(step_args, e)
-            if failure is e:
+        result: Any = None
+        for index, step in zip(self.indices, self.steps, strict=True):
+            step_args = [env[n] if n else None for n in step.inputs]
+            try:
+                result = step.run(step_args, step.attrs)
+            except NotTraceableError as e:  # graph mode then runs this step eagerly
+                e.step_index = index
                 raise
-            raise failure from e
-        env[step.outputs[0]] = result
-    return result
+            except Exception as e:
+                failure = step.failure(step_args, e)
+                if failure is e:
+                    raise
+                raise failure from e
+            env[step.outputs[0]] = result
+        return result
 
 
 class ConvChain:

@@ -74,16 +74,17 @@ def find_fusions(
     for i, step in enumerate(steps):
         for name in step.inputs:
             readers.setdefault(name, []).append(i)
+    graph_outputs = set(outputs)
     found: dict[int, Fusion] = {}
     claimed: set[int] = set()  # the steps of the groups found so far
     for index, step in enumerate(steps):
         fusion = None
         if step.info.op_type == "Erf":
-            fusion = _gelu(index, steps, constants, producer, readers, set(outputs))
+            fusion = _gelu(index, steps, constants, producer, readers, graph_outputs)
         elif step.info.op_type == "MatMul":
-            fusion = _linear(index, steps, constants, readers, set(outputs))
+            fusion = _linear(index, steps, constants, readers, graph_outputs)
         elif step.info.op_type == "Conv":
-            fusion = _conv(index, steps, constants, producer, readers, set(outputs))
+            fusion = _conv(index, steps, constants, producer, readers, graph_outputs)
         if fusion is not None and not ({*fusion.internal, fusion.final} & claimed):
             found[fusion.final] = fusion
             claimed.update((*fusion.internal, fusion.final))

@@ -73,7 +73,7 @@ def compile_symbolic(
     fake_params = [mode.from_tensor(p, static_shapes=True) for p in params]
     shapes = declared if declared is not None else [None] * len(xs)
     fake_xs = [_symbolic(mode, x, shape) for x, shape in zip(xs, shapes, strict=True)]
-    layouts = [(tuple(x.shape), x.stride()) for x in xs]
+    layouts = _layouts(xs)
     tag = f"{torch.compiler.config.cache_key_tag}|sonnx {layouts}"
     loads = _cache_loads()
     with (
