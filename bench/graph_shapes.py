@@ -6,10 +6,11 @@
 Each zoo stand-in (``bench/infer.py``'s sizes: ``--image``, ``--det-sizes``, ``--rec-widths``,
 ``--qbert-seqs``) is prepared once in graph mode and run at every batch size of every size
 variant, in that order. Each row is one first run at a new shape: the graphs compiled by it
-(``new``), its seconds (trace + compile + run), and the largest |graph - eager| over the
-outputs. A new process with the same ``TORCHINDUCTOR_CACHE_DIR`` shows the cold start: the
-compiles then come from inductor's caches on disk. ``--per-shape`` compiles every input shape
-on its own, as graph mode did before shapes were traced symbolically.
+(``new``) or loaded from the graph store (``loaded``), its seconds (trace + compile + run, or
+load + run), and the largest |graph - eager| over the outputs. A second invocation with the
+same ``SONNX_CACHE_DIR`` loads what the first compiled (see also ``bench/cold_start.py``).
+``--per-shape`` compiles every input shape on its own, as graph mode did before shapes were
+traced symbolically.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import argparse
 import time
 
 import numpy as np
-import torch
 from common import add_common_args, pin_threads
 from infer import ZOO, build
 
@@ -43,14 +43,17 @@ def main() -> None:
     args = parser.parse_args()
     pin_threads(args.threads)
     autograd.training = False
-    print(f"{'model':<12} {'shape':<14} {'batch':>5} {'new':>4} {'seconds':>8} {'max diff':>9}")
+    print(
+        f"{'model':<12} {'shape':<14} {'batch':>5} {'new':>4} {'loaded':>6} {'seconds':>8} "
+        f"{'max diff':>9}"
+    )
     for name in args.models:
         spec = build(name, args)
         eager = sonnx.prepare(spec.onnx_bytes)
         graph = sonnx.prepare(spec.onnx_bytes, use_graph=True)
         runner = graph.graph_runner
         runner.dynamic = not args.per_shape
-        total, count = 0.0, 0
+        total, count, loads = 0.0, 0, 0
         for label, make in spec.variants.items():
             for batch in spec.batches:
                 feed = make(batch)
@@ -64,11 +67,14 @@ def main() -> None:
                     for g, e in zip(got, expected, strict=True)
                 )
                 new, count = runner.compile_count - count, runner.compile_count
+                loaded, loads = runner.loaded_count - loads, runner.loaded_count
                 total += seconds
-                print(f"{name:<12} {label:<14} {batch:>5} {new:>4} {seconds:>8.2f} {diff:>9.2e}")
+                print(
+                    f"{name:<12} {label:<14} {batch:>5} {new:>4} {loaded:>6} {seconds:>8.2f} "
+                    f"{diff:>9.2e}"
+                )
         fallback = runner.fallback or "all compiled"
-        print(f"{name:<12} total: {count} compiles, {total:.1f} s; {fallback}")
-        torch._dynamo.reset()
+        print(f"{name:<12} total: {count} compiles, {loads} loads, {total:.1f} s; {fallback}")
 
 
 if __name__ == "__main__":

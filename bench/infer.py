@@ -184,9 +184,8 @@ def build(name: str, args: argparse.Namespace) -> Spec:
 
 
 def compile_count(runner: GraphRunner) -> int:
-    """How many graphs graph mode has compiled so far for this model."""
-    count = getattr(runner, "compile_count", None)
-    return len(runner._compiled) if count is None else count
+    """How many graphs graph mode has compiled or loaded from its store so far."""
+    return runner.compile_count + runner.loaded_count
 
 
 def profile_sonnx(run: Callable[[], object], top: int) -> str:

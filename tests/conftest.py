@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -5,12 +7,26 @@ import torch
 import sonnx.autograd as autograd
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_inductor_cache(tmp_path_factory):
+    """inductor's caches (its precompiled headers, 15 s to build, among them) live in one
+    directory for the session, not in the machine's: graph mode's compiles do not read its
+    FX-graph cache, and what is there from an earlier run never decides a test."""
+    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("inductor"))
+    yield
+    if previous is None:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+
+
 @pytest.fixture(autouse=True)
 def _isolate_global_state(tmp_path_factory, monkeypatch):
     """Each test starts in inference mode with fixed seeds and leaves the flag as it found it,
-    and compiles into an empty inductor cache: a graph another test (or an earlier run on
-    this machine) compiled is not loaded from disk, so compile counts are the test's own."""
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
+    and compiles into an empty graph store: a graph another test (or an earlier run on this
+    machine) compiled is not loaded from disk, so compile counts are the test's own."""
+    monkeypatch.setenv("SONNX_CACHE_DIR", str(tmp_path_factory.mktemp("sonnx")))
     previous = autograd.training
     autograd.training = False
     torch.manual_seed(0)

@@ -179,13 +179,16 @@ def test_value_dependent_steps_run_eagerly_and_the_rest_stays_compiled(make, nod
 
 
 def _compute_around_a_nonzero() -> onnx.ModelProto:
-    """Relu -> Mul (compiled) -> NonZero (eager) -> Cast -> Mul (compiled again)."""
+    """Relu -> Mul (compiled) -> NonZero (eager) -> Cast -> ReduceSum -> Mul by the first
+    segment's output (compiled again; a segment reading only the small integers NonZero
+    made, baked into its graph, would run eagerly: there is nothing to compile for)."""
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="relu"),
         helper.make_node("Mul", ["r", "r"], ["sq"], name="square"),
         helper.make_node("NonZero", ["sq"], ["where"], name="nonzero"),
         helper.make_node("Cast", ["where"], ["wf"], name="cast", to=TensorProto.FLOAT),
-        helper.make_node("Mul", ["wf", "wf"], ["y"], name="twice"),
+        helper.make_node("ReduceSum", ["wf"], ["total"], name="total", keepdims=0),
+        helper.make_node("Mul", ["sq", "total"], ["y"], name="scaled"),
     ]
     graph = helper.make_graph(
         nodes,

@@ -1,42 +1,43 @@
 """Graph mode for imported models: ``prepare(model, use_graph=True)``.
 
 An inference run (``sonnx.autograd.training`` off, the whole graph, its declared outputs) is
-traced once per input signature into an FX graph of torch operations (``make_fx``) and
-compiled with ``torch.compile`` (inductor), the weights frozen in as constants so that, for
+traced into an FX graph of torch operations (``make_fx``, with symbolic sizes: see
+:mod:`sonnx.onnx.symbolic_graphs`) and compiled ahead of time by inductor into a shared
+library (:mod:`sonnx.onnx.compiled_graphs`), the weights frozen in as constants so that, for
 instance, convolution weights are packed once for oneDNN. All of sonnx's per-node Python runs
-at trace time only.
+at trace time only. Compiled libraries are kept on disk (:mod:`sonnx.onnx.graph_store`): a new
+process running a model seen before loads them instead of tracing and compiling.
 
 Shape arithmetic (``Shape -> Gather -> Concat -> Reshape``, as in every exported BERT) depends
-only on the input shapes, which the compiled graph is specialised on: :class:`ValueFlow`
-follows which tensors carry input or weight values and runs every operation that touches none
-of them *outside* the trace, on plain tensors, so its results become constants of the graph
-and the host reads they feed (a reshape's target) happen once, at trace time.
+only on the input shapes: :class:`ValueFlow` follows which tensors carry input or weight values
+and runs every operation that touches none of them *outside* the trace, on plain tensors or
+symbolic sizes.
 
 A step whose control flow or output shapes depend on input values (NonZero, Unique, an ``If``
 on a computed condition, a host read of a computed value), or that draws random numbers, cannot
 be part of a static graph. Such a step runs eagerly, *there*: the steps between such steps form
 segments, each traced and compiled on its own, so the rest of the model stays compiled. A
 segment that inductor fails to compile runs eagerly too. Each case is warned about once, with
-the node's name.
+the node's name; the steps found to run eagerly are stored with the model's compiled graphs.
 """
 
 from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
-from torch.fx import GraphModule
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from sonnx.autograd.host_values import HOST_CONSTANT_SIZE, is_host_value
 from sonnx.autograd.random_ops import RANDOM_OP_TYPES
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
+from sonnx.onnx.compiled_graphs import CompiledGraph
 from sonnx.onnx.graph_program import GraphProgram, reads_of
-from sonnx.onnx.symbolic_graphs import CompiledGraph, compile_symbolic, freeze
+from sonnx.onnx.graph_store import GraphStore, WeightDigests, digest
+from sonnx.onnx.symbolic_graphs import compile_static, compile_symbolic
 from sonnx.symbolic_sizes import SymbolicInts, materialize, viewable
 from sonnx.tensor import Tensor
 
@@ -75,17 +76,22 @@ class GraphRunner:
     """Compiled inference runs of one :class:`GraphProgram`.
 
     The steps are split into compiled segments around the steps that must run eagerly (found
-    while tracing, or random draws, known up front). Each segment is compiled once per input
-    signature; trainable weights (``stores_grad``) are frozen into it as constants, and every
-    constant's identity and version counter are part of the cache key, so after a training
-    step or ``load_states`` the next run compiles afresh.
+    while tracing, or random draws, known up front). Each segment is compiled for the input
+    shapes its guards admit; trainable weights (``stores_grad``) are frozen into it as
+    constants, and every constant's identity and version counter are part of the in-memory
+    key (its bytes, of the on-disk one), so after a training step or ``load_states`` the next
+    run compiles afresh.
+
+    ``identity`` names the model's graph (:func:`~sonnx.onnx.graph_store.graph_digest`); with
+    it, compiled graphs are stored on disk and loaded from there (see
+    :mod:`sonnx.onnx.graph_store`), without it they are kept in memory only.
     """
 
     def __init__(
         self,
         program: GraphProgram,
-        backend: str = "inductor",
         declared_shapes: dict[str, Any] | None = None,
+        identity: str | None = None,
     ) -> None:
         self.program = program
         #: The graph inputs' shapes as the model declares them (see ``compile_symbolic``).
@@ -95,7 +101,9 @@ class GraphRunner:
         self.constants = program.constants
         self.input_names = program.input_names
         self.output_names = program.output_names
-        self.backend = backend
+        self.identity = identity
+        self.store = GraphStore.from_environment() if identity else GraphStore(None)
+        self._weight_digests = WeightDigests()
         #: Trace segments with symbolic sizes: one graph for every shape its guards admit
         #: (see :mod:`sonnx.onnx.symbolic_graphs`); a segment torch cannot trace or compile
         #: that way is compiled for each input shape. False compiles every segment per shape.
@@ -108,6 +116,11 @@ class GraphRunner:
         }
         self._segments: list[Segment | int] | None = None
         self._warned: set[str] = set()
+        if identity:
+            for index, why in self.store.load_plan(identity).items():
+                if index < len(program.steps) and index not in self.eager_steps:
+                    self.eager_steps[index] = why
+                    self._warn(f"node {program.steps[index].info.name!r} ({why})")
 
     @property
     def fallback(self) -> str | None:
@@ -125,14 +138,23 @@ class GraphRunner:
 
     @property
     def compile_count(self) -> int:
-        """How many graphs are compiled (for each segment, one per set of shapes its guards
-        cannot cover with one graph)."""
-        return sum(
-            len(graphs)
+        """How many graphs this runner compiled (for each segment, one per set of shapes its
+        guards cannot cover with one graph)."""
+        return sum(not g.loaded for g in self._graphs())
+
+    @property
+    def loaded_count(self) -> int:
+        """How many graphs this runner loaded from the store instead of compiling them."""
+        return sum(g.loaded for g in self._graphs())
+
+    def _graphs(self) -> list[CompiledGraph]:
+        return [
+            g
             for s in self.segments
             if isinstance(s, Segment)
             for graphs in s.compiled.values()
-        )
+            for g in graphs
+        ]
 
     @property
     def segments(self) -> list[Segment | int]:
@@ -176,6 +198,9 @@ class GraphRunner:
             for n, a in zip(segment.inputs, args, strict=True)
         ]
         traced = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
+        if not traced:  # the steps read only constants and shape values: nothing to compile
+            self.program.execute(values, start=segment.start, stop=segment.stop)
+            return
         key = tuple(
             (_kind(a.data), tuple(a.data.reshape(-1).tolist())) if bake else _kind(a.data)
             for a, bake in zip(args, baked, strict=True)
@@ -186,7 +211,10 @@ class GraphRunner:
         entry = next((g for g in graphs if g.fits(traced)), None)
         if entry is None:
             try:
-                entry = self._compile(segment, args, baked, versions)
+                stored = self._store_key(segment, key)
+                entry = self.store.find(stored, traced, versions, self._device)
+                if entry is None:
+                    entry = self._compile(segment, args, baked, versions, stored)
                 graphs.append(entry)
             except NotTraceableError as e:
                 if e.step_index is None or e.step_index in self.eager_steps:
@@ -205,10 +233,30 @@ class GraphRunner:
             for n, t in zip(segment.outputs, outs, strict=True)
         )
 
+    @property
+    def _device(self) -> torch.device:
+        return self.program.device.torch_device
+
+    def _store_key(self, segment: Segment, key: tuple[Any, ...]) -> str:
+        """The on-disk key of a segment's graphs for inputs of ``key`` (see
+        :mod:`sonnx.onnx.graph_store`)."""
+        reads = _segment_reads(self.program, segment.start, segment.stop)
+        weights = [
+            (n, self._weight_digests.of(self.constants[n].data))
+            for n in reads
+            if n in self.constants
+        ]
+        declared = [self.declared_shapes.get(n) for n in segment.inputs]
+        return digest(
+            [self.identity, segment.start, segment.stop, self.dynamic, key, declared, weights]
+        )
+
     def _run_eagerly(self, index: int, reason: str) -> None:
         self.eager_steps[index] = reason
         self._segments = None
         self._warn(f"node {self.program.steps[index].info.name!r} ({reason})")
+        if self.identity:
+            self.store.save_plan(self.identity, self.eager_steps)
 
     def _warn(self, what: str) -> None:
         if what not in self._warned:
@@ -220,7 +268,12 @@ class GraphRunner:
             )
 
     def _compile(
-        self, segment: Segment, args: list[Tensor], baked: list[bool], versions: tuple[Any, ...]
+        self,
+        segment: Segment,
+        args: list[Tensor],
+        baked: list[bool],
+        versions: tuple[Any, ...],
+        stored: str,
     ) -> CompiledGraph:
         reads = _segment_reads(self.program, segment.start, segment.stop)
         names = [n for n in reads if n in self.constants and self.constants[n].stores_grad]
@@ -260,38 +313,20 @@ class GraphRunner:
 
         params = [self.constants[n].data.detach() for n in names]
         xs = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
-        with torch.no_grad():
-            if self.dynamic and self.backend == "inductor" and segment.per_shape is None:
-                try:
-                    declared = [self.declared_shapes.get(n) for n in traced_names]
-                    return compile_symbolic(pure, params, xs, versions, declared)
-                except NotTraceableError:
-                    raise
-                except Exception as e:  # a symbolic trace or compile torch cannot do
-                    segment.per_shape = _reason(e)
-            return self._compile_static(pure, params, xs, versions)
+        declared = [self.declared_shapes.get(n) for n in traced_names]
 
-    def _compile_static(
-        self,
-        pure: Callable[..., list[torch.Tensor]],
-        params: list[torch.Tensor],
-        xs: list[torch.Tensor],
-        versions: tuple[Any, ...],
-    ) -> CompiledGraph:
-        """A graph for exactly the shapes of ``xs``."""
-        graph = make_fx(pure)(*params, *xs)
-        freeze(graph, params)
-        shapes = [(x.shape, x.stride()) for x in xs]
-        try:
-            run = _compiled(graph, xs, self.backend, pattern_matcher=True)
-        except torch._dynamo.exc.BackendCompilerFailed:
-            # inductor's pattern rewrites (attention fusion) can reject a graph whose
-            # constants are tensors (a softmax scale computed from a shape); without them
-            # the graph still compiles.
-            run = _compiled(graph, xs, self.backend, pattern_matcher=False)
-        return CompiledGraph(
-            versions, lambda ts: [(t.shape, t.stride()) for t in ts] == shapes, run
-        )
+        def build(library: Path) -> str:
+            with torch.no_grad():
+                if self.dynamic and segment.per_shape is None:
+                    try:
+                        return compile_symbolic(pure, params, xs, library, declared)
+                    except NotTraceableError:
+                        raise
+                    except Exception as e:  # a symbolic trace or compile torch cannot do
+                        segment.per_shape = _reason(e)
+                return compile_static(pure, params, xs, library)
+
+        return self.store.compile(stored, build, versions, self._device)
 
 
 def _reason(error: Exception) -> str:
@@ -337,19 +372,3 @@ def _segment(program: GraphProgram, start: int, stop: int) -> Segment:
             later.update(fusion.inputs)
     outputs = [o for i in range(start, stop) for o in program.steps[i].outputs if o in later]
     return Segment(start, stop, inputs, list(dict.fromkeys(outputs)))
-
-
-def _compiled(
-    graph: GraphModule, xs: list[torch.Tensor], backend: str, pattern_matcher: bool
-) -> Callable[..., Any]:
-    """``torch.compile`` of ``graph``, compiled now (first call) with the weights frozen in.
-
-    ``cpp_wrapper`` makes inductor launch the kernels from C++ instead of a Python wrapper,
-    which at batch 1 is a large part of a run (measured: MobileNet-v2 22 -> 14 ms, the BERT
-    encoder 3.5 -> 2.7 ms) for a few more seconds of compiling.
-    """
-    compiled = torch.compile(graph, backend=backend, dynamic=False)
-    options = {"freezing": True, "pattern_matcher": pattern_matcher, "cpp_wrapper": True}
-    with torch._inductor.config.patch(**options):
-        compiled(*xs)
-    return compiled

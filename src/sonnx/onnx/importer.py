@@ -33,6 +33,7 @@ from sonnx.device import Device, as_device
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_mode import GraphRunner
 from sonnx.onnx.graph_program import GraphProgram, compile_graph
+from sonnx.onnx.graph_store import graph_digest
 from sonnx.onnx.imported_graph import GraphSource, ImportedGraph
 from sonnx.onnx.model_loading import ModelSource, load_model, opset_versions
 from sonnx.onnx.values import (
@@ -293,7 +294,8 @@ def prepare(
     graph = onnx.inliner.inline_local_functions(proto).graph if proto.functions else proto.graph
     initializer_names = {i.name for i in graph.initializer}
     input_specs = [_input_spec(v) for v in graph.input if v.name not in initializer_names]
-    program = compile_graph(graph, opset_versions(proto), dev, [s.name for s in input_specs])
+    opsets = opset_versions(proto)
+    program = compile_graph(graph, opsets, dev, [s.name for s in input_specs])
     weights = {
         name: program.constants[name]
         for name in initializer_names
@@ -308,7 +310,11 @@ def prepare(
         program=program,
         source=GraphSource(proto, program),
         graph_runner=(
-            GraphRunner(program, declared_shapes={s.name: s.shape for s in input_specs})
+            GraphRunner(
+                program,
+                declared_shapes={s.name: s.shape for s in input_specs},
+                identity=graph_digest(graph, opsets),
+            )
             if use_graph
             else None
         ),
