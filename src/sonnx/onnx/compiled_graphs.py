@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch.fx import GraphModule
 
+from sonnx.onnx.conv_prepack import prepack_convolution_weights
+
 
 @dataclass
 class CompiledGraph:
@@ -89,6 +91,7 @@ def compile_library(graph: GraphModule, example_inputs: Sequence[Any], library: 
             "pattern_matcher": pattern_matcher,
             "fx_graph_cache": False,
             "aot_inductor.output_path": str(library),
+            "post_grad_custom_pre_pass": prepack_convolution_weights,
         }
         try:
             compile_fx_aot(graph, list(example_inputs), config_patches=options)

@@ -1,0 +1,94 @@
+"""Prepacked convolution weights in graphs of symbolic sizes (``sonnx.onnx.conv_prepack``):
+every convolution of a graph-mode CNN gets a packed weight, and the graph still computes
+eager's answer at sizes other than the one it was compiled at."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+import sonnx
+from sonnx.onnx import compiled_graphs, conv_prepack
+from sonnx.tensor import to_numpy
+from sonnx.testing import torch_models as tm
+
+pytestmark = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="oneDNN convolutions are CPU-build only"
+)
+
+
+class _Convs(nn.Module):
+    """A plain, a strided depthwise and a 1x1 convolution with activations between."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.depthwise = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8)
+        self.project = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        return self.project(nn.functional.hardswish(self.depthwise(y)))
+
+
+def test_symbolic_graphs_get_packed_weights_and_match_eager_at_other_sizes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    packed: list[str] = []
+
+    def counting(graph: torch.fx.Graph) -> None:
+        conv_prepack.prepack_convolution_weights(graph)
+        packed.extend(n.target for n in graph.nodes if "_packed_" in str(n.target))
+
+    monkeypatch.setattr(compiled_graphs, "prepack_convolution_weights", counting)
+    torch.manual_seed(0)
+    axes = {"x": {0: "n", 2: "h", 3: "w"}}
+    model = tm.export(_Convs(), (torch.randn(2, 3, 16, 16),), 17, ["x"], dynamic_axes=axes)
+    graph, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    rng = np.random.default_rng(0)
+    for shape in [(2, 3, 16, 16), (3, 3, 24, 40), (4, 3, 9, 13)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got, expected = to_numpy(graph.run([x])[0]), to_numpy(eager.run([x])[0])
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert graph.graph_runner.fallback is None
+    assert graph.graph_runner.compile_count == 1
+    assert len(packed) == 3
+
+
+def _pointwise_graph(example: torch.Tensor) -> torch.fx.GraphModule:
+    """``_convolution_pointwise(x, w)`` with ``w`` a constant and ``x``'s example ``example``."""
+    module = torch.fx.GraphModule(nn.Module(), torch.fx.Graph())
+    module.register_buffer("w", torch.randn(4, 3, 3, 3))
+    graph = module.graph
+    x = graph.placeholder("x")
+    x.meta["val"] = example
+    w = graph.get_attr("w")
+    args = (x, w, None, [1, 1], [1, 1], [1, 1], 1, "none", [], "")
+    graph.output(graph.call_function(conv_prepack._POINTWISE, args))
+    module.recompile()
+    return module
+
+
+def test_weights_of_static_inputs_are_left_to_inductor_and_symbolic_ones_are_packed() -> None:
+    torch.manual_seed(0)
+    static = _pointwise_graph(torch.empty(1, 3, 8, 8))
+    conv_prepack.prepack_convolution_weights(static.graph)
+    assert [n.target for n in static.graph.nodes if n.op == "get_attr"] == ["w"]
+
+    env = ShapeEnv()
+    fake = FakeTensorMode(shape_env=env).from_tensor(
+        torch.empty(2, 3, 8, 8),
+        symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * 4),
+    )
+    symbolic = _pointwise_graph(fake)
+    conv_prepack.prepack_convolution_weights(symbolic.graph)
+    symbolic.recompile()
+    (attr,) = [n.target for n in symbolic.graph.nodes if n.op == "get_attr"]
+    assert getattr(symbolic, attr).is_mkldnn
+    x = torch.randn(2, 3, 8, 8)
+    expected = nn.functional.conv2d(x, symbolic.w, padding=1)
+    torch.testing.assert_close(symbolic(x), expected, rtol=1e-5, atol=1e-5)
