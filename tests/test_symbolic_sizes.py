@@ -122,6 +122,29 @@ def test_a_grid_from_shape_and_range_and_an_upsample_serve_every_image_size() ->
     _compiled_once(model, [[rng.standard_normal((1, 3, *s)).astype(np.float32)] for s in sizes])
 
 
+class _Recogniser(nn.Module):
+    """A CRNN-style sequence model: an LSTM over a sequence of any length, then a projection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(6, 5, bidirectional=True)
+        self.out = nn.Linear(10, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.lstm(x)[0]).softmax(-1)
+
+
+def test_an_lstm_serves_every_sequence_length_in_one_graph() -> None:
+    """torch's LSTM is one operation over the whole sequence, so its length stays a symbol
+    (a loop over time steps would have to run eagerly)."""
+    torch.manual_seed(0)
+    axes = {"x": {0: "t", 1: "n"}}
+    model = tm.export(_Recogniser(), (torch.randn(7, 2, 6),), 17, ["x"], dynamic_axes=axes)
+    rng = np.random.default_rng(3)
+    shapes = [(7, 2), (12, 3), (4, 2)]
+    _compiled_once(model, [[rng.standard_normal((*s, 6)).astype(np.float32)] for s in shapes])
+
+
 class _Head(nn.Module):
     """A detection head's flattening of two maps (``view(n, c, -1)``, concatenated, split,
     permuted): inductor lowers those views differently for a batch of one."""

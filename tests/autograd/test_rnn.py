@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
 from onnx import TensorProto, helper
 
 import sonnx
@@ -82,6 +83,10 @@ CASES = [
     ("GRU", {"activations": ["HardSigmoid", "Elu"], "activation_alpha": [0.3, 0.5]}, 1, None),
     ("GRU", {"clip": 0.4, "direction": "reverse"}, 1, None),
     ("LSTM", {}, 1, [4, 1, 3]),
+    # torch's fused LSTM (no lengths, peepholes, clip or custom activations):
+    ("LSTM", {}, 1, None),
+    ("LSTM", {"direction": "reverse"}, 1, None),
+    ("LSTM", {"direction": "bidirectional"}, 2, None),
     ("LSTM", {"input_forget": 1, "clip": 0.3, "direction": "bidirectional"}, 2, [2, 4, 3]),
     (
         "LSTM",
@@ -250,3 +255,19 @@ def test_version_1_output_sequence_is_dropped():
     expected = sonnx.prepare(new).run(arrays)
     for g, e in zip(got, expected, strict=True):
         np.testing.assert_array_equal(g.numpy(), e.numpy())
+
+
+def test_a_standard_lstm_is_one_call_of_torchs_lstm_and_differentiable(monkeypatch):
+    calls = []
+    fused = torch.lstm
+
+    def counting(*args):
+        calls.append(args[0].shape)
+        return fused(*args)
+
+    monkeypatch.setattr(torch, "lstm", counting)
+    both = [*small("LSTM", 2), rng.standard_normal((2, 2, 2))]
+    check_grad(lambda x, w, r, b, h, c: lstm(x, w, r, b, h, c, direction="bidirectional")[0], both)
+    one = [*small("LSTM"), rng.standard_normal((1, 2, 2))]
+    check_grad(lambda x, w, r, b, h, c: lstm(x, w, r, b, h, c, direction="reverse")[2], one)
+    assert calls, "the fused path was not taken"

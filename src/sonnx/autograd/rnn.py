@@ -301,6 +301,34 @@ class LSTM(_Recurrent):
     state_names = ("initial_h", "initial_c")
     unclipped = (2,)  # clip bounds the gates' inputs, not the cell state fed to h
 
+    def _run_direction(self, x, weights, init, acts, lengths, reverse: bool):
+        """torch's own LSTM (oneDNN's fused layer on the CPU, cuDNN's on a GPU) where it
+        computes this node: one call for the whole sequence, of any (symbolic) length."""
+        if lengths is not None or weights[3] is not None or not self._standard(x):
+            return super()._run_direction(x, weights, init, acts, lengths, reverse)
+        w, r, b, _ = weights
+        hidden = r.shape[-1]
+        flat = [_torch_gate_order(w, hidden), _torch_gate_order(r, hidden)]
+        if b is not None:
+            rows = 4 * hidden
+            flat += [_torch_gate_order(b[:rows], hidden), _torch_gate_order(b[rows:], hidden)]
+        sequence = x.flip(0) if reverse else x
+        state = (init[0].unsqueeze(0), init[1].unsqueeze(0))
+        y, h, c = torch.lstm(sequence, state, flat, b is not None, 1, 0.0, False, False, False)
+        return (y.flip(0) if reverse else y), [h[0], c[0]]
+
+    def _standard(self, x: torch.Tensor) -> bool:
+        """Default activations, no ``clip``, no coupled gates, a float type torch's LSTM
+        takes: the node is torch's LSTM."""
+        names = [str(n).lower() for n in (self.attr("activations") or ())]
+        defaults = [n.lower() for n in self.default_activations]
+        return (
+            names in ([], defaults, defaults * 2)
+            and self.attr("clip") is None
+            and not int(self.attr("input_forget") or 0)
+            and x.dtype in (torch.float32, torch.float64)
+        )
+
     def step(self, projected, states, r, rb, p, acts):
         f, g, h_act = acts
         h, c = states
@@ -318,6 +346,13 @@ class LSTM(_Recurrent):
         if p is not None:
             o_pre = o_pre + p[hidden : 2 * hidden] * new_c
         return [f(o_pre) * h_act(new_c), new_c]
+
+
+def _torch_gate_order(t: torch.Tensor, hidden: int) -> torch.Tensor:
+    """Rows of LSTM gates from ONNX's order (input, output, forget, cell) to torch's (input,
+    forget, cell, output)."""
+    i, o, f, c = t.split(hidden, dim=0)
+    return torch.cat([i, f, c, o], 0)
 
 
 def _attrs(
