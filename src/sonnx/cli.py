@@ -4,6 +4,7 @@ sonnx demo [--epochs N] [--limit N] [--data DIR] [--out DIR]   the walkthrough (
 sonnx info MODEL.onnx                                         layers, inputs, outputs, params
 sonnx run MODEL.onnx INPUT.npy [...] [--last-layers K]        run a model on .npy inputs
 sonnx serve --model-repository DIR [--http-port 8000] [--grpc-port 8001]  KServe v2 server
+sonnx cache [--clear]                                         graph mode's stored graphs
 """
 
 from __future__ import annotations
@@ -79,6 +80,20 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
 
+def _cache(args: argparse.Namespace) -> int:
+    from sonnx.onnx.graph_store import ENV_VAR, GraphStore
+
+    store = GraphStore.from_environment()
+    if store.root is None:
+        print(f"graph mode stores no compiled graphs (${ENV_VAR} is off)")
+        return 0
+    if args.clear:
+        store.clear()
+    count, size = store.usage()
+    print(f"{store.root}: {count} compiled graphs, {size / 2**20:.1f} MiB")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sonnx", description="ONNX as a first-class citizen.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -124,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_serve)
+    cache = sub.add_parser("cache", help="where graph mode stores compiled graphs, and how much")
+    cache.add_argument("--clear", action="store_true", help="delete every stored graph first")
+    cache.set_defaults(func=_cache)
     return parser
 
 

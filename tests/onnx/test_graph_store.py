@@ -60,7 +60,7 @@ def test_a_second_runner_loads_the_compiled_graph_instead_of_compiling() -> None
     assert (second.graph_runner.compile_count, second.graph_runner.loaded_count) == (0, 1)
 
 
-def test_changed_weights_compile_a_graph_of_their_own() -> None:
+def test_changed_weights_compile_a_graph_of_their_own_kept_in_memory() -> None:
     model, x = _model(), _image()
     sonnx.prepare(model, use_graph=True).run([x])
     changed = sonnx.prepare(model, use_graph=True)
@@ -69,6 +69,7 @@ def test_changed_weights_compile_a_graph_of_their_own() -> None:
         weight.data.mul_(-1.0)
     got = to_numpy(changed.run([x])[0])
     assert changed.graph_runner.compile_count == 1
+    assert len(_stored_entries()) == 1  # weights changed in this process are not stored
     eager = sonnx.prepare(model)
     eager_weight = next(t for t in eager.tensor_map.values() if t.data.dim() == 4)
     with torch.no_grad():
@@ -197,3 +198,16 @@ def test_the_graph_digest_ignores_initializer_values_but_not_the_nodes() -> None
     other_nodes.graph.node[-1].name = "renamed"
     assert graph_digest(other_nodes.graph, opsets) != base
     assert graph_digest(model.graph, {"": 18}) != base
+
+
+def test_the_cache_command_reports_and_clears_the_store(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from sonnx import cli
+
+    sonnx.prepare(_model(), use_graph=True).run([_image()])
+    assert cli.main(["cache"]) == 0
+    assert f"{store_root()}: 1 compiled graphs" in capsys.readouterr().out
+    assert cli.main(["cache", "--clear"]) == 0
+    assert ": 0 compiled graphs, 0.0 MiB" in capsys.readouterr().out
+    assert _stored_entries() == []

@@ -104,6 +104,10 @@ class GraphRunner:
         self.identity = identity
         self.store = GraphStore.from_environment() if identity else GraphStore(None)
         self._weight_digests = WeightDigests()
+        #: The constants as loaded: graphs of these are stored; graphs of weights changed
+        #: in this process (a training step, ``load_states``) are kept in memory only, so a
+        #: training loop that evaluates in graph mode does not fill the disk.
+        self._loaded_versions = self._versions()
         #: Trace segments with symbolic sizes: one graph for every shape its guards admit
         #: (see :mod:`sonnx.onnx.symbolic_graphs`); a segment torch cannot trace or compile
         #: that way is compiled for each input shape. False compiles every segment per shape.
@@ -205,7 +209,7 @@ class GraphRunner:
             (_kind(a.data), tuple(a.data.reshape(-1).tolist())) if bake else _kind(a.data)
             for a, bake in zip(args, baked, strict=True)
         )
-        versions = tuple((id(t.data), t.data._version) for t in self.constants.values())
+        versions = self._versions()
         graphs = segment.compiled.setdefault(key, [])
         graphs[:] = [g for g in graphs if g.versions == versions]
         entry = next((g for g in graphs if g.fits(traced)), None)
@@ -232,6 +236,9 @@ class GraphRunner:
             (n, Tensor(data=t, requires_grad=False, name=n))
             for n, t in zip(segment.outputs, outs, strict=True)
         )
+
+    def _versions(self) -> tuple[Any, ...]:
+        return tuple((id(t.data), t.data._version) for t in self.constants.values())
 
     @property
     def _device(self) -> torch.device:
@@ -326,7 +333,8 @@ class GraphRunner:
                         segment.per_shape = _reason(e)
                 return compile_static(pure, params, xs, library)
 
-        return self.store.compile(stored, build, versions, self._device)
+        keep = versions == self._loaded_versions
+        return self.store.compile(stored, build, versions, self._device, keep)
 
 
 def _reason(error: Exception) -> str:

@@ -16,6 +16,9 @@ Where: ``$SONNX_CACHE_DIR``, by default ``$XDG_CACHE_HOME/sonnx`` (``~/.cache/so
     graphs/<digest>/<entry>/guards.txt  the inputs it serves (several entries: several shapes)
     plans/<model digest>.json           the steps graph mode found must run eagerly
 
+Only graphs of a model's weights as loaded are stored: after a training step or
+``load_states`` in the same process, graph mode compiles into memory only (a training loop
+evaluating in graph mode would otherwise store a copy of the weights per evaluation).
 Nothing is ever half-written: an entry is compiled in a temporary directory and renamed into
 place whole, a plan is written to a temporary file and replaced. Entries are never deleted by
 sonnx; removing the directory is always safe.
@@ -162,15 +165,16 @@ class GraphStore:
         build: Callable[[Path], str],
         versions: tuple[Any, ...],
         device: torch.device,
+        keep: bool = True,
     ) -> CompiledGraph:
         """``build(library)`` compiles a graph into the file ``library`` and returns its
-        guards; the graph is stored under ``key`` and returned loaded."""
-        if self.root is not None:
-            (self.root / "graphs").mkdir(parents=True, exist_ok=True)
+        guards; the graph is stored under ``key`` (unless not to ``keep``) and returned
+        loaded."""
+        root = self.root if keep else None
+        if root is not None:
+            (root / "graphs").mkdir(parents=True, exist_ok=True)
         scratch = Path(
-            tempfile.mkdtemp(
-                prefix=".compiling-", dir=None if self.root is None else self.root / "graphs"
-            )
+            tempfile.mkdtemp(prefix=".compiling-", dir=None if root is None else root / "graphs")
         )
         try:
             guards = build(scratch / _LIBRARY)
@@ -178,14 +182,29 @@ class GraphStore:
                 if extra.name != _LIBRARY:
                     shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
             (scratch / _GUARDS).write_text(guards, encoding="utf-8")
-            if self.root is None:
+            if root is None:
                 return CompiledGraph(versions, guards, load_library(scratch / _LIBRARY, device))
-            entry = self.root / "graphs" / key / uuid.uuid4().hex
+            entry = root / "graphs" / key / uuid.uuid4().hex
             entry.parent.mkdir(exist_ok=True)
             scratch.rename(entry)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return CompiledGraph(versions, guards, load_library(entry / _LIBRARY, device))
+
+    def usage(self) -> tuple[int, int]:
+        """How many compiled graphs are stored, and their bytes on disk."""
+        if self.root is None or not (self.root / "graphs").is_dir():
+            return 0, 0
+        entries = [e for e in (self.root / "graphs").glob("*/*") if e.is_dir()]
+        size = sum(f.stat().st_size for e in entries for f in e.iterdir() if f.is_file())
+        return len(entries), size
+
+    def clear(self) -> None:
+        """Delete every stored graph and plan (safe at any time: graphs already loaded by a
+        running process stay loaded)."""
+        if self.root is not None:
+            for part in ("graphs", "plans"):
+                shutil.rmtree(self.root / part, ignore_errors=True)
 
     def load_plan(self, model: str) -> dict[int, str]:
         """The steps a model's graph mode found must run eagerly, by index, with why."""
