@@ -180,8 +180,7 @@ def test_value_dependent_steps_run_eagerly_and_the_rest_stays_compiled(make, nod
 
 def _compute_around_a_nonzero() -> onnx.ModelProto:
     """Relu -> Mul (compiled) -> NonZero (eager) -> Cast -> ReduceSum -> Mul by the first
-    segment's output (compiled again; a segment reading only the small integers NonZero
-    made, baked into its graph, would run eagerly: there is nothing to compile for)."""
+    segment's output (compiled again)."""
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="relu"),
         helper.make_node("Mul", ["r", "r"], ["sq"], name="square"),
@@ -211,4 +210,5 @@ def test_the_steps_around_an_eager_step_are_compiled_segments() -> None:
     runner = rep.graph_runner
     kinds = ["eager" if isinstance(p, int) else "compiled" for p in runner.segments]
     assert kinds == ["compiled", "eager", "compiled"]
-    assert runner.compile_count >= 2
+    # NonZero's indices differ per input; they are traced, not baked into a graph per value.
+    assert runner.compile_count == 2

@@ -117,6 +117,20 @@ def test_with_the_store_off_nothing_is_written(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_unwritable_store_warns_and_compiles_into_memory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    monkeypatch.setenv("SONNX_CACHE_DIR", str(not_a_directory))
+    model, x = _model(), _image()
+    rep = sonnx.prepare(model, use_graph=True)
+    with pytest.warns(RuntimeWarning, match="cannot store compiled graphs"):
+        got = to_numpy(rep.run([x])[0])
+    np.testing.assert_allclose(got, to_numpy(sonnx.prepare(model).run([x])[0]), rtol=1e-5)
+    assert (rep.graph_runner.compile_count, rep.graph_runner.fallback) == (1, None)
+
+
 def test_a_damaged_stored_graph_is_skipped_with_a_warning_and_compiled_again() -> None:
     model, x = _model(), _image()
     expected = to_numpy(sonnx.prepare(model, use_graph=True).run([x])[0])
@@ -168,7 +182,7 @@ def test_the_steps_found_to_run_eagerly_are_known_to_the_next_runner() -> None:
         rep = sonnx.prepare(model, use_graph=True)
     assert [rep.steps[i].info.name for i in rep.graph_runner.eager_steps] == ["nonzero"]
     np.testing.assert_array_equal(to_numpy(rep.run([x])[0]), [[0, 0], [0, 2]])
-    assert rep.graph_runner.loaded_count == 1
+    assert rep.graph_runner.loaded_count == 2  # the segments before and after the NonZero
 
 
 def test_weight_digests_follow_the_bytes_and_in_place_changes() -> None:

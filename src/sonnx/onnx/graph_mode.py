@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -195,10 +196,11 @@ class GraphRunner:
         if segment.eager or not all(isinstance(a, Tensor) for a in args):
             self.program.execute(values, start=segment.start, stop=segment.stop)
             return
-        # A shape value an eager step computed is baked in; a graph input (token ids are
-        # small host integers too) never is.
+        # A shape value (fixed by the input shapes) computed outside the segment is baked in;
+        # a graph input (token ids are small host integers too) or a value-dependent result
+        # (NonZero's indices) never is: a graph per value would compile at every new input.
         baked = [
-            n not in self.input_names and _is_shape_value(a.data)
+            n in self._shape_value_names and _is_shape_value(a.data)
             for n, a in zip(segment.inputs, args, strict=True)
         ]
         traced = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
@@ -236,6 +238,12 @@ class GraphRunner:
             (n, Tensor(data=t, requires_grad=False, name=n))
             for n, t in zip(segment.outputs, outs, strict=True)
         )
+
+    @cached_property
+    def _shape_value_names(self) -> set[str]:
+        """The values fixed by the input signature (see :mod:`sonnx.onnx.shape_values`)."""
+        steps = self.program.steps
+        return {o for i in self.program.shape_value_steps for o in steps[i].outputs if o}
 
     def _versions(self) -> tuple[Any, ...]:
         return tuple((id(t.data), t.data._version) for t in self.constants.values())

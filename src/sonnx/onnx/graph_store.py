@@ -171,11 +171,23 @@ class GraphStore:
         guards; the graph is stored under ``key`` (unless not to ``keep``) and returned
         loaded."""
         root = self.root if keep else None
-        if root is not None:
-            (root / "graphs").mkdir(parents=True, exist_ok=True)
-        scratch = Path(
-            tempfile.mkdtemp(prefix=".compiling-", dir=None if root is None else root / "graphs")
-        )
+        try:
+            if root is not None:
+                (root / "graphs").mkdir(parents=True, exist_ok=True)
+            scratch = Path(
+                tempfile.mkdtemp(
+                    prefix=".compiling-", dir=None if root is None else root / "graphs"
+                )
+            )
+        except OSError as e:  # a read-only or misnamed store: compile, keep in memory
+            warnings.warn(
+                f"graph mode cannot store compiled graphs in {root} ({e}); set ${ENV_VAR} to "
+                "a writable directory, or to 'off'",
+                RuntimeWarning,
+                3,
+            )
+            self.root = root = None
+            scratch = Path(tempfile.mkdtemp(prefix=".compiling-"))
         try:
             guards = build(scratch / _LIBRARY)
             for extra in scratch.iterdir():  # inductor's generated sources and objects
@@ -220,8 +232,11 @@ class GraphStore:
         if self.root is None:
             return
         folder = self.root / "plans"
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, scratch = tempfile.mkstemp(prefix=".writing-", dir=folder)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, scratch = tempfile.mkstemp(prefix=".writing-", dir=folder)
+        except OSError:  # an unwritable store: the plan is found again by tracing
+            return
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump({str(i): why for i, why in sorted(eager_steps.items())}, out)
         os.replace(scratch, folder / f"{digest([model])}.json")
