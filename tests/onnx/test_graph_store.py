@@ -20,7 +20,7 @@ from torch import nn
 
 import sonnx
 from sonnx.onnx import compiled_graphs
-from sonnx.onnx.graph_store import WeightDigests, graph_digest, store_root
+from sonnx.onnx.graph_store import WeightDigests, digest, graph_digest, store_root
 from sonnx.tensor import to_numpy
 from sonnx.testing import torch_models as tm
 
@@ -225,3 +225,16 @@ def test_the_cache_command_reports_and_clears_the_store(
     assert cli.main(["cache", "--clear"]) == 0
     assert ": 0 compiled graphs, 0.0 MiB" in capsys.readouterr().out
     assert _stored_entries() == []
+
+
+def test_the_key_depends_on_the_thread_count() -> None:
+    """inductor compiles its loops for the threads torch has at compile time."""
+    threads = torch.get_num_threads()
+    try:
+        keys = set()
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            keys.add(digest(["model", 0, 1]))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(keys) == 2

@@ -115,8 +115,10 @@ class WeightDigests:
 
 
 def digest(parts: Iterable[Any]) -> str:
-    """One digest of ``parts`` (their reprs) and the environment."""
+    """One digest of ``parts`` (their reprs) and the environment, the thread count included
+    (inductor's loops are compiled for the number of threads torch uses when they compile)."""
     h = hashlib.blake2b(environment_digest().encode(), digest_size=20)
+    h.update(f"threads={torch.get_num_threads()}\0".encode())
     for part in parts:
         h.update(repr(part).encode())
         h.update(b"\0")
