@@ -212,3 +212,49 @@ def test_the_steps_around_an_eager_step_are_compiled_segments() -> None:
     assert kinds == ["compiled", "eager", "compiled"]
     # NonZero's indices differ per input; they are traced, not baked into a graph per value.
     assert runner.compile_count == 2
+
+
+def _if_on_a_switch_input() -> onnx.ModelProto:
+    """``If (mode == 1)`` over a scaled input, as Silero-VAD branches on its sample rate."""
+
+    def branch(name: str, op: str) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node(op, ["scaled"], [name])],
+            name,
+            [],
+            [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)],
+        )
+
+    nodes = [
+        helper.make_node("Constant", [], ["one"], value_int=1),
+        helper.make_node("Equal", ["mode", "one"], ["is_one"]),
+        helper.make_node("Mul", ["x", "x"], ["scaled"]),
+        helper.make_node(
+            "If", ["is_one"], ["y"], then_branch=branch("a", "Relu"), else_branch=branch("b", "Neg")
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "switch_if",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3]),
+            helper.make_tensor_value_info("mode", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_if_on_a_one_value_input_compiles_the_branch_taken_for_each_value() -> None:
+    model = _if_on_a_switch_input()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for n, mode in [(2, 1), (5, 1), (3, 0), (4, 0), (6, 1)]:
+            feeds = [rng.standard_normal((n, 3)).astype(np.float32), np.array(mode, np.int64)]
+            got, expected = rep.run(feeds), eager.run(feeds)
+            np.testing.assert_array_equal(to_numpy(got[0]), to_numpy(expected[0]))
+    runner = rep.graph_runner
+    assert runner.fallback is None
+    assert runner.compile_count == 2  # one graph per value of the switch, for every batch size

@@ -17,7 +17,9 @@ A step whose control flow or output shapes depend on input values (NonZero, Uniq
 on a computed condition, a host read of a computed value), or that draws random numbers, cannot
 be part of a static graph. Such a step runs eagerly, *there*: the steps between such steps form
 segments, each traced and compiled on its own, so the rest of the model stays compiled. A
-segment that inductor fails to compile runs eagerly too. Each case is warned about once, with
+segment that inductor fails to compile runs eagerly too. An ``If`` whose condition comes from
+a one-value integer input (Silero-VAD's sample rate) is no such step: that input is baked into
+the graph like a shape value, and each of its values gets a graph holding the branch it takes. Each case is warned about once, with
 the node's name; the steps found to run eagerly are stored with the model's compiled graphs.
 """
 
@@ -51,6 +53,12 @@ def _kind(t: torch.Tensor) -> tuple[Any, ...]:
 def _is_shape_value(t: torch.Tensor) -> bool:
     """A small integer tensor on the host: a shape value, baked into a segment's graph."""
     return is_host_value(t) and t.numel() <= HOST_CONSTANT_SIZE
+
+
+def _is_control_value(t: torch.Tensor) -> bool:
+    """One integer or boolean on the host: a switch (a sample rate, a mode flag) that can
+    select an ``If`` branch, baked into a segment's graph."""
+    return is_host_value(t) and t.numel() == 1 and not t.is_floating_point()
 
 
 @dataclass
@@ -196,11 +204,14 @@ class GraphRunner:
         if segment.eager or not all(isinstance(a, Tensor) for a in args):
             self.program.execute(values, start=segment.start, stop=segment.stop)
             return
-        # A shape value (fixed by the input shapes) computed outside the segment is baked in;
-        # a graph input (token ids are small host integers too) or a value-dependent result
-        # (NonZero's indices) never is: a graph per value would compile at every new input.
+        # A shape value (fixed by the input shapes) computed outside the segment is baked in,
+        # and so is a one-value graph input an If's condition is computed from (a sample rate):
+        # the graph then holds the branch taken, one graph per value. Other graph inputs (token
+        # ids are small host integers too) or value-dependent results (NonZero's indices) never
+        # are: a graph per value would compile at every new input.
         baked = [
-            n in self._shape_value_names and _is_shape_value(a.data)
+            (n in self._shape_value_names and _is_shape_value(a.data))
+            or (n in self._switch_inputs and _is_control_value(a.data))
             for n, a in zip(segment.inputs, args, strict=True)
         ]
         traced = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
@@ -244,6 +255,25 @@ class GraphRunner:
         """The values fixed by the input signature (see :mod:`sonnx.onnx.shape_values`)."""
         steps = self.program.steps
         return {o for i in self.program.shape_value_steps for o in steps[i].outputs if o}
+
+    @cached_property
+    def _switch_inputs(self) -> set[str]:
+        """The graph inputs some ``If``'s condition is computed from."""
+        program, inputs = self.program, set(self.input_names)
+        pending = [s.inputs[0] for s in program.steps if s.info.op_type == "If" and s.inputs]
+        found: set[str] = set()
+        seen: set[str] = set()
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in inputs:
+                found.add(name)
+            producer = program.step_producing(name)
+            if producer is not None:
+                pending.extend(reads_of(producer))
+        return found
 
     def _versions(self) -> tuple[Any, ...]:
         return tuple((id(t.data), t.data._version) for t in self.constants.values())
