@@ -60,7 +60,8 @@ def test_symbolic_graphs_get_packed_weights_and_match_eager_at_other_sizes(
 
 
 def _pointwise_graph(example: torch.Tensor) -> torch.fx.GraphModule:
-    """``_convolution_pointwise(x, w)`` with ``w`` a constant and ``x``'s example ``example``."""
+    """``_convolution_pointwise(x, w)`` with ``w`` a constant, ``x``'s example ``example`` and
+    the output expected channels-last, as inductor lays out a CNN's convolutions."""
     module = torch.fx.GraphModule(nn.Module(), torch.fx.Graph())
     module.register_buffer("w", torch.randn(4, 3, 3, 3))
     graph = module.graph
@@ -68,7 +69,11 @@ def _pointwise_graph(example: torch.Tensor) -> torch.fx.GraphModule:
     x.meta["val"] = example
     w = graph.get_attr("w")
     args = (x, w, None, [1, 1], [1, 1], [1, 1], 1, "none", [], "")
-    graph.output(graph.call_function(conv_prepack._POINTWISE, args))
+    conv = graph.call_function(conv_prepack._POINTWISE, args)
+    conv.meta["val"] = example.new_empty(example.shape[0], 4, *example.shape[2:]).contiguous(
+        memory_format=torch.channels_last
+    )
+    graph.output(conv)
     module.recompile()
     return module
 
@@ -92,3 +97,44 @@ def test_weights_of_static_inputs_are_left_to_inductor_and_symbolic_ones_are_pac
     x = torch.randn(2, 3, 8, 8)
     expected = nn.functional.conv2d(x, symbolic.w, padding=1)
     torch.testing.assert_close(symbolic(x), expected, rtol=1e-5, atol=1e-5)
+
+
+class _Spectrogram(nn.Module):
+    """An STFT as a strided 1-D convolution of one channel, its magnitude, a 3-wide conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.basis = nn.Conv1d(1, 258, 256, stride=128, bias=False)
+        self.encoder = nn.Conv1d(129, 16, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spec = self.basis(nn.functional.pad(x.unsqueeze(1), (128, 128), mode="reflect"))
+        return self.encoder(torch.sqrt(spec[:, :129] ** 2 + spec[:, 129:] ** 2))
+
+
+def test_a_convolution_of_one_channel_keeps_its_plain_weight_and_matches_eager() -> None:
+    """With its weight packed, the spectrogram of a padded waveform came out wrong."""
+    torch.manual_seed(0)
+    axes = {"x": {0: "n"}}
+    model = tm.export(_Spectrogram(), (torch.randn(2, 512),), 17, ["x"], dynamic_axes=axes)
+    graph, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    rng = np.random.default_rng(0)
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 512)).astype(np.float32)
+        got, expected = to_numpy(graph.run([x])[0]), to_numpy(eager.run([x])[0])
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert graph.graph_runner.fallback is None
+
+
+def test_a_convolution_expected_to_write_nchw_keeps_its_plain_weight() -> None:
+    torch.manual_seed(0)
+    env = ShapeEnv()
+    fake = FakeTensorMode(shape_env=env).from_tensor(
+        torch.empty(2, 3, 8, 8),
+        symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * 4),
+    )
+    module = _pointwise_graph(fake)
+    (conv,) = [n for n in module.graph.nodes if n.target is conv_prepack._POINTWISE]
+    conv.meta["val"] = conv.meta["val"].contiguous()
+    conv_prepack.prepack_convolution_weights(module.graph)
+    assert [n.target for n in module.graph.nodes if n.op == "get_attr"] == ["w"]

@@ -198,3 +198,23 @@ def test_dbnet_compiles_whole_in_graph_mode_and_matches_eager_at_both_shapes() -
         autograd.training = previous
     assert graph.graph_runner.fallback is None
     assert graph.graph_runner.compile_count >= 1
+
+
+def test_vad_compiles_whole_in_graph_mode_with_a_graph_per_rate_and_matches_eager() -> None:
+    """Its ``If`` on the sample-rate input is compiled as the branch each rate takes, and its
+    one-channel STFT convolution keeps a plain weight (issue #11)."""
+    c = case("vad")
+    graph, eager = sonnx.prepare(c.model, use_graph=True), sonnx.prepare(c.model)
+    previous, autograd.training = autograd.training, False
+    try:
+        for feeds in c.feeds:
+            got, expected = graph.run(feeds), eager.run(feeds)
+            for g, e in zip(got, expected, strict=True):
+                np.testing.assert_allclose(to_numpy(g), to_numpy(e), rtol=1e-5, atol=1e-5)
+    finally:
+        autograd.training = previous
+    runner = graph.graph_runner
+    assert runner.fallback is None
+    # Two rates, each a graph for a batch of one and one for larger batches (torch's choice
+    # of convolution kernel tells them apart).
+    assert 2 <= runner.compile_count <= 4

@@ -23,7 +23,28 @@ if TYPE_CHECKING:
 
 AUTO_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
-CONV: dict[int, Callable[..., torch.Tensor]] = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+def _conv1d_as_2d(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor | None,
+    stride: Sequence[int],
+    padding: Sequence[int] | int,
+    dilation: Sequence[int],
+    groups: int = 1,
+) -> torch.Tensor:
+    """A 1-D convolution as the 2-D one of height 1 (what torch's ``conv1d`` runs anyway).
+
+    Written out so that a compiled graph holds a 2-D convolution: inductor gives those, not
+    1-D ones, oneDNN's kernel with the weight packed once (a streaming audio model's
+    convolutions at batch 1: the slow reference kernel otherwise).
+    """
+    pad = [0, *padding] if isinstance(padding, Sequence) else [0, padding]
+    y = F.conv2d(x.unsqueeze(2), w.unsqueeze(2), b, [1, *stride], pad, [1, *dilation], groups)
+    return y.squeeze(2)
+
+
+CONV: dict[int, Callable[..., torch.Tensor]] = {1: _conv1d_as_2d, 2: F.conv2d, 3: F.conv3d}
 CONV_TRANSPOSE: dict[int, Callable[..., torch.Tensor]] = {
     1: F.conv_transpose1d,
     2: F.conv_transpose2d,

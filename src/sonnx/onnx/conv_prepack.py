@@ -12,12 +12,23 @@ hints). The blocked layout oneDNN picks depends on the input's shape only throug
 kernel; where another shape wants another layout, oneDNN reorders the packed weight at the call,
 which is what it did with the plain one. Results are the same either way (the same convolution
 on the same numbers), which the tests check at several shapes.
+
+oneDNN writes a convolution with a packed weight channels-last, whatever the layout of its
+input; with a plain weight it follows the input. So only convolutions the graph already expects
+to write channels-last (inductor's layout choice for CNNs) get a packed weight: packing one that
+writes NCHW would hand the next kernel memory in a layout it does not expect. Nor do
+convolutions of a one-channel input (an STFT as a convolution of the waveform): the graph's
+answers with such a weight packed were wrong (by about the outputs' own size) whenever the
+input was computed in the graph (a reflect pad before it), though the same call outside a
+graph is right; one channel is the case where NCHW and channels-last strides describe the
+same memory. The tests hold both cases.
 """
 
 from __future__ import annotations
 
 import torch
 from torch.fx import Graph, GraphModule
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 _POINTWISE = torch.ops.mkldnn._convolution_pointwise.default
 
@@ -44,6 +55,8 @@ def prepack_convolution_weights(graph: Graph) -> None:
             or weight.dtype != torch.float32
             or example is None
             or all(isinstance(s, int) for s in example.shape)
+            or not _writes_channels_last(node)
+            or statically_known_true(example.shape[1] == 1)
         ):
             continue
         sizes = tuple(_hint(s) for s in example.shape)
@@ -62,6 +75,15 @@ def prepack_convolution_weights(graph: Graph) -> None:
     for node in list(graph.nodes):
         if node.op == "get_attr" and not node.users:
             graph.erase_node(node)
+
+
+def _writes_channels_last(node: torch.fx.Node) -> bool:
+    """Whether the graph expects the convolution's output channels-last (or has one channel,
+    where both layouts are the same memory)."""
+    out = node.meta.get("val")
+    if not isinstance(out, torch.Tensor) or out.dim() != 4:
+        return False
+    return statically_known_true(out.stride(1) == 1) or statically_known_true(out.size(1) == 1)
 
 
 def _hint(size: int | torch.SymInt) -> int:

@@ -17,10 +17,11 @@ A step whose control flow or output shapes depend on input values (NonZero, Uniq
 on a computed condition, a host read of a computed value), or that draws random numbers, cannot
 be part of a static graph. Such a step runs eagerly, *there*: the steps between such steps form
 segments, each traced and compiled on its own, so the rest of the model stays compiled. A
-segment that inductor fails to compile runs eagerly too. An ``If`` whose condition comes from
-a one-value integer input (Silero-VAD's sample rate) is no such step: that input is baked into
-the graph like a shape value, and each of its values gets a graph holding the branch it takes. Each case is warned about once, with
+segment that inductor fails to compile runs eagerly too. Each case is warned about once, with
 the node's name; the steps found to run eagerly are stored with the model's compiled graphs.
+An ``If`` whose condition comes from a one-value integer input (Silero-VAD's sample rate) is
+no such step: that input is baked into the graph like a shape value, and each of its values
+gets a graph holding the branch it takes.
 """
 
 from __future__ import annotations
