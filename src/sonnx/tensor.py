@@ -419,14 +419,14 @@ def symbolic_tensor(data: SymbolicInts, creator: Operator | None = None, index: 
     return out
 
 
-def computed_tensor(data: torch.Tensor) -> Tensor:
+def computed_tensor(data: torch.Tensor, name: str | None = None) -> Tensor:
     """A value computed inside an imported run: ``data`` wrapped without a creator (the run
     is recorded as one node, not each value), the fast way: no checks or conversions."""
     out = object.__new__(Tensor)
     out.data = data
     out.creator = None
     out.output_index = 0
-    out.name = None
+    out.name = name
     out._requires_grad = data.requires_grad
     out._stores_grad = False
     return out

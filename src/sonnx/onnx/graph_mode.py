@@ -43,7 +43,7 @@ from sonnx.onnx.graph_program import GraphProgram, reads_of
 from sonnx.onnx.graph_store import GraphStore, WeightDigests, digest
 from sonnx.onnx.symbolic_graphs import compile_static, compile_symbolic
 from sonnx.symbolic_sizes import SymbolicInts, materialize, viewable
-from sonnx.tensor import Tensor
+from sonnx.tensor import Tensor, computed_tensor
 
 
 def _kind(t: torch.Tensor) -> tuple[Any, ...]:
@@ -196,7 +196,7 @@ class GraphRunner:
             outs = [values[n] for n in self.output_names]
             if not all(isinstance(o, Tensor) for o in outs):
                 return None
-            return [Tensor(data=o.data, requires_grad=False, name=n) for o, n in
+            return [computed_tensor(o.data, n) for o, n in
                     zip(outs, self.output_names, strict=True)]  # fmt: skip
         raise RuntimeError("graph mode could not settle which steps run eagerly")
 
@@ -247,8 +247,7 @@ class GraphRunner:
                 return
         outs = entry.run(*traced)
         values.update(
-            (n, Tensor(data=t, requires_grad=False, name=n))
-            for n, t in zip(segment.outputs, outs, strict=True)
+            (n, computed_tensor(t, n)) for n, t in zip(segment.outputs, outs, strict=True)
         )
 
     @cached_property
