@@ -49,10 +49,17 @@ def place_inputs(op_type: str, inputs: list[torch.Tensor | None]) -> list[torch.
     Returns ``inputs`` itself when they already share a device, else a new list. Any other mix
     (float data on the CPU with data on a GPU, two GPUs) is the caller's error.
     """
+    first: torch.device | None = None
+    for t in inputs:  # the common case, one device, without building sets (once per node)
+        if t is not None:
+            if first is None:
+                first = t.device
+            elif t.device != first:
+                break
+    else:
+        return inputs
     present = [(i, t) for i, t in enumerate(inputs) if t is not None]
     devices = {t.device for _, t in present}
-    if len(devices) < 2:
-        return inputs
     targets = {d for d in devices if d.type != "cpu"}
     movable = all(t.device in targets or is_host_value(t) for _, t in present)
     if len(targets) != 1 or not movable:

@@ -105,9 +105,16 @@ class Step:
     def run(self, args: list[Any], attrs: dict[str, Any]) -> Any:
         """The node's output value(s) for input values ``args``."""
         op = self.op
-        if op is None or not all(a is None or type(a) is Tensor for a in args):
+        if op is None:
             return self.convert(self.info, args, attrs)
-        raw = [None if a is None else a.data for a in args]
+        raw: list[Any] = []
+        for a in args:  # a loop, not comprehensions: this runs once per node per run
+            if a is None:
+                raw.append(None)
+            elif type(a) is Tensor:
+                raw.append(a.data)
+            else:  # a sequence, an optional, a string tensor: the converter's own handling
+                return self.convert(self.info, args, attrs)
         placed = place_inputs(op.op_type, raw)
         try:
             result = op.forward(*placed)
@@ -266,7 +273,7 @@ class GraphProgram:
                     if failure is e:
                         raise
                     raise failure from e
-            outs = (result,) if is_single_value(result) else tuple(result)
+            outs = (result,) if type(result) is Tensor or is_single_value(result) else result
             for name, t in zip(step.outputs, outs, strict=False):
                 if name and t is not None:
                     if isinstance(t, Tensor):
