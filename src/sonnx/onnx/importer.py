@@ -43,7 +43,7 @@ from sonnx.onnx.values import (
     OptionalValue,
     TensorSequence,
 )
-from sonnx.tensor import Tensor
+from sonnx.tensor import Tensor, computed_tensor
 
 
 @dataclass(frozen=True)
@@ -208,6 +208,10 @@ class SingaRep:
             return value
         data = value if isinstance(value, torch.Tensor) else np.asarray(value)
         try:
+            if isinstance(data, np.ndarray) and data.dtype.kind in "biufc":
+                # The common case, NumPy numbers, without Tensor's general conversion.
+                t = dtypes.array_to_torch(data)
+                return computed_tensor(t.to(self.device.torch_device))
             return Tensor(data=data, device=self.device, requires_grad=False)
         except BadInputError as e:  # a string or object array: say which input it was
             spec = next((s.describe() for s in self.input_specs if s.name == name), "a tensor")
@@ -240,12 +244,14 @@ class SingaRep:
                 f"run: input {spec.name!r} expects {spec.describe()}, received {t.dtype} "
                 f"with shape {t.shape}"
             )
-        if spec.shape == () and t.size() == 1 and t.ndim() > 0:
+        sizes = t.data.shape  # torch's sizes: Tensor.shape builds exportable Dims
+        if spec.shape == () and t.data.numel() == 1 and len(sizes) > 0:
             # A one-element tensor is accepted for a scalar input (official cases feed them).
             t = Tensor(data=t.data.reshape(()), requires_grad=t.requires_grad, name=t.name)
+            sizes = t.data.shape
         if spec.shape is not None:
-            ok = len(spec.shape) == t.ndim() and all(
-                not isinstance(d, int) or d == r for d, r in zip(spec.shape, t.shape, strict=True)
+            ok = len(spec.shape) == len(sizes) and all(
+                not isinstance(d, int) or d == r for d, r in zip(spec.shape, sizes, strict=True)
             )
             if not ok:
                 raise BadInputError(
