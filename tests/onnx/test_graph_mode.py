@@ -55,8 +55,9 @@ def test_cnn_compiles_once_for_many_batch_sizes_and_matches_eager(cnn) -> None:
     rep, eager = sonnx.prepare(cnn, use_graph=True), sonnx.prepare(cnn)
     rep.graph_runner.dynamic = True
     rng = np.random.default_rng(0)
-    # torch's choice of convolution kernel guards the batch size to 1, 2-15 or 16 and more.
-    for batch in (2, 5, 3):
+    # Eager torch picks another convolution kernel for a batch of one and from 16 up (1x1
+    # kernels); the compiled graph runs oneDNN's for all, so one graph serves them all.
+    for batch in (1, 8, 17, 2):
         _same(rep, eager, [rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)])
     assert rep.graph_runner.fallback is None
     assert rep.graph_runner.compile_count == 1
@@ -258,3 +259,22 @@ def test_an_if_on_a_one_value_input_compiles_the_branch_taken_for_each_value() -
     runner = rep.graph_runner
     assert runner.fallback is None
     assert runner.compile_count == 2  # one graph per value of the switch, for every batch size
+
+
+def test_bad_input_met_while_compiling_is_reported_and_later_runs_still_compile() -> None:
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [3, 4], np.ones(12, np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="project")],
+        "project",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "k"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rep = sonnx.prepare(model, use_graph=True)
+    with pytest.raises(sonnx.errors.BadInputError, match="MatMul"):
+        rep.run([np.ones((2, 5), np.float32)])  # k = 5, the weight has 3 rows
+    (y,) = rep.run([np.ones((2, 3), np.float32)])
+    np.testing.assert_array_equal(to_numpy(y), np.full((2, 4), 3.0, np.float32))
+    assert rep.graph_runner.fallback is None
+    assert rep.graph_runner.compile_count == 1

@@ -38,6 +38,7 @@ import torch
 from sonnx.autograd.host_values import HOST_CONSTANT_SIZE, is_host_value
 from sonnx.autograd.random_ops import RANDOM_OP_TYPES
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
+from sonnx.errors import BadInputError
 from sonnx.onnx.compiled_graphs import CompiledGraph
 from sonnx.onnx.graph_program import GraphProgram, reads_of
 from sonnx.onnx.graph_store import GraphStore, WeightDigests, digest
@@ -239,6 +240,8 @@ class GraphRunner:
                     raise
                 self._run_eagerly(e.step_index, str(e))
                 raise _ReplanError from e
+            except BadInputError:  # the caller's inputs, not the compiler: nothing to remember
+                raise
             except Exception as e:  # inductor's own failure: this segment runs eagerly
                 segment.eager = True
                 first = self.program.steps[segment.start].info.name

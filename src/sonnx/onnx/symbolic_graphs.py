@@ -8,10 +8,17 @@ the symbols becomes a *guard* in its ``ShapeEnv``: a convolution's channels equa
 weight's (``s1 == 3``), a feature pyramid's upsampled side equals its skip connection's.
 Dimensions no guard pins stay symbolic, so the graph inductor compiles from the trace serves
 every input its guards admit: graph mode checks them before each run and compiles another
-graph only when they fail. torch itself still tells some sizes apart: which convolution kernel
-runs (and so the memory format of its output) depends on whether the batch is 1, or under 16
-for a 1x1 kernel on one thread, so a CNN may get one graph for a batch of one and another for
-the rest, each serving every image size.
+graph only when they fail.
+
+torch's fake convolution asks which kernel eager torch would pick (``_select_conv_backend``:
+its reference kernel for a batch of one, oneDNN from 16 up for a 1x1 kernel on one thread) and
+what memory format that kernel writes, and each answer guards the batch size: a CNN got one
+graph for a batch of one and another for the rest. In the compiled graph inductor replaces
+every convolution with a constant weight (all of an imported model's) by oneDNN's
+``_convolution_pointwise``, whose output layout follows its input's, not the batch; so those
+questions are answered here for the example's sizes without guarding them, except for
+transposed convolutions, which inductor leaves to torch's kernel choice when sizes are
+symbolic (their answers still guard).
 
 Two torch settings keep the symbols general: sizes of 1 are not specialised
 (``specialize_zero_one=False``, and ``backed_size_oblivious`` so that broadcasting and
@@ -21,7 +28,8 @@ contiguity checks do not pin a batch of one), and equal sizes are not merged int
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +65,7 @@ def compile_symbolic(
     fake_params = [mode.from_tensor(p, static_shapes=True) for p in params]
     shapes = declared if declared is not None else [None] * len(xs)
     fake_xs = [_symbolic(mode, x, shape) for x, shape in zip(xs, shapes, strict=True)]
-    with fx_config.patch(backed_size_oblivious=True):
+    with fx_config.patch(backed_size_oblivious=True), _unguarded_kernel_choices(env):
         graph = make_fx(pure, tracing_mode="symbolic", _allow_non_fake_inputs=True)(
             *fake_params, *fake_xs
         )
@@ -75,6 +83,35 @@ def compile_static(
     """As :func:`compile_symbolic`, for exactly the shapes of ``xs`` (every dimension traced
     fixed); the guards admit those shapes and strides only."""
     return compile_symbolic(pure, params, xs, library, [tuple(x.shape) for x in xs])
+
+
+@contextmanager
+def _unguarded_kernel_choices(env: ShapeEnv) -> Iterator[None]:
+    """torch's choice of convolution kernel and its output format, for the example's sizes
+    and without guards, while a graph is traced and compiled (see the module docstring)."""
+    select = torch._C._select_conv_backend
+    memory_format = torch._C._conv_determine_backend_memory_format
+
+    def select_unguarded(*args: Any, **kwargs: Any) -> Any:
+        transposed = kwargs.get("transposed", args[6] if len(args) > 6 else False)
+        if transposed:
+            return select(*args, **kwargs)
+        with env.suppress_guards():
+            return select(*args, **kwargs)
+
+    def memory_format_unguarded(x: Any, weight: Any, backend: Any) -> Any:
+        if "Transpose" in str(backend):
+            return memory_format(x, weight, backend)
+        with env.suppress_guards():
+            return memory_format(x, weight, backend)
+
+    torch._C._select_conv_backend = select_unguarded
+    torch._C._conv_determine_backend_memory_format = memory_format_unguarded
+    try:
+        yield
+    finally:
+        torch._C._select_conv_backend = select
+        torch._C._conv_determine_backend_memory_format = memory_format
 
 
 def _symbolic(mode: FakeTensorMode, x: torch.Tensor, declared: Sequence[Any] | None) -> FakeTensor:
