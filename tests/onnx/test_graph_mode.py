@@ -96,14 +96,17 @@ def test_a_compiled_run_exports_the_original_graph(cnn) -> None:
     assert [n.name for n in exported.graph.node] == [n.name for n in cnn.graph.node]
 
 
+def _branch(name: str, op: str, source: str) -> onnx.GraphProto:
+    """An If branch applying ``op`` to the outer-scope tensor ``source``."""
+    return helper.make_graph(
+        [helper.make_node(op, [source], [name])],
+        name,
+        [],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)],
+    )
+
+
 def _if_on_a_computed_condition() -> onnx.ModelProto:
-    def branch(name: str, op: str) -> onnx.GraphProto:
-        return helper.make_graph(
-            [helper.make_node(op, ["x"], [name])],
-            name,
-            [],
-            [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)],
-        )
 
     nodes = [
         helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
@@ -113,8 +116,8 @@ def _if_on_a_computed_condition() -> onnx.ModelProto:
             "If",
             ["positive"],
             ["y"],
-            then_branch=branch("a", "Relu"),
-            else_branch=branch("b", "Neg"),
+            then_branch=_branch("a", "Relu", "x"),
+            else_branch=_branch("b", "Neg", "x"),
         ),
     ]
     graph = helper.make_graph(
@@ -217,22 +220,12 @@ def test_the_steps_around_an_eager_step_are_compiled_segments() -> None:
 
 def _if_on_a_switch_input() -> onnx.ModelProto:
     """``If (mode == 1)`` over a scaled input, as Silero-VAD branches on its sample rate."""
-
-    def branch(name: str, op: str) -> onnx.GraphProto:
-        return helper.make_graph(
-            [helper.make_node(op, ["scaled"], [name])],
-            name,
-            [],
-            [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)],
-        )
-
+    then_branch, else_branch = _branch("a", "Relu", "scaled"), _branch("b", "Neg", "scaled")
     nodes = [
         helper.make_node("Constant", [], ["one"], value_int=1),
         helper.make_node("Equal", ["mode", "one"], ["is_one"]),
         helper.make_node("Mul", ["x", "x"], ["scaled"]),
-        helper.make_node(
-            "If", ["is_one"], ["y"], then_branch=branch("a", "Relu"), else_branch=branch("b", "Neg")
-        ),
+        helper.make_node("If", ["is_one"], ["y"], then_branch=then_branch, else_branch=else_branch),
     ]
     graph = helper.make_graph(
         nodes,
