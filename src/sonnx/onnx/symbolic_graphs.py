@@ -88,7 +88,12 @@ def compile_static(
 @contextmanager
 def _unguarded_kernel_choices(env: ShapeEnv) -> Iterator[None]:
     """torch's choice of convolution kernel and its output format, for the example's sizes
-    and without guards, while a graph is traced and compiled (see the module docstring)."""
+    and without guards, while a graph is traced and compiled (see the module docstring).
+
+    torch offers no hook for this, so the two ``torch._C`` functions its fake convolution
+    calls are swapped for the duration: process-wide, so a ``torch.compile`` running in
+    another thread meanwhile would see them too.
+    """
     select = torch._C._select_conv_backend
     memory_format = torch._C._conv_determine_backend_memory_format
 
