@@ -60,7 +60,7 @@ def _is_shape_value(t: torch.Tensor) -> bool:
 def _is_control_value(t: torch.Tensor) -> bool:
     """One integer or boolean on the host: a switch (a sample rate, a mode flag) that can
     select an ``If`` branch, baked into a segment's graph."""
-    return is_host_value(t) and t.numel() == 1 and not t.is_floating_point()
+    return is_host_value(t) and t.numel() == 1
 
 
 @dataclass
