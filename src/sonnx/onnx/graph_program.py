@@ -36,6 +36,7 @@ from sonnx.onnx.graph_constants import (
     mark_statistics_as_buffers,
     place_constant,
 )
+from sonnx.onnx.graph_plan import Plan, build_plan
 from sonnx.onnx.model_loading import (
     ResolvedNode,
     check_graph_order,
@@ -166,6 +167,9 @@ class GraphProgram:
     _shape_values: ShapeValueCache = field(default_factory=ShapeValueCache, repr=False)
     #: Groups of steps run as one torch call, by the index of their final step.
     fusions: dict[int, Fusion] = field(default_factory=dict, repr=False)
+    #: Plans of whole runs by the names they keep (see :mod:`sonnx.onnx.graph_plan`); None
+    #: once a plan failed where the step loop did not (the step loop then runs every time).
+    _plans: dict[frozenset[str], Plan] | None = field(default_factory=dict, repr=False)
 
     @cached_property
     def shape_value_steps(self) -> set[int]:
@@ -189,7 +193,54 @@ class GraphProgram:
         """
         grad = torch.set_grad_enabled(is_training())
         with _default_device(self.device), deferred_checks(), grad:
+            plan_runs = (
+                keep is not None
+                and computed is None
+                and start == 0
+                and (stop is None or stop >= len(self.steps))
+                and value_checks()
+                and not _debugging()
+            )
+            if plan_runs and self._run_plan(values, frozenset(keep)):
+                return values
             return self._execute(values, start, stop, computed, keep)
+
+    def _run_plan(self, values: dict[str, Tensor], keep: frozenset[str]) -> bool:
+        """Run the whole graph by its plan, if the input signature's shape values are known
+        (False: the step loop must run). When the plan raises, the step loop runs the graph
+        again: it names the node that fails, and if it does not fail, plans are not used
+        again for this graph."""
+        plans = self._plans
+        signature = input_signature(values, self.input_names)
+        known = self._shape_values.get(signature) if signature is not None else None
+        if plans is None or known is None:
+            return False
+        plan = plans.get(keep)
+        if plan is None:
+            plan = plans[keep] = build_plan(self, keep)
+        try:
+            plan(values, known)
+            return True
+        except Exception:
+            pass  # the step loop reports it, naming the node
+        self._execute(values, 0, None, None, set(keep))
+        self._plans = None
+        return True
+
+    @property
+    def runs_plans(self) -> bool:
+        """False once a plan failed where the step loop did not (a bug in the plan; the step
+        loop then runs every time)."""
+        return self._plans is not None
+
+    @property
+    def plans(self) -> dict[frozenset[str], Plan]:
+        """The plans built so far, by the names they keep (each has its ``source``)."""
+        return dict(self._plans or {})
+
+    def run_step(self, index: int, args: list[Any], scope: dict[str, Any]) -> Any:
+        """Step ``index``'s result on ``args`` (``scope``: what its subgraphs read)."""
+        return self._run_step(index, self.steps[index], args, scope)
 
     def outer_names(self) -> set[str]:
         """Names this (sub)graph reads that it does not define: the enclosing scope's."""
@@ -228,13 +279,13 @@ class GraphProgram:
         computed: dict[str, Tensor] | None,
         keep: set[str] | None,
     ) -> dict[str, Tensor]:
-        debug = os.environ.get("SONNX_DEBUG", "") not in ("", "0")
+        debug = _debugging()
         shape_steps = self.shape_value_steps
         signature = input_signature(values, self.input_names) if value_checks() else None
         known = self._shape_values.get(signature) if signature is not None else None
         whole = start == 0 and (stop is None or stop >= len(self.steps))
         fresh: dict[str, Any] | None = {} if signature is not None and known is None else None
-        skipped, fused = self._active_fusions(start, stop, keep, computed)
+        skipped, fused = self.active_fusions(start, stop, keep, computed)
         end = len(self.steps) if stop is None else min(stop, len(self.steps))
         for index in range(start, end):
             step = self.steps[index]
@@ -302,7 +353,7 @@ class GraphProgram:
                 self._fold(index, args, result)
         return result
 
-    def _active_fusions(
+    def active_fusions(
         self,
         start: int,
         stop: int | None,
@@ -346,6 +397,11 @@ class GraphProgram:
             # The inputs' torch tensors are kept and compared by identity: a weight whose
             # ``data`` was replaced (load_states) is a different tensor.
             self._folded[index] = ([_payload(a) for a in args], _versions(args), result)
+
+
+def _debugging() -> bool:
+    """``SONNX_DEBUG`` set: every node's inputs and time are printed (by the step loop)."""
+    return os.environ.get("SONNX_DEBUG", "") not in ("", "0")
 
 
 def _arguments(step: Step, values: dict[str, Any]) -> list[Any]:

@@ -12,6 +12,7 @@ at the cut tensor.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import onnx
@@ -58,10 +59,19 @@ class GraphSource:
         self.value_info = {v.name: v for v in graph.value_info}
         self._slices: dict[tuple[str, ...], GraphSlice] = {}
         self._inner: dict[GraphSlice, dict[str, Tensor]] = {}
+        self._initializer_tensors: dict[GraphSlice, list[tuple[str, Tensor]]] = {}
 
     @property
     def opset(self) -> int:
         return next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+    def initializer_tensors(self, part: GraphSlice) -> list[tuple[str, Tensor]]:
+        """The part's initializers by name, as the program holds them (cached per part)."""
+        found = self._initializer_tensors.get(part)
+        if found is None:
+            found = [(n, self.constants[n]) for n in part.initializers]
+            self._initializer_tensors[part] = found
+        return found
 
     def inner_weights(self, part: GraphSlice) -> dict[str, Tensor]:
         """The trainable weights inside the subgraphs of the part's nodes, by name."""
@@ -127,11 +137,16 @@ class ImportedGraph(Operator):
         super().__init__()
         self.source = source
         self.input_names = fed + weights + inner
-        self.weight_names = frozenset(weights)
+        self._weights = weights
         #: Weights of subgraphs: inputs here so that ``backward`` finds them, written by the
         #: export inside their subgraph.
         self.inner_weight_names = frozenset(inner)
         self.output_names = outputs
+
+    @cached_property
+    def weight_names(self) -> frozenset[str]:
+        """The graph's own weights among the inputs (an export reads it; a run need not)."""
+        return frozenset(self._weights)
 
     def forward(self, *xs: torch.Tensor | None) -> Any:
         raise ExportError("ImportedGraph records a run of SingaRep; it is not called itself")
@@ -147,13 +162,13 @@ class ImportedGraph(Operator):
         """
         names = [n for n, v in results.items() if isinstance(v, Tensor)]
         part = source.slice(tuple(names))
-        weights = [n for n in part.initializers if source.constants[n].is_param]
+        weights = [(n, t) for n, t in source.initializer_tensors(part) if t.is_param]
         inner = source.inner_weights(part)
         given = [n for n in source.graph_inputs if isinstance(fed.get(n), Tensor)]
-        op = cls(source, given, weights, list(inner), names)
-        args = [fed[n] for n in given] + [source.constants[n] for n in weights]
-        args += list(inner.values())
-        op.inputs = tuple(recorded_input(a) for a in args)
+        op = cls(source, given, [n for n, _ in weights], list(inner), names)
+        # Weights are leaves, which an operator keeps as they are.
+        args = [recorded_input(fed[n]) for n in given] + [t for _, t in weights]
+        op.inputs = (*args, *inner.values())
         op.sequence = next_call_number()
         op.num_outputs = len(names)
         wrapped = dict(results)

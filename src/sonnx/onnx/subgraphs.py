@@ -25,6 +25,8 @@ class Subgraph:
     def __init__(self, program: GraphProgram, name: str) -> None:
         self.program = program
         self.name = name
+        #: What a run keeps of the values it computes (the rest is freed after its last use).
+        self.output_names = frozenset(program.output_names)
 
     def bind(self, scope: dict[str, Tensor]) -> BoundSubgraph:
         return BoundSubgraph(self, scope)
@@ -80,7 +82,7 @@ class BoundSubgraph:
         for name, t in zip(program.input_names, inputs, strict=False):
             if t is not None:
                 values[name] = t
-        program.execute(values)
+        program.execute(values, keep=self.subgraph.output_names)
         try:
             return [values[n] for n in program.output_names]
         except KeyError as e:

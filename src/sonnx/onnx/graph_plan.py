@@ -1,0 +1,277 @@
+"""A graph program lowered to one generated Python function: its *plan*.
+
+The step loop of :class:`~sonnx.onnx.graph_program.GraphProgram` decides for every node on
+every run what never changes between runs: where its inputs are in a dict of names, whether it
+is folded, fused or a known shape value, which values to free after it; and it wraps every
+result in a :class:`~sonnx.tensor.Tensor` and names it. A plan makes those decisions once and
+writes them down as straight-line Python source, as torch.fx does for its graphs: a line per
+node calling the node's operator on local variables that hold torch tensors, ``del`` after a
+value's last reader, and Tensors made only for the values the caller keeps and the steps that
+take Tensors (converters, folded steps, subgraphs). A node then costs its operator's
+``forward`` and little else.
+
+A plan covers the run a model is called for most: every step, no intermediate value asked for,
+an input signature whose shape values an earlier run found (see
+:mod:`sonnx.onnx.shape_values`). The step loop stays the reference for the rest (a first run,
+``last_layers`` cuts, graph mode's eager segments, ``SONNX_DEBUG`` traces) and for errors:
+when a plan raises, the step loop runs again and names the node that fails (see
+:meth:`GraphProgram.execute`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from sonnx.autograd.host_values import forget, place_inputs
+from sonnx.autograd.operator import Operator
+from sonnx.onnx.registry import node_schema
+from sonnx.onnx.values import is_single_value
+from sonnx.strings import StringArray
+from sonnx.tensor import Tensor, computed_tensor, string_tensor
+
+if TYPE_CHECKING:
+    from sonnx.onnx.graph_program import GraphProgram, Step
+
+__all__ = ["PlanAssumptionError", "build_plan"]
+
+#: A plan's run: ``run(values, known)`` reads the graph's inputs and constants from ``values``
+#: and the input signature's shape values from ``known``, and adds the kept outputs to
+#: ``values``.
+Plan = Callable[[dict[str, Any], dict[str, Any]], None]
+
+# How a local variable of the plan holds its value.
+_RAW = "raw"  # what an operator's forward returned: a torch tensor or a StringArray
+_TENSOR = "tensor"  # a sonnx Tensor
+_ANY = "any"  # whatever the step loop would hold: a Tensor, a sequence, an optional, ...
+
+
+class PlanAssumptionError(Exception):
+    """A step left out an output that a later step reads (the step loop says which)."""
+
+
+def build_plan(program: GraphProgram, keep: frozenset[str]) -> Plan:
+    """The plan of a whole run of ``program`` that keeps the values named ``keep``."""
+    return _PlanWriter(program, keep).write()
+
+
+class _PlanWriter:
+    """Writes the source of one plan, step by step, and compiles it."""
+
+    def __init__(self, program: GraphProgram, keep: frozenset[str]) -> None:
+        self.program = program
+        self.keep = keep
+        self.on_cpu = program.device.torch_device.type == "cpu"
+        self.blocks: list[tuple[list[str], list[str]]] = []  # (lines, names read)
+        self.var: dict[str, str] = {}  # graph name -> local variable
+        self.form: dict[str, str] = {}
+        self.produced: list[str] = []
+        self.defined_in: dict[str, int] = {}  # graph name -> index of the block defining it
+        self.maybe_none: set[str] = set()  # outputs a step may leave unproduced
+        self.namespace: dict[str, Any] = {
+            "_box": _box,
+            "_first_raw": _first_raw,
+            "_outputs": _outputs,
+            "_keep": _keep,
+            "_Tensor": torch.Tensor,
+            "_run": program.run_step,
+            "_on_one_device": _on_one_device,
+            "PlanAssumptionError": PlanAssumptionError,
+        }
+
+    def write(self) -> Plan:
+        from sonnx.onnx.graph_program import reads_of  # the module that imports this one
+
+        program = self.program
+        skipped, fused = program.active_fusions(0, None, self.keep, None)
+        shape_steps = program.shape_value_steps
+        for index, step in enumerate(program.steps):
+            if index in skipped:
+                continue
+            lines: list[str] = []
+            if index in fused:
+                fusion = fused[index]
+                self.namespace[f"_fusion{index}"] = fusion.compute
+                args = ", ".join(self._raw_arg(n, lines) for n in fusion.inputs)
+                lines.append(f"{self._define(step.outputs[0], _RAW)} = _fusion{index}({args})")
+                reads = list(fusion.inputs)
+            elif index in shape_steps:
+                reads = []
+                form = _TENSOR if self._gives_tensors(step) else _ANY
+                for name in step.outputs:
+                    if name:
+                        lines.append(f"{self._define(name, form)} = known[{name!r}]")
+            else:
+                reads = reads_of(step)  # with what its subgraphs read from this scope
+                self._call(index, step, reads, lines)
+            self.blocks.append((lines, reads))
+        return self._compile()
+
+    # ---- one step ----------------------------------------------------------------------------
+    def _call(self, index: int, step: Step, reads: list[str], lines: list[str]) -> None:
+        """Lines running ``step``: its operator's forward on raw tensors when it has one and
+        every input is surely a tensor, else the step loop's own ``run_step`` on values."""
+        direct = self._takes_tensors(step) and not step.foldable and not step.has_subgraphs
+        if direct:
+            self.namespace[f"_op{index}"] = step.op.forward if self.on_cpu else step.op
+            args = ", ".join(self._raw_arg(n, lines) if n else "None" for n in step.inputs)
+            call = f"_op{index}({args})" if self.on_cpu else f"_on_one_device(_op{index}, {args})"
+            self._assign(step, call, _RAW, lines)
+            return
+        args = ", ".join(self._boxed_arg(n, lines) if n else "None" for n in step.inputs)
+        scope = "{}"
+        if step.has_subgraphs:
+            outer = dict.fromkeys(reads)
+            scope = "{" + ", ".join(f"{n!r}: {self._boxed_arg(n, lines)}" for n in outer) + "}"
+        form = _TENSOR if self._gives_tensors(step) else _ANY
+        self._assign(step, f"_run({index}, [{args}], {scope})", form, lines)
+
+    def _assign(self, step: Step, call: str, form: str, lines: list[str]) -> None:
+        names = step.outputs
+        if form == _RAW and len(names) == 1:
+            target = self._define(names[0], form)
+            lines.append(f"{target} = {call}")
+            lines.append(f"if type({target}) is not _Tensor: {target} = _first_raw({target})")
+            return
+        targets = [self._define(n, form) if n else "_" for n in names]
+        self.maybe_none.update(n for n in names if n)
+        lines.append(f"{', '.join(targets)}, = _outputs({call}, {len(names)}, {form == _RAW})")
+
+    # ---- values --------------------------------------------------------------------------
+    def _takes_tensors(self, step: Step) -> bool:
+        """Whether the step loop would call ``step``'s operator on tensors (then its outputs
+        are tensors too)."""
+        return step.op is not None and all(not n or self._is_tensor(n) for n in step.inputs)
+
+    def _gives_tensors(self, step: Step) -> bool:
+        """Whether ``step``'s outputs are surely tensors: its operator runs on tensors, or its
+        schema allows only tensors there, or it is an Identity of a tensor."""
+        if self._takes_tensors(step):
+            return True
+        if step.info.op_type == "Identity" and step.info.domain == "":
+            return self._is_tensor(step.inputs[0])
+        return _tensor_only_outputs(step.info.op_type, step.info.opset, step.info.domain)
+
+    def _define(self, name: str, form: str) -> str:
+        self.var[name] = f"v{len(self.var)}"
+        self.form[name] = form
+        self.produced.append(name)
+        self.defined_in[name] = len(self.blocks)
+        return self.var[name]
+
+    def _is_tensor(self, name: str) -> bool:
+        if name in self.var:
+            return self.form[name] != _ANY
+        # Constants are Tensors, and so are the inputs of a run with an input signature; the
+        # names a subgraph reads from its enclosing scope may be sequences.
+        return name in self.program.constants or name in self.program.input_names
+
+    def _load(self, name: str, lines: list[str]) -> str:
+        """The variable holding ``name``, loading it from ``values`` at its first reader."""
+        if name not in self.var:
+            self.form[name] = _TENSOR if self._is_tensor(name) else _ANY
+            var = self.var[name] = f"v{len(self.var)}"
+            lines.append(f"{var} = values[{name!r}]")
+        return self.var[name]
+
+    def _raw_arg(self, name: str, lines: list[str]) -> str:
+        var = self._load(name, lines)
+        return var if self.form[name] == _RAW else f"{var}.data"
+
+    def _boxed_arg(self, name: str, lines: list[str]) -> str:
+        var = self._load(name, lines)
+        return f"_box({var})" if self.form[name] == _RAW else var
+
+    # ---- the function --------------------------------------------------------------------
+    def _compile(self) -> Plan:
+        last_block: dict[str, int] = {}
+        for i, (_, reads) in enumerate(self.blocks):
+            for name in reads:
+                last_block[name] = i
+        for name in self.produced:  # never read: freed where it is made
+            last_block.setdefault(name, self.defined_in[name])
+        source = ["def plan(values, known):"]
+        for i, (lines, _) in enumerate(self.blocks):
+            source.extend(f"    {line}" for line in lines)
+            for name in self.produced:
+                if self.defined_in[name] == i and name in self.maybe_none and last_block[name] > i:
+                    # The step loop finds no value for a later reader (and says so).
+                    source.append(f"    if {self.var[name]} is None: raise PlanAssumptionError()")
+            done = sorted(
+                {self.var[n] for n, last in last_block.items() if last == i and n not in self.keep}
+            )
+            if done:
+                source.append(f"    del {', '.join(done)}")
+        for name in self.produced:
+            if name in self.keep:
+                source.append(f"    _keep(values, {name!r}, {self.var[name]})")
+        source.append("    return None")
+        code = compile("\n".join(source), f"<sonnx plan of {len(self.blocks)} steps>", "exec")
+        exec(code, self.namespace)
+        plan: Plan = self.namespace["plan"]
+        plan.source = "\n".join(source)  # type: ignore[attr-defined]
+        return plan
+
+
+@cache
+def _tensor_only_outputs(op_type: str, opset: int, domain: str) -> bool:
+    """Whether the operator's schema allows only tensors in every output (not sequences,
+    optionals or maps); False for operators without a schema."""
+    schema = node_schema(op_type, opset, domain)
+    if schema is None:
+        return False
+    allowed = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
+    return all(
+        all(t.startswith("tensor(") for t in allowed.get(o.type_str, [o.type_str]))
+        for o in schema.outputs
+    )
+
+
+# ---- what the generated lines call ---------------------------------------------------------
+def _box(raw: Any) -> Tensor:
+    """A raw operator result as the Tensor the step loop would hold."""
+    if type(raw) is StringArray:
+        return string_tensor(raw)
+    return computed_tensor(raw)
+
+
+def _first_raw(result: Any) -> Any:
+    """The first output of an operator that returned several for a one-output node."""
+    if isinstance(result, (torch.Tensor, StringArray)):
+        return result
+    return result[0]
+
+
+def _outputs(result: Any, count: int, raw: bool) -> tuple[Any, ...]:
+    """A step's ``count`` outputs, None for those it did not produce (as the step loop reads
+    them: one value or a tuple of values)."""
+    if raw:
+        outs = (result,) if isinstance(result, (torch.Tensor, StringArray)) else tuple(result)
+    else:
+        outs = (result,) if type(result) is Tensor or is_single_value(result) else tuple(result)
+    return (outs + (None,) * count)[:count]
+
+
+def _keep(values: dict[str, Any], name: str, value: Any) -> None:
+    """Hand a kept value back as the step loop would: a named Tensor (absent if None)."""
+    if value is None:
+        return
+    if isinstance(value, (torch.Tensor, StringArray)):
+        value = _box(value)
+    if isinstance(value, Tensor):
+        value.name = name
+    values[name] = value
+
+
+def _on_one_device(op: Operator, *raw: torch.Tensor | None) -> Any:
+    """``op.forward`` after copying host values to the device of the others (off the CPU)."""
+    args = list(raw)
+    placed = place_inputs(op.op_type, args)
+    try:
+        return op.forward(*placed)
+    finally:
+        if placed is not args:
+            forget(placed)
