@@ -102,8 +102,9 @@ class _PlanWriter:
                 reads = []
                 form = _TENSOR if self._gives_tensors(step) else _ANY
                 for name in step.outputs:
-                    if name:
-                        lines.append(f"{self._define(name, form)} = known[{name!r}]")
+                    if name:  # absent where the step loop's run did not produce it
+                        lines.append(f"{self._define(name, form)} = known.get({name!r})")
+                        self.maybe_none.add(name)
             else:
                 reads = reads_of(step)  # with what its subgraphs read from this scope
                 self._call(index, step, reads, lines)
