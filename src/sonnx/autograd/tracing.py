@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch._prims_common import is_contiguous_or_false
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.overrides import TorchFunctionMode
@@ -148,6 +149,38 @@ _HOST_READS = frozenset(
 )
 
 
+# torch functions that view their first input when its strides allow, else copy it.
+_VIEW_IF_POSSIBLE = frozenset(
+    {
+        torch.reshape,
+        torch.Tensor.reshape,
+        torch.flatten,
+        torch.Tensor.flatten,
+        torch.matmul,
+        torch.Tensor.matmul,
+        torch.Tensor.__matmul__,
+        torch.nn.functional.linear,
+    }
+)
+
+
+def _layout_free(value: Any) -> Any:
+    """``value``, copied into row-major order unless it surely is already.
+
+    Whether a transposed tensor can be viewed with another shape depends on its sizes: with a
+    batch of one it can, with more it cannot, so a symbolic trace that asks gets a guard that
+    holds its graph to batches of one (or to the rest). A copy to row-major order has no such
+    question; inductor drops it where the layout turns out to allow a view anyway.
+    """
+    if (
+        isinstance(value, torch.Tensor)
+        and any(isinstance(d, torch.SymInt) for d in value.shape)
+        and not is_contiguous_or_false(value)
+    ):
+        return value.clone(memory_format=torch.contiguous_format)
+    return value
+
+
 class NotTraceableError(Exception):
     """The run depends on tensor values in a way one static graph cannot hold.
 
@@ -197,6 +230,8 @@ class ValueFlow(TorchFunctionMode):
             )
         ):
             raise NotTraceableError(f"an output shape depends on tensor values ({func.__name__})")
+        if func in _VIEW_IF_POSSIBLE and args:
+            args = (_layout_free(args[0]), *args[1:])
         out = func(*args, **kwargs)
         for t in pytree.tree_leaves(out):
             if isinstance(t, torch.Tensor):

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch._inductor.ir as inductor_ir
+import torch._subclasses.fake_impls as fake_impls
 import torch.fx.experimental._config as fx_config
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -69,7 +71,8 @@ def compile_symbolic(
         graph = make_fx(pure, tracing_mode="symbolic", _allow_non_fake_inputs=True)(
             *fake_params, *fake_xs
         )
-        compile_library(freeze(graph, params), fake_xs, library)
+        with _size_oblivious_views():
+            compile_library(freeze(graph, params), fake_xs, library)
     # Produced after compiling: inductor adds the guards of its own size decisions.
     return env.produce_guards_expression(fake_xs, ignore_static=False) or ""
 
@@ -88,14 +91,18 @@ def compile_static(
 @contextmanager
 def _unguarded_kernel_choices(env: ShapeEnv) -> Iterator[None]:
     """torch's choice of convolution kernel and its output format, for the example's sizes
-    and without guards, while a graph is traced and compiled (see the module docstring).
+    and without guards, while a graph is traced and compiled (see the module docstring); and
+    the same for the order of strides inductor asks a kernel's inputs to have, which its
+    ``argsort_sym`` says is an optimisation only, never a question of correctness (a state
+    of shape ``[1, batch, hidden]`` has strides that tie at a batch of one).
 
-    torch offers no hook for this, so the two ``torch._C`` functions its fake convolution
-    calls are swapped for the duration: process-wide, so a ``torch.compile`` running in
-    another thread meanwhile would see them too.
+    torch offers no hook for this, so the functions are swapped for the duration:
+    process-wide, so a ``torch.compile`` running in another thread meanwhile would see them
+    too.
     """
     select = torch._C._select_conv_backend
     memory_format = torch._C._conv_determine_backend_memory_format
+    argsort = inductor_ir.argsort_sym
 
     def select_unguarded(*args: Any, **kwargs: Any) -> Any:
         transposed = kwargs.get("transposed", args[6] if len(args) > 6 else False)
@@ -110,13 +117,43 @@ def _unguarded_kernel_choices(env: ShapeEnv) -> Iterator[None]:
         with env.suppress_guards():
             return memory_format(x, weight, backend)
 
+    def argsort_unguarded(shape_env: Any, seq: Any, *args: Any, **kwargs: Any) -> Any:
+        with env.suppress_guards():
+            return argsort(shape_env, seq, *args, **kwargs)
+
     torch._C._select_conv_backend = select_unguarded
     torch._C._conv_determine_backend_memory_format = memory_format_unguarded
+    inductor_ir.argsort_sym = argsort_unguarded
     try:
         yield
     finally:
         torch._C._select_conv_backend = select
         torch._C._conv_determine_backend_memory_format = memory_format
+        inductor_ir.argsort_sym = argsort
+
+
+@contextmanager
+def _size_oblivious_views() -> Iterator[None]:
+    """Inductor's strides for a view of a buffer whose layout it fixed (oneDNN's channels-last
+    output, a concatenation of those), worked out without asking whether a size is 1.
+
+    Inductor asks that only of unbacked sizes and guards on the backed ones: the reshape of a
+    detection head's channels-last output guarded a batch of one. The size-oblivious answer
+    holds for every size (a stride along a dimension of size 1 is never used); where it cannot
+    say, inductor indexes the view without strides instead. Swapped process-wide while
+    inductor compiles, as :func:`_unguarded_kernel_choices` does.
+    """
+    compute = fake_impls._compute_stride
+
+    def oblivious(*args: Any, **kwargs: Any) -> Any:
+        kwargs["size_oblivious"] = True
+        return compute(*args, **kwargs)
+
+    fake_impls._compute_stride = oblivious
+    try:
+        yield
+    finally:
+        fake_impls._compute_stride = compute
 
 
 def _symbolic(mode: FakeTensorMode, x: torch.Tensor, declared: Sequence[Any] | None) -> FakeTensor:
