@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import pytest
 import torch
 from onnx import TensorProto, helper
 from torch import nn
 
 import sonnx
-from sonnx import autograd
 from sonnx.autograd.cast import Cast
 from sonnx.autograd.elementwise_binary import Div, Mul
 from sonnx.autograd.elementwise_logic import Equal
@@ -24,14 +22,6 @@ from sonnx.autograd.shape_slicing import Concat
 from sonnx.symbolic_sizes import SymbolicInts, materialize, run_on_symbols, symbolic
 from sonnx.tensor import to_numpy
 from sonnx.testing import torch_models as tm
-
-
-@pytest.fixture(autouse=True)
-def inference():
-    previous = autograd.training
-    autograd.training = False
-    yield
-    autograd.training = previous
 
 
 # ---- the arithmetic, on plain numbers (what it does to symbols is the same Python) ---------

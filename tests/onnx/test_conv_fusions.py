@@ -21,14 +21,6 @@ from sonnx.testing import torch_models as tm
 from tests.onnx.export_check import ort_session
 
 
-@pytest.fixture(autouse=True)
-def inference_afterwards():
-    previous = autograd.training
-    autograd.training = False
-    yield
-    autograd.training = previous
-
-
 class Net(nn.Module):
     """Every kind of group: BatchNorm (kept or folded by the exporter), each activation,
     depthwise and dilated convs, lone convs chained to the conv before them or groups by

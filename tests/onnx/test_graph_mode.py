@@ -21,14 +21,6 @@ from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm
 
 
-@pytest.fixture(autouse=True)
-def inference():
-    previous = autograd.training
-    autograd.training = False
-    yield
-    autograd.training = previous
-
-
 @pytest.fixture(scope="module")
 def cnn() -> onnx.ModelProto:
     torch.manual_seed(0)

@@ -11,22 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import sonnx
-from sonnx import autograd
 from sonnx.tensor import to_numpy
 
 HIDDEN, CHANNELS = 16, 8
-
-
-@pytest.fixture(autouse=True)
-def inference():
-    previous = autograd.training
-    autograd.training = False
-    yield
-    autograd.training = previous
 
 
 def _model() -> onnx.ModelProto:
