@@ -194,18 +194,21 @@ class _PlanWriter:
                 last_block[name] = i
         for name in self.produced:  # never read: freed where it is made
             last_block.setdefault(name, self.defined_in[name])
+        checked: list[list[str]] = [[] for _ in self.blocks]  # may be None, read later
+        for name in self.maybe_none:
+            if last_block[name] > self.defined_in[name]:
+                checked[self.defined_in[name]].append(self.var[name])
+        freed: list[set[str]] = [set() for _ in self.blocks]
+        for name, last in last_block.items():
+            if name not in self.keep:
+                freed[last].add(self.var[name])
         source = ["def plan(values, known):"]
         for i, (lines, _) in enumerate(self.blocks):
             source.extend(f"    {line}" for line in lines)
-            for name in self.produced:
-                if self.defined_in[name] == i and name in self.maybe_none and last_block[name] > i:
-                    # The step loop finds no value for a later reader (and says so).
-                    source.append(f"    if {self.var[name]} is None: raise PlanAssumptionError()")
-            done = sorted(
-                {self.var[n] for n, last in last_block.items() if last == i and n not in self.keep}
-            )
-            if done:
-                source.append(f"    del {', '.join(done)}")
+            for var in checked[i]:  # the step loop finds no value for the later reader
+                source.append(f"    if {var} is None: raise PlanAssumptionError()")
+            if freed[i]:
+                source.append(f"    del {', '.join(sorted(freed[i]))}")
         for name in self.produced:
             if name in self.keep:
                 source.append(f"    _keep(values, {name!r}, {self.var[name]})")
