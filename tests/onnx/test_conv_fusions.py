@@ -336,6 +336,24 @@ def test_weights_computed_from_constants_are_fused_too(fused_calls):
     assert fused_calls == [True, True]
 
 
+def test_weights_are_packed_per_image_size_then_used_plain(fused_calls, monkeypatch):
+    """A weight packed for one image size is slow at another (oneDNN's generic reorder at every
+    call): each of the first sizes gets its own pack, later sizes the plain weight; all agree."""
+    monkeypatch.setattr(conv_fusions, "_PACKS_KEPT", 2)
+    model = export(keep_batchnorm=True)
+    rep, plain = sonnx.prepare(model), unfused(model)
+    sizes = [(16, 16), (24, 32), (16, 16), (20, 12), (32, 16)]
+    for n, (h, w) in enumerate(sizes):
+        x = image(1 + n % 2, h, w, seed=n)
+        assert_close(rep.run([x]), plain.run([x]))
+    assert fused_calls and all(fused_calls)
+    units = [u for f in rep.program.fusions.values() if is_conv_group(f) for u in f.compute.units]
+    first = units[0]._cache
+    assert list(first.packed) == [torch.Size(s) for s in sizes[:2]]
+    # the squeeze-excite convs see a pooled 1x1 image at every size: one pack
+    assert sorted({len(u._cache.packed) for u in units}) == [1, 2]
+
+
 def test_concurrent_runs_share_the_prepared_weights():
     """A server's workers run one prepared model at once, right from its first run."""
     from concurrent.futures import ThreadPoolExecutor

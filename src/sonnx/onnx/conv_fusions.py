@@ -6,10 +6,10 @@ and the activation as separate passes over memory. On the CPU, torch's own kerne
 better when (measured on ResNet-18, MobileNet-v2/v3, YOLOv8- and DBNet-style stand-ins, one
 thread): activations are channels-last (oneDNN's depthwise and 1x1 kernels are several times
 faster than on NCHW, and every output stays channels-last, so only the first conv converts);
-the weight is reordered once into oneDNN's blocked layout (``_reorder_convolution_weight``)
-instead of at every call; BatchNormalization is folded into the weight and bias; and the
-activation (Relu, Clip as ReLU6, HardSwish, HardSigmoid, Sigmoid, Sigmoid-Mul as SiLU,
-LeakyRelu) is applied by the convolution as a post-op
+the weight is reordered once per image size into oneDNN's blocked layout
+(``_reorder_convolution_weight``) instead of at every call; BatchNormalization is folded into
+the weight and bias; and the activation (Relu, Clip as ReLU6, HardSwish, HardSigmoid,
+Sigmoid, Sigmoid-Mul as SiLU, LeakyRelu) is applied by the convolution as a post-op
 (``torch.ops.mkldnn._convolution_pointwise``, the call inductor makes for the same pattern).
 
 A Conv left out would run ``F.conv2d`` on the channels-last output of the conv before it,
@@ -26,6 +26,14 @@ does not take (a bad input, which the Conv node then reports), the group runs
 its nodes one by one, exactly as without the fusion. The prepared weights are keyed on the
 weight tensors' identity and version, so an optimizer step, ``set_states`` or ``load_states``
 is seen at the next run.
+
+oneDNN picks the blocked layout of a weight for the image size it is packed at, and a weight
+packed for another size is converted back at every call by its generic reorder, slower than
+the convolution itself: YOLOv8-style at 640x640 ran 2.2x onnxruntime with weights packed at
+320x320, 1.1x with weights packed at 640x640. So a unit packs its weight once for each image
+size (height and width; the batch does not change the layout's cost measurably) for the first
+``_PACKS_KEPT`` sizes, and gives the plain weight, which oneDNN reorders fast at each call, to
+any size after those (an OCR model sees a new width at almost every call).
 
 Not fused, because measurements showed no consistent gain: the residual ``Add`` as oneDNN's
 binary post-op (``_convolution_pointwise.binary``) ran within the noise (a few per cent, either
@@ -58,6 +66,7 @@ __all__ = ["ConvChain", "ConvGroup", "find_conv_group"]
 _MKLDNN = torch.backends.mkldnn.is_available()
 _CHANNELS_LAST = torch.channels_last
 _SHAPES_KEPT = 64  # input shapes whose geometry a unit keeps (dynamic sizes: OCR widths)
+_PACKS_KEPT = 4  # image sizes a unit keeps a weight packed for (each a copy of the weight)
 Unary = tuple[str, list[float]]  # oneDNN's post-op name and its scalars
 # the convolution's symmetric pads, and F.pad's amounts for asymmetric ones (else None)
 Geometry = tuple[list[int], list[int] | None]
@@ -241,12 +250,14 @@ def _scalar_input(step: Step, position: int, constants: dict[str, Tensor]) -> fl
 
 class _Cache:
     """What a unit prepared from one state of its weights: the weight tensors and their
-    versions, the prepacked weight and bias (made at the first fused call), and the geometry
-    of each input shape seen (None for a shape the fused call does not take)."""
+    versions, the weight and bias with BatchNormalization folded in (made at the first fused
+    call), the weight packed for each image size (height, width) it was packed at, and the
+    geometry of each input shape seen (None for a shape the fused call does not take)."""
 
     def __init__(self, state: list[tuple[torch.Tensor, int]]) -> None:
         self.state = state
-        self.prepared: tuple[torch.Tensor, torch.Tensor | None] | None = None
+        self.folded: tuple[torch.Tensor, torch.Tensor | None] | None = None
+        self.packed: dict[torch.Size, torch.Tensor] = {}
         self.geometry: dict[torch.Size, Geometry | None] = {}
 
     def made_from(self, args: Sequence[torch.Tensor], positions: list[int]) -> bool:
@@ -314,13 +325,20 @@ class _Unit:
         x = x.contiguous(memory_format=_CHANNELS_LAST)
         if widen is not None:
             x = F.pad(x, widen)
-        prepared = cache.prepared
-        if prepared is None:
-            prepared = cache.prepared = self._prepare(args, pads, x.shape)
-        w, b = prepared
+        folded = cache.folded
+        if folded is None:
+            folded = cache.folded = self._fold(args)
+        w, b = folded
+        size = x.shape[2:]
+        packed = cache.packed.get(size)
+        if packed is None and len(cache.packed) < _PACKS_KEPT:
+            packed = cache.packed[size] = torch.ops.mkldnn._reorder_convolution_weight(
+                w, pads, self.strides, self.dilations, self.groups, list(x.shape)
+            )
         return torch.ops.mkldnn._convolution_pointwise(
-            x, w, b, pads, self.strides, self.dilations, self.groups, self.attr, self.scalars, ""
-        )
+            x, w if packed is None else packed, b, pads, self.strides, self.dilations,
+            self.groups, self.attr, self.scalars, "",
+        )  # fmt: skip
 
     def _weights_fit(self, args: Sequence[torch.Tensor]) -> bool:
         """CPU float32 dense weights of the shapes the fused call needs."""
@@ -360,11 +378,8 @@ class _Unit:
             return pads[:2], None
         return [0, 0], torch_pad(pads[:2], pads[2:])
 
-    def _prepare(
-        self, args: Sequence[torch.Tensor], pads: list[int], x_shape: Sequence[int]
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The weight (BatchNormalization folded in, in float64) in oneDNN's layout, and the
-        bias."""
+    def _fold(self, args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The weight and bias with BatchNormalization folded in (in float64)."""
         w = args[self.w]
         b = None if self.b is None else args[self.b]
         if self.norm is not None:
@@ -373,10 +388,7 @@ class _Unit:
             base = torch.zeros_like(mean) if b is None else b.double()
             b = ((base - mean) * factor + shift).float()
             w = (w.double() * factor.reshape(-1, 1, 1, 1)).float()
-        packed = torch.ops.mkldnn._reorder_convolution_weight(
-            w, pads, self.strides, self.dilations, self.groups, list(x_shape)
-        )
-        return packed, b
+        return w.contiguous(), b
 
     def unfused(self, x: Tensor | None, env: dict[str, Tensor]) -> Tensor:
         """The unit's steps one by one, as without the fusion, on ``x`` (the group's input
