@@ -37,17 +37,13 @@ def keep_freed_memory() -> bool:
     global _kept
     if _kept:
         return True
-    if os.environ.get("SONNX_KEEP_HOST_MEMORY", "1") == "0" or not sys.platform.startswith(
-        "linux"
-    ):
+    if os.environ.get("SONNX_KEEP_HOST_MEMORY", "1") == "0" or not sys.platform.startswith("linux"):
         return False
     libc = _glibc()
     if libc is None:
         return False
     # mallopt returns 1 on success; both or neither (a half-applied setting would still trim)
-    _kept = bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(
-        libc.mallopt(_M_TRIM_THRESHOLD, _INT_MAX)
-    )
+    _kept = bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _INT_MAX))
     return _kept
 
 
