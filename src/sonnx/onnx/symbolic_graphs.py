@@ -16,9 +16,10 @@ what memory format that kernel writes, and each answer guards the batch size: a 
 graph for a batch of one and another for the rest. In the compiled graph inductor replaces
 every convolution with a constant weight (all of an imported model's) by oneDNN's
 ``_convolution_pointwise``, whose output layout follows its input's, not the batch; so those
-questions are answered here for the example's sizes without guarding them, except for
-transposed convolutions, which inductor leaves to torch's kernel choice when sizes are
-symbolic (their answers still guard).
+questions are answered here for the example's sizes without guarding them. inductor leaves
+a transposed convolution under symbolic sizes to torch's kernel choice at each call; for a 2-D
+one on the CPU in float32 both kernels write the same memory format, so its answers are not
+guarded either (other transposed convolutions' still are).
 
 Two torch settings keep the symbols general: sizes of 1 are not specialised
 (``specialize_zero_one=False``, and ``backed_size_oblivious`` so that broadcasting and
@@ -106,13 +107,13 @@ def _unguarded_kernel_choices(env: ShapeEnv) -> Iterator[None]:
 
     def select_unguarded(*args: Any, **kwargs: Any) -> Any:
         transposed = kwargs.get("transposed", args[6] if len(args) > 6 else False)
-        if transposed:
+        if transposed and not _same_layout_either_way(args[0]):
             return select(*args, **kwargs)
         with env.suppress_guards():
             return select(*args, **kwargs)
 
     def memory_format_unguarded(x: Any, weight: Any, backend: Any) -> Any:
-        if "Transpose" in str(backend):
+        if "Transpose" in str(backend) and not _same_layout_either_way(x):
             return memory_format(x, weight, backend)
         with env.suppress_guards():
             return memory_format(x, weight, backend)
@@ -130,6 +131,16 @@ def _unguarded_kernel_choices(env: ShapeEnv) -> Iterator[None]:
         torch._C._select_conv_backend = select
         torch._C._conv_determine_backend_memory_format = memory_format
         inductor_ir.argsort_sym = argsort
+
+
+def _same_layout_either_way(x: Any) -> bool:
+    """Whether a transposed convolution of ``x`` writes the same memory format whichever
+    kernel torch picks for it at run time: for a 2-D one on the CPU, oneDNN's and the
+    reference kernel both write channels-last exactly when the input or the weight is
+    channels-last (``mkldnn_conv_use_channels_last``, ``thnn_conv_use_channels_last``). The
+    kernel itself is chosen by torch at each call (inductor leaves a transposed convolution
+    under symbolic sizes to it), so its choice need not be guarded."""
+    return x.dim() == 4 and x.device.type == "cpu" and x.dtype == torch.float32
 
 
 @contextmanager
