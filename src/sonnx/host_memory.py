@@ -42,7 +42,7 @@ def keep_freed_memory() -> bool:
     libc = _glibc()
     if libc is None:
         return False
-    # mallopt returns 1 on success; both or neither (a half-applied setting would still trim)
+    # mallopt returns 1 on success; kept only when both took (no mmap alone would still trim)
     _kept = bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _INT_MAX))
     return _kept
 
