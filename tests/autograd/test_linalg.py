@@ -224,6 +224,10 @@ def test_bad_inputs():
         la.matmul(_tensor(np.ones((2, 3))), _tensor(np.ones((4, 2))))
     with pytest.raises(BadInputError, match="MatMul: the batch dimensions"):
         la.matmul(_tensor(np.ones((2, 2, 3))), _tensor(np.ones((3, 3, 2))))
+    with pytest.raises(BadInputError, match="MatMul: inputs must have at least 1 dimension"):
+        la.matmul(_tensor(np.ones(())), _tensor(np.ones((3, 2))))
+    with pytest.raises(BadInputError, match="MatMul: A and B must have one dtype"):
+        la.matmul(_tensor(np.ones((2, 3), np.float32)), _tensor(np.ones((3, 2), np.float64)))
     with pytest.raises(BadInputError, match="Gemm: input A must be 2-D"):
         la.gemm(_tensor(np.ones(3)), _tensor(np.ones((3, 2))))
     with pytest.raises(BadInputError, match="Gemm: input C must broadcast"):

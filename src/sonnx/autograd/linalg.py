@@ -53,7 +53,23 @@ def _shape(x: torch.Tensor) -> tuple[int, ...]:
 
 
 def _matmul(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """NumPy-style matmul with shape checks that name the op and both shapes."""
+    """NumPy-style matmul; inputs torch rejects get an error naming the op and both shapes.
+
+    torch checks the shapes and types anyway, so they are checked here only when it raises
+    (MatMul is most of a transformer's nodes, and the checks cost as much as a small product).
+    """
+    if a.dtype in _WIDENED or b.dtype in _WIDENED:
+        _check_matmul(op, a, b)
+        return torch.matmul(_widen(a), _widen(b)).to(a.dtype)
+    try:
+        return torch.matmul(a, b)
+    except RuntimeError:
+        _check_matmul(op, a, b)
+        raise
+
+
+def _check_matmul(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
+    """A BadInputError naming what is wrong with ``a @ b``'s shapes or types, if anything."""
     if a.dim() == 0 or b.dim() == 0:
         raise BadInputError(
             f"{op}: inputs must have at least 1 dimension, received shapes {_shape(a)} and "
@@ -75,7 +91,6 @@ def _matmul(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         ) from None
     if a.dtype != b.dtype:
         raise BadInputError(f"{op}: A and B must have one dtype, received {a.dtype} and {b.dtype}")
-    return torch.matmul(_widen(a), _widen(b)).to(a.dtype)
 
 
 class MatMul(StrictExport):
