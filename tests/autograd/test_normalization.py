@@ -466,3 +466,26 @@ def test_imported_batchnorm_v7_mode_follows_output_count():
     np.testing.assert_allclose(y.numpy(), ref + bias.reshape(p), rtol=1e-4, atol=1e-5)
     outs = sonnx.prepare(_one_node_model("BatchNormalization", 7, feeds, 5)).run(feeds)
     np.testing.assert_allclose(outs[3].numpy(), x.mean(axis=(0, 2)), rtol=1e-5, atol=1e-6)
+
+
+def test_layer_norm_reuses_its_checks_for_a_seen_signature_only():
+    """One operator object run again on the same shapes takes the fused kernel without
+    checking again; other shapes are checked (and a bad one still named)."""
+    op = LayerNormalization(axis=-1, epsilon=1e-3)
+    x, scale, bias = randn(2, 3, 4), randn(4), randn(4)
+    first = op(t(x), t(scale), t(bias)).numpy()
+    assert op._fused is not None
+    np.testing.assert_array_equal(op(t(x), t(scale), t(bias)).numpy(), first)
+    ref = torch.nn.functional.layer_norm(
+        torch.from_numpy(x), (4,), torch.from_numpy(scale), torch.from_numpy(bias), 1e-3
+    )
+    np.testing.assert_allclose(first, ref.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(BadInputError, match="Scale must broadcast"):
+        op(t(x), t(randn(3)), t(bias))
+    wider = randn(2, 5)
+    with pytest.raises(BadInputError, match="Scale must broadcast"):
+        op(t(wider), t(scale), t(bias))
+    op.requested_outputs = 3
+    y, mean, _ = op(t(x), t(scale), t(bias))
+    assert mean.shape == (2, 3, 1)
+    np.testing.assert_allclose(y.numpy(), first, rtol=1e-5, atol=1e-6)

@@ -5,6 +5,7 @@ MeanVarianceNormalization and LRN (local response normalization across channels)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ from sonnx.autograd.normalization_common import (
     stash_dtype,
 )
 from sonnx.autograd.operator import Operator, TorchOutputs
+from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError, ExportError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
@@ -50,6 +52,14 @@ def _check_broadcast(op: str, name: str, t: torch.Tensor, target: Sequence[int])
             f"{op}: input {name} must broadcast to the normalized shape {tuple(target)}, "
             f"received shape {tuple(t.shape)}"
         )
+
+
+def _signature(
+    x: torch.Tensor, scale: torch.Tensor, b: torch.Tensor | None, outputs: int
+) -> tuple[Any, ...]:
+    """What LayerNormalization's checks and choice of kernel depend on."""
+    bias = None if b is None else (b.shape, b.dtype)
+    return (x.shape, x.dtype, scale.shape, scale.dtype, bias, outputs)
 
 
 def _recorded_axes(op: Operator) -> tuple[Tensor, list[int]]:
@@ -86,8 +96,16 @@ class LayerNormalization(Operator):
     """
 
     op_type = "LayerNormalization"
+    # The last input signature found to take torch's fused kernel, with the normalized shape
+    # and epsilon: an imported transformer runs one operator object on the same shapes at
+    # every call, and its checks cost more than the kernel at small sizes.
+    _fused: tuple[Any, ...] | None = None
 
     def forward(self, x, scale, b=None) -> TorchOutputs:  # type: ignore[override]
+        fused = self._fused
+        if fused is not None and fused[0] == _signature(x, scale, b, self.requested_outputs or 1):
+            _, normalized, eps = fused
+            return F.layer_norm(x, normalized, scale, b, eps)
         op = self.op_type
         check_float(op, "X", x)
         check_rank(op, "X", x, 1, "at least 1-D")
@@ -106,6 +124,9 @@ class LayerNormalization(Operator):
         ):
             # torch's fused kernel (and its one-kernel backward) computes the same thing.
             eps = float(self.attr("epsilon"))
+            if value_checks() and scale.dtype == x.dtype and (b is None or b.dtype == x.dtype):
+                # not while a graph is traced: its shapes may be symbols
+                self._fused = (_signature(x, scale, b, n), normalized, eps)
             return F.layer_norm(x, normalized, scale.to(x.dtype), _cast(b, x.dtype), eps)
         xc = x.to(compute_dtype(x.dtype, stash))
         dims = tuple(range(axis, x.dim()))
