@@ -22,6 +22,9 @@ ones before do not serve; ``compile_s`` is the first run at each shape, compilin
 Each run feeds NumPy arrays and ends with NumPy outputs on both sides, in inference mode
 (``sonnx.autograd.training = False``). ``--profile N`` also prints the N most expensive torch
 operators of one sonnx run, and how much of the run was spent outside them (Python dispatch).
+``--torch-compiled`` also times the source torch module compiled the way torch runs best on
+the CPU for one shape (``torch.compile``, inductor with weights frozen and prepacked, a graph
+per shape): how far graph mode is from what torch's kernels can do at all.
 """
 
 from __future__ import annotations
@@ -208,11 +211,26 @@ def _max_diff(ours: list[np.ndarray], theirs: list[np.ndarray]) -> float:
     return max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs, strict=True))
 
 
+def torch_compiled(module: Callable[..., object]) -> Callable[..., object]:
+    """``module`` as torch runs it best on the CPU: compiled by inductor with its weights
+    frozen in (constant-folded, convolution and linear weights prepacked), one graph per
+    input shape."""
+    import torch._dynamo
+    import torch._inductor.config
+
+    torch._inductor.config.freezing = True
+    torch._dynamo.config.recompile_limit = 64  # every shape and batch the run uses
+    return torch.compile(module, dynamic=False)
+
+
 def bench_model(
     spec: Spec, args: argparse.Namespace, threads: int, rows: list[Row], notes: list[str]
 ) -> None:
     """Append the set-up row and one row pair per variant and batch size for ``spec``, and a
     note on its graph-mode compiles (and its profiles)."""
+    compiled = None
+    if args.torch_compiled and spec.module is not None:
+        compiled = torch_compiled(spec.module)
     rep, prepare_s = time_once(lambda: sonnx.prepare(spec.onnx_bytes))
     graph_rep = None if args.eager_only else sonnx.prepare(spec.onnx_bytes, use_graph=True)
     session, session_s = time_once(lambda: ort_session(spec.onnx_bytes, threads, args.ort_spinning))
@@ -236,6 +254,10 @@ def bench_model(
                 with torch.no_grad():
                     return spec.module(*(torch.from_numpy(a) for a in feed.values()))
 
+            def torch_graph(feed: Feeds = feed) -> object:
+                with torch.no_grad():
+                    return compiled(*(torch.from_numpy(a) for a in feed.values()))
+
             reference = theirs()
             results = [("", ours, _max_diff(ours(), reference))]
             if graph_rep is not None:
@@ -244,9 +266,14 @@ def bench_model(
                 results.append((" graph", graph, _max_diff(graph_out, reference)))
             sides = [run for _, run, _ in results] + [theirs]
             sides += [eager] if spec.module is not None else []
+            torch_compile_s = None
+            if compiled is not None:
+                _, torch_compile_s = time_once(torch_graph)
+                sides.append(torch_graph)
             timings = time_sides(sides, args.repeats, args.warmup)
             ort_timing, torch_timing = timings[len(results)], timings[len(results) + 1 :]
             torch_s = torch_timing[0].median if torch_timing else None
+            compiled_s = torch_timing[1].median if len(torch_timing) > 1 else None
             case = f"{spec.name} {label} batch {batch}"
             for (suffix, _, max_diff), timing in zip(results, timings, strict=False):
                 rows.append(
@@ -259,6 +286,10 @@ def bench_model(
                         vs_torch=None if torch_s is None else timing.median / torch_s,
                     )
                 )
+            if compiled_s is not None:
+                rows[-1].extra["torch_compiled_ms"] = compiled_s * 1e3
+                rows[-1].extra["vs_compiled"] = timings[len(results) - 1].median / compiled_s
+                notes.append(f"torch.compile {case}: first call {torch_compile_s:.1f} s")
             if graph_rep is not None:
                 rows[-1].extra["compile_s"] = compile_s
                 rows[-1].extra["compiles"] = compile_count(graph_rep.graph_runner)
@@ -307,6 +338,12 @@ def main() -> None:
         "--profile", type=int, default=0, metavar="N", help="print sonnx's top N torch ops"
     )
     parser.add_argument(
+        "--torch-compiled",
+        action="store_true",
+        help="also time the torch module under torch.compile with frozen weights (a compile "
+        "per shape: slow)",
+    )
+    parser.add_argument(
         "--ort-spinning",
         action="store_true",
         help="let onnxruntime's threads spin between runs (they then slow the torch side down)",
@@ -339,7 +376,15 @@ def main() -> None:
         },
         rows,
         args.json,
-        extra_columns=("torch_ms", "vs_torch", "max_abs_diff", "compile_s", "compiles"),
+        extra_columns=(
+            "torch_ms",
+            "vs_torch",
+            "torch_compiled_ms",
+            "vs_compiled",
+            "max_abs_diff",
+            "compile_s",
+            "compiles",
+        ),
         notes=[
             "set-up rows: sonnx.prepare() vs onnxruntime session creation, once, from bytes",
             "max_abs_diff: largest |sonnx - onnxruntime| over the outputs",
@@ -353,6 +398,9 @@ def main() -> None:
             "cannot trace); "
             "vs_torch = sonnx / torch eager, i.e. sonnx's own overhead over its backend; none "
             "for bert-int8 (its float module computes another function)",
+            "torch_compiled_ms (--torch-compiled): the same module under torch.compile with "
+            "inductor's freezing, one graph per shape; vs_compiled = the last sonnx row (graph "
+            "mode, or eager with --eager-only) / it",
             "bert-int8 max_abs_diff: onnxruntime fuses DequantizeLinear + MatMul into "
             "com.microsoft.MatMulNBits, which approximates (about 1e-2); sonnx computes the "
             "ONNX definition",

@@ -17,7 +17,10 @@ A step is forward, softmax cross-entropy, backward and an SGD-momentum update on
   sequence]`` int64 token ids and attention masks; default batch 4 at sequence 128;
 - ``bert-graph``: the same, compiled with ``use_graph=True`` (forward and backward through
   ``torch.compile``), against the same eager torch step; its first step traces and compiles
-  (the ``first_s`` column: both sides' first step, untimed otherwise).
+  (the ``first_s`` column: both sides' first step, untimed otherwise);
+- ``bert-graph-vs-compiled``: the same graph-mode step against the torch module under
+  ``torch.compile`` (forward and backward through inductor too): how graph mode compares with
+  what inductor makes of the same network natively.
 
 The reference is ``torch.nn`` + ``torch.optim.SGD`` with the same weights, batch and
 hyper-parameters. Before timing, one step is run on fresh copies of both sides and the two
@@ -51,7 +54,7 @@ from sonnx.walkthrough import CNN, LayerCNN
 
 LR = 0.05
 MOMENTUM = 0.9
-CASES = ("cnn", "resnet18", "layer", "bert", "bert-graph")
+CASES = ("cnn", "resnet18", "layer", "bert", "bert-graph", "bert-graph-vs-compiled")
 
 
 def torch_cnn() -> nn.Sequential:
@@ -188,9 +191,12 @@ def resnet_case(batch: int, image: int, width: int) -> Case:
     return case
 
 
-def bert_case(batch: int, seq: int, use_graph: bool = False) -> Case:
+def bert_case(
+    batch: int, seq: int, use_graph: bool = False, compiled_reference: bool = False
+) -> Case:
     """(d) A BERT-style encoder exported to ONNX, imported as a SONNXModel (in graph mode
-    with ``use_graph``)."""
+    with ``use_graph``), against the torch module (under ``torch.compile`` with
+    ``compiled_reference``)."""
     torch.manual_seed(0)
     ref = torch_models.TinyBert(vocab=1000, hidden=128, heads=4, layers=4, ffn=512, max_len=seq)
     ids, mask = torch_models.bert_inputs(batch, seq, 1000)
@@ -215,15 +221,17 @@ def bert_case(batch: int, seq: int, use_graph: bool = False) -> Case:
     sgd = torch.optim.SGD(ref.parameters(), lr=LR, momentum=MOMENTUM)
     yt = torch.from_numpy(labels)
     ref.train()
+    forward = torch.compile(ref) if compiled_reference else ref
 
     def torch_step() -> float:
         sgd.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(ref(ids, mask), yt)
+        loss = nn.functional.cross_entropy(forward(ids, mask), yt)
         loss.backward()
         sgd.step()
         return loss.detach()
 
     name = "BERT-style h128 L4 (imported ONNX" + (", graph mode)" if use_graph else ")")
+    name += " vs torch.compile" if compiled_reference else ""
     case = Case(name, step, torch_step, f"{batch}x{seq}")
     case.setup_s = export_s + prepare_s
     return case
@@ -257,6 +265,8 @@ def build(name: str, args: argparse.Namespace) -> Case:
         return layer_case(args.batch)
     if name in ("bert", "bert-graph"):
         return bert_case(args.bert_batch, args.bert_seq, use_graph=name == "bert-graph")
+    if name == "bert-graph-vs-compiled":
+        return bert_case(args.bert_batch, args.bert_seq, use_graph=True, compiled_reference=True)
     return resnet_case(args.resnet_batch, args.resnet_image, args.resnet_width)
 
 
