@@ -291,6 +291,18 @@ def test_bad_inputs_raise_bad_input_error(call, message):
         call()
 
 
+def test_gather_names_the_first_index_out_of_range_on_either_side():
+    data = t(np.arange(12.0).reshape(4, 3))
+    with pytest.raises(BadInputError, match=r"in \[-4, 3\], received -5"):
+        autograd.gather(data, 0, [1, -5, 9])
+    with pytest.raises(BadInputError, match=r"in \[-4, 3\], received 4"):
+        autograd.gather(data, 0, [[0, 4], [-4, 3]])
+    got = autograd.gather(data, 0, [[-1, 0], [3, -4]]).numpy()
+    np.testing.assert_array_equal(got, np.take(np.arange(12.0).reshape(4, 3), [[3, 0], [3, 0]], 0))
+    empty = autograd.gather(data, 0, np.zeros((0,), np.int64)).numpy()
+    assert empty.shape == (0, 3)
+
+
 # ---- export --------------------------------------------------------------------------------
 
 

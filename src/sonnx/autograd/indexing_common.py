@@ -71,21 +71,27 @@ def norm_indices(op: str, name: str, indices: torch.Tensor, size: int) -> torch.
     """int64 indices into a dimension of ``size`` with negative ones wrapped (ONNX allows
     ``[-size, size)``); out-of-range indices raise BadInputError naming ``op`` and ``name``."""
     idx = indices.to(torch.int64)
-    wrapped = torch.where(idx < 0, idx + size, idx)
     if not value_checks():
-        return wrapped
-    outside = (wrapped < 0) | (wrapped >= size)
+        return torch.where(idx < 0, idx + size, idx)
 
     def message() -> str:
+        outside = (idx < -size) | (idx >= size)
         bad = int(idx[outside].reshape(-1)[0])
         return f"{op}: input {name} must hold indices in [{-size}, {size - 1}], received {bad}"
 
     if defers_checks_on(idx.device):  # checked at the end of the run; clamp until then
-        defer_check(outside.any(), message)
+        wrapped = torch.where(idx < 0, idx + size, idx)
+        defer_check(((wrapped < 0) | (wrapped >= size)).any(), message)
         return wrapped.clamp(0, max(size - 1, 0))
-    if bool(outside.any()):  # one reduction and one host read
+    if idx.numel() == 0:
+        return idx
+    # One reduction and one host read; most index tensors (token ids, gathers of positions)
+    # hold no negative index and are returned as they are.
+    least, most = torch.aminmax(idx)
+    low, high = int(least), int(most)
+    if low < -size or high >= size:
         raise BadInputError(message())
-    return wrapped
+    return idx if low >= 0 else torch.where(idx < 0, idx + size, idx)
 
 
 def require_int(op: str, name: str, x: torch.Tensor) -> None:
