@@ -271,3 +271,32 @@ def test_a_standard_lstm_is_one_call_of_torchs_lstm_and_differentiable(monkeypat
     one = [*small("LSTM"), rng.standard_normal((1, 2, 2))]
     check_grad(lambda x, w, r, b, h, c: lstm(x, w, r, b, h, c, direction="reverse")[2], one)
     assert calls, "the fused path was not taken"
+
+
+def test_lstm_reorders_its_weights_once_per_state_of_them():
+    """Without a gradient, torch's gate order is made once and reused until a weight changes
+    (in place, or replaced); with one, the weights stay in the autograd graph."""
+    from sonnx.autograd.rnn import LSTM
+
+    arrays = model_inputs("LSTM", 2)
+    x, w, r, b = (torch.from_numpy(arrays[k]) for k in ("X", "W", "R", "B"))
+    h0, c0 = torch.from_numpy(arrays["initial_h"]), torch.from_numpy(arrays["initial_c"])
+
+    def run(op, w=w, r=r, b=b):
+        with torch.no_grad():
+            return op.forward(x, w, r, b, None, h0, c0)[0]
+
+    op = LSTM(hidden_size=3, direction="bidirectional")
+    first = run(op)
+    torch.testing.assert_close(run(op), first, rtol=0, atol=0)
+    assert len(op._torch_weight_cache) == 2  # one per direction
+    w.mul_(0.5)  # an optimizer step's kind of change: same tensor, new version
+    torch.testing.assert_close(run(op), run(LSTM(hidden_size=3, direction="bidirectional")))
+    assert not torch.equal(run(op), first)
+    other = torch.from_numpy(rng.standard_normal(tuple(r.shape)).astype(np.float32))
+    torch.testing.assert_close(
+        run(op, r=other), run(LSTM(hidden_size=3, direction="bidirectional"), r=other)
+    )
+    trained = w.clone().requires_grad_(True)
+    op.forward(x, trained, r, b, None, h0, c0)[0].sum().backward()
+    assert trained.grad is not None and trained.grad.abs().sum() > 0

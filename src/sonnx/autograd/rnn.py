@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from sonnx.autograd.normalization_common import check_float
 from sonnx.autograd.operator import Operator, TorchOutputs
-from sonnx.autograd.tracing import NotTraceableError
+from sonnx.autograd.tracing import NotTraceableError, value_checks
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.symbolic_sizes import has_symbols
@@ -306,16 +306,42 @@ class LSTM(_Recurrent):
         computes this node: one call for the whole sequence, of any (symbolic) length."""
         if lengths is not None or weights[3] is not None or not self._standard(x):
             return super()._run_direction(x, weights, init, acts, lengths, reverse)
-        w, r, b, _ = weights
+        flat = self._torch_weights(weights[:3], reverse)
+        sequence = x.flip(0) if reverse else x
+        state = (init[0].unsqueeze(0), init[1].unsqueeze(0))
+        y, h, c = torch.lstm(sequence, state, flat, len(flat) == 4, 1, 0.0, False, False, False)
+        return (y.flip(0) if reverse else y), [h[0], c[0]]
+
+    def _torch_weights(self, weights: Sequence[torch.Tensor | None], reverse: bool) -> list:
+        """One direction's W, R and B in torch's gate order and bias split. Reordering copies
+        every weight, so without a gradient to keep the copies are made once per state of the
+        weights (their tensors and versions, as ``sonnx.onnx.conv_fusions`` keys its folded
+        weights): the direction's W is a view, so its base and place in it stand for it."""
+        w, r, b = weights
+        state = [
+            (t._base if t._base is not None else t, (t._version, t.storage_offset(), t.stride()))
+            for t in weights
+            if t is not None
+        ]
+        keep = value_checks() and not (
+            torch.is_grad_enabled() and any(t.requires_grad for t in weights if t is not None)
+        )
+        cache: dict[bool, Any] = self.__dict__.setdefault("_torch_weight_cache", {})
+        kept = cache.get(reverse) if keep else None
+        if (
+            kept is not None
+            and len(kept[0]) == len(state)
+            and all(t is k and v == kv for (t, v), (k, kv) in zip(state, kept[0], strict=True))
+        ):
+            return kept[1]
         hidden = r.shape[-1]
         flat = [_torch_gate_order(w, hidden), _torch_gate_order(r, hidden)]
         if b is not None:
             rows = 4 * hidden
             flat += [_torch_gate_order(b[:rows], hidden), _torch_gate_order(b[rows:], hidden)]
-        sequence = x.flip(0) if reverse else x
-        state = (init[0].unsqueeze(0), init[1].unsqueeze(0))
-        y, h, c = torch.lstm(sequence, state, flat, b is not None, 1, 0.0, False, False, False)
-        return (y.flip(0) if reverse else y), [h[0], c[0]]
+        if keep:
+            cache[reverse] = (state, flat)
+        return flat
 
     def _standard(self, x: torch.Tensor) -> bool:
         """Default activations, no ``clip``, no coupled gates, a float type torch's LSTM
