@@ -300,3 +300,40 @@ def test_lstm_reorders_its_weights_once_per_state_of_them():
     trained = w.clone().requires_grad_(True)
     op.forward(x, trained, r, b, None, h0, c0)[0].sum().backward()
     assert trained.grad is not None and trained.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("initial_states", [True, False])
+def test_standard_bidirectional_lstm_matches_the_reference(layout, initial_states):
+    """A standard bidirectional LSTM (no lengths or peepholes: torch's LSTM per direction):
+    Y's direction axis, the final states and both layouts are as ONNX defines them."""
+    from onnx.reference import ReferenceEvaluator
+
+    arrays = model_inputs("LSTM", 2)
+    names = ["X", "W", "R", "B"] + (["", "initial_h", "initial_c"] if initial_states else [])
+    feeds = {n: arrays[n] for n in names if n}
+    if layout == 1:
+        for k in ("X", "initial_h", "initial_c"):
+            if k in feeds:
+                feeds[k] = np.ascontiguousarray(feeds[k].transpose(1, 0, 2))
+    node = helper.make_node(
+        "LSTM", names, ["Y", "Y_h", "Y_c"], hidden_size=3, direction="bidirectional", layout=layout
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in feeds.items()],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("Y", "Y_h", "Y_c")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=9)
+    expected = ReferenceEvaluator(model).run(None, feeds)
+    got = sonnx.prepare(model).run(feeds)
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_allclose(g.numpy(), e, rtol=1e-5, atol=1e-6)
+
+
+def test_bidirectional_lstm_gradients():
+    check_grad(
+        lambda x, w, r, b, h: lstm(x, w, r, b, h, direction="bidirectional")[0],
+        small("LSTM", 2),
+    )
