@@ -317,30 +317,25 @@ class LSTM(_Recurrent):
         every weight, so without a gradient to keep the copies are made once per state of the
         weights (their tensors and versions, as ``sonnx.onnx.conv_fusions`` keys its folded
         weights): the direction's W is a view, so its base and place in it stand for it."""
-        w, r, b = weights
+        present = [t for t in weights if t is not None]
+        if not value_checks() or (
+            torch.is_grad_enabled() and any(t.requires_grad for t in present)
+        ):
+            return _torch_lstm_weights(*weights)
         state = [
             (t._base if t._base is not None else t, (t._version, t.storage_offset(), t.stride()))
-            for t in weights
-            if t is not None
+            for t in present
         ]
-        keep = value_checks() and not (
-            torch.is_grad_enabled() and any(t.requires_grad for t in weights if t is not None)
-        )
         cache: dict[bool, Any] = self.__dict__.setdefault("_torch_weight_cache", {})
-        kept = cache.get(reverse) if keep else None
+        kept = cache.get(reverse)
         if (
             kept is not None
             and len(kept[0]) == len(state)
             and all(t is k and v == kv for (t, v), (k, kv) in zip(state, kept[0], strict=True))
         ):
             return kept[1]
-        hidden = r.shape[-1]
-        flat = [_torch_gate_order(w, hidden), _torch_gate_order(r, hidden)]
-        if b is not None:
-            rows = 4 * hidden
-            flat += [_torch_gate_order(b[:rows], hidden), _torch_gate_order(b[rows:], hidden)]
-        if keep:
-            cache[reverse] = (state, flat)
+        flat = _torch_lstm_weights(*weights)
+        cache[reverse] = (state, flat)
         return flat
 
     def _standard(self, x: torch.Tensor) -> bool:
@@ -372,6 +367,16 @@ class LSTM(_Recurrent):
         if p is not None:
             o_pre = o_pre + p[hidden : 2 * hidden] * new_c
         return [f(o_pre) * h_act(new_c), new_c]
+
+
+def _torch_lstm_weights(w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None) -> list:
+    """torch's LSTM weights for one direction: W and R, then the two biases if there is B."""
+    hidden = r.shape[-1]
+    flat = [_torch_gate_order(w, hidden), _torch_gate_order(r, hidden)]
+    if b is not None:
+        rows = 4 * hidden
+        flat += [_torch_gate_order(b[:rows], hidden), _torch_gate_order(b[rows:], hidden)]
+    return flat
 
 
 def _torch_gate_order(t: torch.Tensor, hidden: int) -> torch.Tensor:
