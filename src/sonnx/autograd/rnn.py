@@ -309,6 +309,12 @@ class LSTM(_Recurrent):
         flat = self._torch_weights(weights[:3], reverse)
         sequence = x.flip(0) if reverse else x
         state = (init[0].unsqueeze(0), init[1].unsqueeze(0))
+        if not value_checks():
+            # Traced for graph mode: inductor passes oneDNN's LSTM layer its input as a view
+            # of the buffer it was computed in, whatever that view's strides, and the layer
+            # reads it as contiguous (a transposed input traced at a batch of one came out
+            # wrong). A copy in torch's layout is what the layer reads; it costs one pass.
+            sequence, state = _contiguous_copies(sequence, *state)
         y, h, c = torch.lstm(sequence, state, flat, len(flat) == 4, 1, 0.0, False, False, False)
         return (y.flip(0) if reverse else y), [h[0], c[0]]
 
@@ -367,6 +373,13 @@ class LSTM(_Recurrent):
         if p is not None:
             o_pre = o_pre + p[hidden : 2 * hidden] * new_c
         return [f(o_pre) * h_act(new_c), new_c]
+
+
+def _contiguous_copies(*tensors: torch.Tensor) -> tuple:
+    """Copies in torch's contiguous layout (a traced ``.contiguous()`` of a tensor that is
+    contiguous at the example's sizes is no copy, and guards those sizes)."""
+    first, *rest = (t.clone(memory_format=torch.contiguous_format) for t in tensors)
+    return first, tuple(rest)
 
 
 def _torch_lstm_weights(w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None) -> list:
