@@ -9,9 +9,12 @@ import torch
 import torch.nn.functional as F
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 import sonnx.autograd as autograd
 from sonnx.autograd import conv as conv_module
+from sonnx.autograd import conv_common
 from sonnx.errors import BadInputError, ExportError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
@@ -105,6 +108,39 @@ def test_conv_gradients_with_groups_and_dilation():
 def test_conv_gradient_1d_same_lower():
     x, w = rand64(1, 2, 7), rand64(2, 2, 3)
     check_grad(lambda x, w: autograd.Conv(auto_pad="SAME_LOWER", strides=[2])(x, w), [x, w])
+
+
+@pytest.mark.parametrize(
+    ("channels", "length", "kernel", "stride", "pad"),
+    [(1, 768, 256, 128, 0), (129, 5, 3, 1, 1), (64, 3, 1, 1, 0), (8, 9, 4, 3, 2)],
+)
+def test_small_1d_conv_is_one_matrix_product_equal_to_torchs(channels, length, kernel, stride, pad):
+    x, w, b = randn(3, channels, length), randn(16, channels, kernel), randn(16)
+    assert conv_common._small_for_a_gemm(
+        torch.from_numpy(x), torch.from_numpy(w), stride, pad, 1, 1
+    )
+    expected = F.conv1d(*map(torch.from_numpy, (x, w, b)), stride=stride, padding=pad)
+    y = run(autograd.Conv(strides=[stride], pads=[pad, pad]), x, w, b)
+    np.testing.assert_allclose(y, expected.numpy(), rtol=1e-4, atol=1e-4)
+    check_grad(
+        lambda x, w, b: autograd.Conv(strides=[2], pads=[1, 1])(x, w, b),
+        [rand64(2, 3, 6), rand64(4, 3, 3), rand64(4)],
+    )
+
+
+def test_only_small_plain_1d_convs_of_a_fixed_length_take_the_matrix_product():
+    x, w = torch.zeros(1, 64, 50), torch.zeros(64, 64, 3)  # 0.6M multiply-adds a sample
+    small = conv_common._small_for_a_gemm
+    assert small(x, w, 1, 1, 1, 1)
+    assert not small(torch.zeros(1, 512, 1000), torch.zeros(512, 512, 3), 1, 1, 1, 1)  # 786M
+    assert not small(x, torch.zeros(64, 32, 3), 1, 1, 1, 2)  # grouped
+    assert not small(x, w, 1, 2, 2, 1)  # dilated
+    assert not small(x.half(), w.half(), 1, 1, 1, 1)
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    free_length = mode.from_tensor(
+        x, symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * 3)
+    )
+    assert not small(free_length, w, 1, 1, 1, 1)  # a graph for every length
 
 
 def test_conv_functions_match_torch():
