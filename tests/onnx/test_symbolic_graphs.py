@@ -17,6 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import sonnx
+from sonnx.autograd.rnn import REDUCTION_STEP_MACS
 from sonnx.tensor import to_numpy
 
 HIDDEN, CHANNELS = 16, 8
@@ -135,3 +136,59 @@ def test_an_lstm_reading_a_transposed_value_is_right_at_batch_one() -> None:
 
 def test_one_graph_serves_batch_one_and_larger_batches() -> None:
     _check_batches(_model(), (3, 6, 6))
+
+
+def _short_bidirectional_lstm(steps: int, width: int) -> onnx.ModelProto:
+    """A bidirectional LSTM over a fixed number of steps (a streaming model's chunk), with
+    biases and initial states; the batch is free."""
+    rng = np.random.default_rng(3)
+    node = helper.make_node(
+        "LSTM",
+        ["x", "w", "r", "b", "", "h0", "c0"],
+        ["y", "h_last", "c_last"],
+        hidden_size=HIDDEN,
+        direction="bidirectional",
+    )
+    state = [2, "batch", HIDDEN]
+    graph = helper.make_graph(
+        [node],
+        "short_lstm",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, "batch", width]),
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, state),
+            helper.make_tensor_value_info("c0", TensorProto.FLOAT, state),
+        ],
+        [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+            for n in ("y", "h_last", "c_last")
+        ],
+        [
+            _weight(rng, "w", 2, 4 * HIDDEN, width),
+            _weight(rng, "r", 2, 4 * HIDDEN, HIDDEN),
+            _weight(rng, "b", 2, 8 * HIDDEN),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_short_lstm_unrolled_into_the_graph_matches_eager_and_guards_its_batch() -> None:
+    """Unrolled into reductions up to the batch whose time step stays within
+    REDUCTION_STEP_MACS (here 170); a larger batch compiles a graph with torch's LSTM."""
+    steps, width = 3, 8
+    model = _short_bidirectional_lstm(steps, width)
+    graph_rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    largest = REDUCTION_STEP_MACS // (4 * HIDDEN * (width + HIDDEN))
+    rng = np.random.default_rng(4)
+    compiles = []
+    for batch in (1, 5, largest + 1):
+        feeds = {
+            "x": rng.standard_normal((steps, batch, width)).astype(np.float32),
+            "h0": rng.standard_normal((2, batch, HIDDEN)).astype(np.float32),
+            "c0": rng.standard_normal((2, batch, HIDDEN)).astype(np.float32),
+        }
+        got, expected = graph_rep.run(feeds), eager.run(feeds)
+        for g, e in zip(got, expected, strict=True):
+            np.testing.assert_allclose(to_numpy(g), to_numpy(e), rtol=1e-5, atol=1e-5)
+        compiles.append(graph_rep.graph_runner.compile_count)
+    assert compiles == [1, 1, 2]
+    assert graph_rep.graph_runner.fallback is None
