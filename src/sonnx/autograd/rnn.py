@@ -188,14 +188,16 @@ class _Recurrent(Operator):
             bound.append(_bind(fn, alpha, beta, None if k % per in self.unclipped else clip))
         return [bound[d * per : (d + 1) * per] for d in range(directions)]
 
-    def _run_direction(self, x, weights, init, acts, lengths, reverse: bool):
-        """Run one direction; returns Y (steps, batch, hidden) and the final states."""
+    def _run_direction(self, x, weights, init, acts, lengths, reverse: bool, product=None):
+        """Run one direction; returns Y (steps, batch, hidden) and the final states.
+        ``product(a, m)`` computes ``a @ m.T`` (by default, that)."""
+        product = product or _matmul_t
         if has_symbols(x.shape[:1]):
             # A loop of symbolic length cannot be unrolled into one graph for every length.
             raise NotTraceableError("it steps through a sequence of symbolic length")
         w, r, b, p = weights
         rows = w.shape[0]
-        projected = x @ w.T
+        projected = product(x, w)
         rb = None
         if b is not None:
             projected = projected + b[:rows]
@@ -204,7 +206,7 @@ class _Recurrent(Operator):
         ys: list[torch.Tensor] = [torch.empty(0)] * x.shape[0]  # host: each replaced below
         order = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
         for t in order:
-            new = self.step(projected[t], states, r, rb, p, acts)
+            new = self.step(projected[t], states, r, rb, p, acts, product)
             if lengths is None:
                 states = new
                 ys[t] = new[0]
@@ -214,8 +216,9 @@ class _Recurrent(Operator):
                 ys[t] = torch.where(live, new[0], torch.zeros_like(new[0]))
         return torch.stack(ys, 0), states
 
-    def step(self, projected, states, r, rb, p, acts) -> list[torch.Tensor]:
-        """One time step: the new states (hidden first) from the projected input."""
+    def step(self, projected, states, r, rb, p, acts, product) -> list[torch.Tensor]:
+        """One time step: the new states (hidden first) from the projected input; recurrent
+        products ``h @ R^T`` as ``product(h, R)``."""
         raise NotImplementedError
 
     # ---- export ---------------------------------------------------------------------------
@@ -251,8 +254,8 @@ class RNN(_Recurrent):
     gates = 1
     default_activations = ("Tanh",)
 
-    def step(self, projected, states, r, rb, p, acts):
-        pre = projected + states[0] @ r.T
+    def step(self, projected, states, r, rb, p, acts, product):
+        pre = projected + product(states[0], r)
         if rb is not None:
             pre = pre + rb
         return [acts[0](pre)]
@@ -265,23 +268,23 @@ class GRU(_Recurrent):
     gates = 3
     default_activations = ("Sigmoid", "Tanh")
 
-    def step(self, projected, states, r, rb, p, acts):
+    def step(self, projected, states, r, rb, p, acts, product):
         f, g = acts
         h = states[0]
         hidden = h.shape[-1]
-        recur = h @ r[: 2 * hidden].T
+        recur = product(h, r[: 2 * hidden])
         if rb is not None:
             recur = recur + rb[: 2 * hidden]
         gates = projected[:, : 2 * hidden] + recur
         z, reset = f(gates[:, :hidden]), f(gates[:, hidden:])
         r_h, rb_h = r[2 * hidden :], None if rb is None else rb[2 * hidden :]
         if int(self.attr("linear_before_reset") or 0):
-            candidate = h @ r_h.T
+            candidate = product(h, r_h)
             if rb_h is not None:
                 candidate = candidate + rb_h
             candidate = reset * candidate
         else:
-            candidate = (reset * h) @ r_h.T
+            candidate = product(reset * h, r_h)
             if rb_h is not None:
                 candidate = candidate + rb_h
         new_h = g(projected[:, 2 * hidden :] + candidate)
@@ -303,11 +306,12 @@ class LSTM(_Recurrent):
 
     def _run_direction(self, x, weights, init, acts, lengths, reverse: bool):
         """torch's own LSTM (oneDNN's fused layer on the CPU, cuDNN's on a GPU) where it
-        computes this node: one call for the whole sequence, of any (symbolic) length."""
+        computes this node: one call for the whole sequence, of any (symbolic) length; a short
+        one traced for graph mode is unrolled instead (see :func:`_small_traced_lstm`)."""
         if lengths is not None or weights[3] is not None or not self._standard(x):
             return super()._run_direction(x, weights, init, acts, lengths, reverse)
         if _small_traced_lstm(x, weights[1]):
-            return _lstm_as_reductions(x, *weights[:3], init, reverse)
+            return super()._run_direction(x, weights, init, acts, None, reverse, _broadcast_t)
         flat = self._torch_weights(weights[:3], reverse)
         sequence = x.flip(0) if reverse else x
         state = (init[0].unsqueeze(0), init[1].unsqueeze(0))
@@ -316,7 +320,8 @@ class LSTM(_Recurrent):
             # of the buffer it was computed in, whatever that view's strides, and the layer
             # reads it as contiguous (a transposed input traced at a batch of one came out
             # wrong). A copy in torch's layout is what the layer reads; it costs one pass.
-            sequence, state = _contiguous_copies(sequence, *state)
+            sequence = _contiguous_copy(sequence)
+            state = (_contiguous_copy(state[0]), _contiguous_copy(state[1]))
         y, h, c = torch.lstm(sequence, state, flat, len(flat) == 4, 1, 0.0, False, False, False)
         return (y.flip(0) if reverse else y), [h[0], c[0]]
 
@@ -358,11 +363,11 @@ class LSTM(_Recurrent):
             and x.dtype in (torch.float32, torch.float64)
         )
 
-    def step(self, projected, states, r, rb, p, acts):
+    def step(self, projected, states, r, rb, p, acts, product):
         f, g, h_act = acts
         h, c = states
         hidden = h.shape[-1]
-        gates = projected + h @ r.T
+        gates = projected + product(h, r)
         if rb is not None:
             gates = gates + rb
         i_pre, o_pre, f_pre, c_pre = gates.split(hidden, dim=1)
@@ -378,14 +383,14 @@ class LSTM(_Recurrent):
 
 
 #: Multiply-adds of one LSTM time step (all gates, input and recurrent products) up to which
-#: a traced LSTM of a short fixed length is unrolled into reductions (see
-#: :func:`_lstm_as_reductions`).
+#: a traced LSTM of a short fixed length is unrolled, its products as reductions (see
+#: :func:`_broadcast_t`).
 REDUCTION_STEP_MACS = 1 << 18
 _UNROLLED_STEPS = 16
 
 
 def _small_traced_lstm(x: torch.Tensor, r: torch.Tensor) -> bool:
-    """Whether an LSTM traced for graph mode is small enough for :func:`_lstm_as_reductions`:
+    """Whether an LSTM traced for graph mode is small enough to unroll with :func:`_broadcast_t`:
     a fixed sequence of at most ``_UNROLLED_STEPS`` steps on the CPU, whose time step costs
     at most ``REDUCTION_STEP_MACS`` at this batch size. The batch comparison is a guard of
     the compiled graph when the batch is symbolic: a larger batch gets a graph of its own,
@@ -399,43 +404,26 @@ def _small_traced_lstm(x: torch.Tensor, r: torch.Tensor) -> bool:
     return bool(batch * gates * (width + hidden) <= REDUCTION_STEP_MACS)
 
 
-def _lstm_as_reductions(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    r: torch.Tensor,
-    b: torch.Tensor | None,
-    init: Sequence[torch.Tensor],
-    reverse: bool,
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """A short LSTM (ONNX gate order, default activations) unrolled, each product written as a
-    broadcast multiply and sum, which inductor compiles into its own loops.
+def _matmul_t(a: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """``a @ m^T``."""
+    return a @ m.T
+
+
+def _broadcast_t(a: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """``a @ m^T`` as a broadcast multiply and sum, which inductor compiles into its own loops.
 
     A streaming model's LSTM runs a few steps of a small state (a VAD: 3 steps of 64 units)
     per call. oneDNN's LSTM layer, or a GEMM per step, costs 50-100 us per call on the
-    machines we measure, more than the arithmetic: compiled alone, this form took 0.5-0.9x
-    torch's LSTM up to 2^18 multiply-adds per step, and 1.2-2.2x beyond.
+    machines we measure, more than the arithmetic: compiled alone, an LSTM unrolled with this
+    product took 0.5-0.9x torch's LSTM up to 2^18 multiply-adds per step, and 1.2-2.2x beyond.
     """
-    hidden = r.shape[-1]
-    projected = (x.unsqueeze(-1) * w.t()).sum(-2)
-    if b is not None:
-        projected = projected + (b[: w.shape[0]] + b[w.shape[0] :])
-    h, c = init
-    recurrent = r.t()
-    ys: list[torch.Tensor] = [h] * x.shape[0]  # each replaced below
-    for t in range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0]):
-        gates = projected[t] + (h.unsqueeze(-1) * recurrent).sum(-2)
-        i, o, f, candidate = gates.split(hidden, dim=1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(candidate)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        ys[t] = h
-    return torch.stack(ys, 0), [h, c]
+    return (a.unsqueeze(-1) * m.t()).sum(-2)
 
 
-def _contiguous_copies(*tensors: torch.Tensor) -> tuple:
-    """Copies in torch's contiguous layout (a traced ``.contiguous()`` of a tensor that is
+def _contiguous_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy in torch's contiguous layout (a traced ``.contiguous()`` of a tensor that is
     contiguous at the example's sizes is no copy, and guards those sizes)."""
-    first, *rest = (t.clone(memory_format=torch.contiguous_format) for t in tensors)
-    return first, tuple(rest)
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 def _torch_lstm_weights(w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None) -> list:
