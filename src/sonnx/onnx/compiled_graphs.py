@@ -24,6 +24,7 @@ import torch
 from torch.fx import GraphModule
 
 from sonnx.onnx.conv_prepack import prepack_convolution_weights
+from sonnx.onnx.plain_linears import keep_linears_plain
 
 
 @dataclass
@@ -91,7 +92,7 @@ def compile_library(graph: GraphModule, example_inputs: Sequence[Any], library: 
             "pattern_matcher": pattern_matcher,
             "fx_graph_cache": False,
             "aot_inductor.output_path": str(library),
-            "post_grad_custom_pre_pass": prepack_convolution_weights,
+            "post_grad_custom_pre_pass": _weight_passes,
         }
         try:
             compile_fx_aot(graph, list(example_inputs), config_patches=options)
@@ -99,6 +100,14 @@ def compile_library(graph: GraphModule, example_inputs: Sequence[Any], library: 
         except Exception:
             if not pattern_matcher:
                 raise
+
+
+def _weight_passes(graph: torch.fx.Graph) -> None:
+    """How the frozen weights are laid out: convolutions packed for oneDNN where that pays
+    (:mod:`~sonnx.onnx.conv_prepack`), matrix products on plain weights
+    (:mod:`~sonnx.onnx.plain_linears`)."""
+    prepack_convolution_weights(graph)
+    keep_linears_plain(graph)
 
 
 def load_library(library: Path, device: torch.device) -> Callable[..., list[torch.Tensor]]:
