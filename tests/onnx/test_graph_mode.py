@@ -16,6 +16,7 @@ from onnx import TensorProto, helper
 
 import sonnx
 from sonnx import autograd
+from sonnx.onnx.graph_mode import RECENT_SIGNATURES, Segment
 from sonnx.onnx.imported_graph import ImportedGraph
 from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm
@@ -52,6 +53,18 @@ def test_cnn_compiles_once_for_many_batch_sizes_and_matches_eager(cnn) -> None:
     for batch in (1, 8, 17, 2):
         _same(rep, eager, [rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)])
     assert rep.graph_runner.fallback is None
+    assert rep.graph_runner.compile_count == 1
+
+
+def test_the_graph_chosen_for_a_shape_is_remembered_for_a_bounded_number_of_shapes(cnn) -> None:
+    rep, eager = sonnx.prepare(cnn, use_graph=True), sonnx.prepare(cnn)
+    rng = np.random.default_rng(2)
+    (segment,) = [s for s in rep.graph_runner.segments if isinstance(s, Segment)]
+    for batch in range(1, RECENT_SIGNATURES + 3):
+        x = rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)
+        got, expected = rep.run([x])[0], eager.run([x])[0]
+        np.testing.assert_allclose(to_numpy(got), to_numpy(expected), rtol=1e-5, atol=1e-6)
+        assert 0 < len(segment.recent) <= RECENT_SIGNATURES
     assert rep.graph_runner.compile_count == 1
 
 

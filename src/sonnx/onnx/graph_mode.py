@@ -52,6 +52,19 @@ def _kind(t: torch.Tensor) -> tuple[Any, ...]:
     return (t.dim(), t.dtype, t.device)
 
 
+#: How many input signatures a segment remembers its graph for (a server fed every sequence
+#: length would otherwise grow the memo without bound); past it, the memo starts afresh.
+RECENT_SIGNATURES = 64
+
+
+def _signature(t: torch.Tensor, baked: bool) -> tuple[Any, ...]:
+    """All a graph's choice depends on for one input: a baked value's kind and values; a
+    traced tensor's dtype, device, sizes, strides and offset (all its guards can read)."""
+    if baked:
+        return (_kind(t), tuple(t.reshape(-1).tolist()))
+    return (t.dtype, t.device, t.shape, t.stride(), t.storage_offset())
+
+
 def _is_shape_value(t: torch.Tensor) -> bool:
     """A small integer tensor on the host: a shape value, baked into a segment's graph."""
     return is_host_value(t) and t.numel() <= HOST_CONSTANT_SIZE
@@ -74,6 +87,9 @@ class Segment:
     inputs: list[str]
     outputs: list[str]
     compiled: dict[tuple[Any, ...], list[CompiledGraph]] = field(default_factory=dict)
+    #: The graph chosen for each exact input signature seen under the current weight
+    #: versions (see :func:`_signature`): a repeated shape skips the key and the guards.
+    recent: dict[tuple[Any, ...], CompiledGraph] = field(default_factory=dict)
     eager: bool = False
     #: Why the segment is compiled for each input shape (no symbolic trace), if it is.
     per_shape: str | None = None
@@ -119,6 +135,8 @@ class GraphRunner:
         #: in this process (a training step, ``load_states``) are kept in memory only, so a
         #: training loop that evaluates in graph mode does not fill the disk.
         self._loaded_versions = self._versions()
+        #: The versions the segments' ``recent`` choices were made under.
+        self._recent_versions = self._loaded_versions
         #: Trace segments with symbolic sizes: one graph for every shape its guards admit
         #: (see :mod:`sonnx.onnx.symbolic_graphs`); a segment torch cannot trace or compile
         #: that way is compiled for each input shape. False compiles every segment per shape.
@@ -182,6 +200,12 @@ class GraphRunner:
         """The outputs of a compiled run, or None when an input is not a tensor."""
         if not all(isinstance(inputs.get(n), Tensor) for n in self.input_names):
             return None
+        versions = self._versions()
+        if versions != self._recent_versions:  # a weight changed: earlier choices are stale
+            self._recent_versions = versions
+            for part in self.segments:
+                if isinstance(part, Segment):
+                    part.recent.clear()
         for _ in range(len(self.program.steps) + 1):
             values: dict[str, Any] = dict(self.constants)
             values.update(inputs)
@@ -191,17 +215,16 @@ class GraphRunner:
                         if isinstance(part, int):
                             self.program.execute(values, start=part, stop=part + 1)
                         else:
-                            self._run_segment(part, values)
+                            self._run_segment(part, values, versions)
             except _ReplanError:
                 continue
             outs = [values[n] for n in self.output_names]
-            if not all(isinstance(o, Tensor) for o in outs):
-                return None
-            return [computed_tensor(o.data, n) for o, n in
-                    zip(outs, self.output_names, strict=True)]  # fmt: skip
+            return outs if all(isinstance(o, Tensor) for o in outs) else None
         raise RuntimeError("graph mode could not settle which steps run eagerly")
 
-    def _run_segment(self, segment: Segment, values: dict[str, Any]) -> None:
+    def _run_segment(
+        self, segment: Segment, values: dict[str, Any], versions: tuple[Any, ...]
+    ) -> None:
         args = [values.get(n) for n in segment.inputs]
         if segment.eager or not all(isinstance(a, Tensor) for a in args):
             self.program.execute(values, start=segment.start, stop=segment.stop)
@@ -220,38 +243,59 @@ class GraphRunner:
         if not traced:  # the steps read only constants and shape values: nothing to compile
             self.program.execute(values, start=segment.start, stop=segment.stop)
             return
-        key = tuple(
-            (_kind(a.data), tuple(a.data.reshape(-1).tolist())) if bake else _kind(a.data)
-            for a, bake in zip(args, baked, strict=True)
-        )
-        versions = self._versions()
-        graphs = segment.compiled.setdefault(key, [])
-        graphs[:] = [g for g in graphs if g.versions == versions]
-        entry = next((g for g in graphs if g.fits(traced)), None)
+        signature = tuple(_signature(a.data, bake) for a, bake in zip(args, baked, strict=True))
+        entry = segment.recent.get(signature)
         if entry is None:
-            try:
-                stored = self._store_key(segment, key)
-                entry = self.store.find(stored, traced, versions, self._device)
-                if entry is None:
-                    entry = self._compile(segment, args, baked, versions, stored)
-                graphs.append(entry)
-            except NotTraceableError as e:
-                if e.step_index is None or e.step_index in self.eager_steps:
-                    raise
-                self._run_eagerly(e.step_index, str(e))
-                raise _ReplanError from e
-            except BadInputError:  # the caller's inputs, not the compiler: nothing to remember
-                raise
-            except Exception as e:  # inductor's own failure: this segment runs eagerly
-                segment.eager = True
-                first = self.program.steps[segment.start].info.name
-                self._warn(f"steps from node {first!r} on ({_reason(e)})")
+            entry = self._graph_for(segment, args, baked, traced, versions)
+            if entry is None:  # inductor failed: the segment ran eagerly, and will
                 self.program.execute(values, start=segment.start, stop=segment.stop)
                 return
+            if len(segment.recent) >= RECENT_SIGNATURES:
+                segment.recent.clear()
+            segment.recent[signature] = entry
         outs = entry.run(*traced)
         values.update(
             (n, computed_tensor(t, n)) for n, t in zip(segment.outputs, outs, strict=True)
         )
+
+    def _graph_for(
+        self,
+        segment: Segment,
+        args: list[Tensor],
+        baked: list[bool],
+        traced: list[torch.Tensor],
+        versions: tuple[Any, ...],
+    ) -> CompiledGraph | None:
+        """The segment's graph whose guards admit ``traced``: compiled before, loaded from the
+        store or compiled now; None when inductor cannot compile the segment."""
+        key = tuple(
+            (_kind(a.data), tuple(a.data.reshape(-1).tolist())) if bake else _kind(a.data)
+            for a, bake in zip(args, baked, strict=True)
+        )
+        graphs = segment.compiled.setdefault(key, [])
+        graphs[:] = [g for g in graphs if g.versions == versions]
+        entry = next((g for g in graphs if g.fits(traced)), None)
+        if entry is not None:
+            return entry
+        try:
+            stored = self._store_key(segment, key)
+            entry = self.store.find(stored, traced, versions, self._device)
+            if entry is None:
+                entry = self._compile(segment, args, baked, versions, stored)
+        except NotTraceableError as e:
+            if e.step_index is None or e.step_index in self.eager_steps:
+                raise
+            self._run_eagerly(e.step_index, str(e))
+            raise _ReplanError from e
+        except BadInputError:  # the caller's inputs, not the compiler: nothing to remember
+            raise
+        except Exception as e:  # inductor's own failure: this segment runs eagerly
+            segment.eager = True
+            first = self.program.steps[segment.start].info.name
+            self._warn(f"steps from node {first!r} on ({_reason(e)})")
+            return None
+        graphs.append(entry)
+        return entry
 
     @cached_property
     def _shape_value_names(self) -> set[str]:
