@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -61,8 +62,15 @@ def _signature(t: torch.Tensor, baked: bool) -> tuple[Any, ...]:
     """All a graph's choice depends on for one input: a baked value's kind and values; a
     traced tensor's dtype, device, sizes, strides and offset (all its guards can read)."""
     if baked:
-        return (_kind(t), tuple(t.reshape(-1).tolist()))
+        return (_kind(t), _values(t))
     return (t.dtype, t.device, t.shape, t.stride(), t.storage_offset())
+
+
+def _values(t: torch.Tensor) -> tuple[Any, ...]:
+    """A baked value's elements, flat (``tolist`` is cheap, ``reshape`` a dispatched op)."""
+    if t.dim() == 0:
+        return (t.item(),)
+    return tuple(t.tolist() if t.dim() == 1 else t.reshape(-1).tolist())
 
 
 def _is_shape_value(t: torch.Tensor) -> bool:
@@ -90,6 +98,8 @@ class Segment:
     #: The graph chosen for each exact input signature seen under the current weight
     #: versions (see :func:`_signature`): a repeated shape skips the key and the guards.
     recent: dict[tuple[Any, ...], CompiledGraph] = field(default_factory=dict)
+    #: For each input, the test saying whether its value is baked in (None: never is).
+    bake_tests: list[Callable[[torch.Tensor], bool] | None] | None = None
     eager: bool = False
     #: Why the segment is compiled for each input shape (no symbolic trace), if it is.
     per_shape: str | None = None
@@ -234,16 +244,17 @@ class GraphRunner:
         # the graph then holds the branch taken, one graph per value. Other graph inputs (token
         # ids are small host integers too) or value-dependent results (NonZero's indices) never
         # are: a graph per value would compile at every new input.
+        if segment.bake_tests is None:
+            segment.bake_tests = [self._bake_test(n) for n in segment.inputs]
+        datas = [a.data for a in args]
         baked = [
-            (n in self._shape_value_names and _is_shape_value(a.data))
-            or (n in self._switch_inputs and _is_control_value(a.data))
-            for n, a in zip(segment.inputs, args, strict=True)
+            test is not None and test(d) for test, d in zip(segment.bake_tests, datas, strict=True)
         ]
-        traced = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
+        traced = [d for d, bake in zip(datas, baked, strict=True) if not bake]
         if not traced:  # the steps read only constants and shape values: nothing to compile
             self.program.execute(values, start=segment.start, stop=segment.stop)
             return
-        signature = tuple(_signature(a.data, bake) for a, bake in zip(args, baked, strict=True))
+        signature = tuple(_signature(d, bake) for d, bake in zip(datas, baked, strict=True))
         entry = segment.recent.get(signature)
         if entry is None:
             entry = self._graph_for(segment, args, baked, traced, versions)
@@ -296,6 +307,13 @@ class GraphRunner:
             return None
         graphs.append(entry)
         return entry
+
+    def _bake_test(self, name: str) -> Callable[[torch.Tensor], bool] | None:
+        """How to tell whether input ``name`` of a segment is baked in: a shape value's
+        name, if small integers; a switch input's, if one value (which is a shape value too)."""
+        if name in self._shape_value_names:
+            return _is_shape_value
+        return _is_control_value if name in self._switch_inputs else None
 
     @cached_property
     def _shape_value_names(self) -> set[str]:

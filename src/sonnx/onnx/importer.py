@@ -211,7 +211,8 @@ class SingaRep:
             if isinstance(data, np.ndarray) and data.dtype.kind in "biufc":
                 # The common case, NumPy numbers, without Tensor's general conversion.
                 t = dtypes.array_to_torch(data)
-                return computed_tensor(t.to(self.device.torch_device))
+                device = self.device.torch_device
+                return computed_tensor(t if device.type == "cpu" else t.to(device))
             return Tensor(data=data, device=self.device, requires_grad=False)
         except BadInputError as e:  # a string or object array: say which input it was
             spec = next((s.describe() for s in self.input_specs if s.name == name), "a tensor")
