@@ -220,12 +220,11 @@ class GraphRunner:
             values: dict[str, Any] = dict(self.constants)
             values.update(inputs)
             try:
-                with torch.no_grad():
-                    for part in self.segments:
-                        if isinstance(part, int):
-                            self.program.execute(values, start=part, stop=part + 1)
-                        else:
-                            self._run_segment(part, values, versions)
+                for part in self.segments:
+                    if isinstance(part, int):
+                        self._execute(values, part, part + 1)
+                    else:
+                        self._run_segment(part, values, versions)
             except _ReplanError:
                 continue
             outs = [values[n] for n in self.output_names]
@@ -237,7 +236,7 @@ class GraphRunner:
     ) -> None:
         args = [values.get(n) for n in segment.inputs]
         if segment.eager or not all(isinstance(a, Tensor) for a in args):
-            self.program.execute(values, start=segment.start, stop=segment.stop)
+            self._execute(values, segment.start, segment.stop)
             return
         # A shape value (fixed by the input shapes) computed outside the segment is baked in,
         # and so is a one-value graph input an If's condition is computed from (a sample rate):
@@ -246,28 +245,39 @@ class GraphRunner:
         # are: a graph per value would compile at every new input.
         if segment.bake_tests is None:
             segment.bake_tests = [self._bake_test(n) for n in segment.inputs]
-        datas = [a.data for a in args]
-        baked = [
-            test is not None and test(d) for test, d in zip(segment.bake_tests, datas, strict=True)
-        ]
-        traced = [d for d, bake in zip(datas, baked, strict=True) if not bake]
+        baked: list[bool] = []
+        traced: list[torch.Tensor] = []
+        signature: list[tuple[Any, ...]] = []
+        for test, arg in zip(segment.bake_tests, args, strict=True):
+            data = arg.data
+            bake = test is not None and test(data)
+            baked.append(bake)
+            if not bake:
+                traced.append(data)
+            signature.append(_signature(data, bake))
         if not traced:  # the steps read only constants and shape values: nothing to compile
-            self.program.execute(values, start=segment.start, stop=segment.stop)
+            self._execute(values, segment.start, segment.stop)
             return
-        signature = tuple(_signature(d, bake) for d, bake in zip(datas, baked, strict=True))
-        entry = segment.recent.get(signature)
+        entry = segment.recent.get(tuple(signature))
         if entry is None:
-            entry = self._graph_for(segment, args, baked, traced, versions)
+            with torch.no_grad():
+                entry = self._graph_for(segment, args, baked, traced, versions)
             if entry is None:  # inductor failed: the segment ran eagerly, and will
-                self.program.execute(values, start=segment.start, stop=segment.stop)
+                self._execute(values, segment.start, segment.stop)
                 return
             if len(segment.recent) >= RECENT_SIGNATURES:
                 segment.recent.clear()
-            segment.recent[signature] = entry
+            segment.recent[tuple(signature)] = entry
+        # The compiled library records no autograd graph, so it needs no no_grad around it.
         outs = entry.run(*traced)
         values.update(
             (n, computed_tensor(t, n)) for n, t in zip(segment.outputs, outs, strict=True)
         )
+
+    def _execute(self, values: dict[str, Any], start: int, stop: int) -> None:
+        """Steps ``[start, stop)`` run eagerly, recording no autograd graph."""
+        with torch.no_grad():
+            self.program.execute(values, start=start, stop=stop)
 
     def _graph_for(
         self,

@@ -55,6 +55,19 @@ class InputSpec:
     shape: tuple[int | str | None, ...] | None
     kind: str = "tensor_type"
 
+    @cached_property
+    def _fixed_sizes(self) -> tuple[tuple[int, int], ...]:
+        """The declared sizes that are numbers, by dimension."""
+        return tuple((i, d) for i, d in enumerate(self.shape or ()) if isinstance(d, int))
+
+    def admits(self, sizes: Sequence[int]) -> bool:
+        """Whether a tensor of ``sizes`` has the declared rank and fixed sizes."""
+        if self.shape is None:
+            return True
+        if len(sizes) != len(self.shape):
+            return False
+        return all(sizes[i] == d for i, d in self._fixed_sizes)
+
     def describe(self) -> str:
         dims = (
             "?"
@@ -222,6 +235,8 @@ class SingaRep:
             ) from e
 
     def _check_input(self, spec: InputSpec, value: Any) -> GraphValue:
+        if spec.kind == "tensor_type":
+            return self._check_tensor(spec, value)
         if spec.kind == "map_type":
             if not isinstance(value, Mapping):
                 raise BadInputError(
@@ -239,25 +254,23 @@ class SingaRep:
             if isinstance(value, list):
                 return OptionalValue(TensorSequence([self._as_tensor(spec.name, v) for v in value]))
             return OptionalValue(self._as_tensor(spec.name, value))
+        return self._check_tensor(spec, value)
+
+    def _check_tensor(self, spec: InputSpec, value: Any) -> Tensor:
         t = self._as_tensor(spec.name, value)
-        if spec.dtype is not None and t.dtype != spec.dtype:
+        data = t.data
+        if spec.dtype is not None and data.dtype != spec.dtype:
             raise BadInputError(
                 f"run: input {spec.name!r} expects {spec.describe()}, received {t.dtype} "
                 f"with shape {t.shape}"
             )
-        sizes = t.data.shape  # torch's sizes: Tensor.shape builds exportable Dims
-        if spec.shape == () and t.data.numel() == 1 and len(sizes) > 0:
+        if spec.shape == () and data.dim() > 0 and data.numel() == 1:
             # A one-element tensor is accepted for a scalar input (official cases feed them).
-            t = Tensor(data=t.data.reshape(()), requires_grad=t.requires_grad, name=t.name)
-            sizes = t.data.shape
-        if spec.shape is not None:
-            ok = len(spec.shape) == len(sizes) and all(
-                not isinstance(d, int) or d == r for d, r in zip(spec.shape, sizes, strict=True)
+            t = Tensor(data=data.reshape(()), requires_grad=t.requires_grad, name=t.name)
+        elif not spec.admits(data.shape):  # torch's sizes: Tensor.shape builds exportable Dims
+            raise BadInputError(
+                f"run: input {spec.name!r} expects {spec.describe()}, received shape {t.shape}"
             )
-            if not ok:
-                raise BadInputError(
-                    f"run: input {spec.name!r} expects {spec.describe()}, received shape {t.shape}"
-                )
         return t
 
     # ---- describing -----------------------------------------------------------------------
