@@ -290,7 +290,7 @@ class GraphRunner:
         """The segment's graph whose guards admit ``traced``: compiled before, loaded from the
         store or compiled now; None when inductor cannot compile the segment."""
         key = tuple(
-            (_kind(a.data), tuple(a.data.reshape(-1).tolist())) if bake else _kind(a.data)
+            _signature(a.data, True) if bake else _kind(a.data)
             for a, bake in zip(args, baked, strict=True)
         )
         graphs = segment.compiled.setdefault(key, [])
