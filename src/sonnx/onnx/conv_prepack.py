@@ -77,6 +77,11 @@ def prepack_convolution_weights(graph: Graph) -> None:
                 packed[key] = graph.get_attr(name)
             packed[key].meta.update(weight_node.meta)
         node.replace_input_with(weight_node, packed[key])
+    erase_unused_constants(graph)
+
+
+def erase_unused_constants(graph: Graph) -> None:
+    """Drop the constants (``get_attr`` nodes) a rewrite left without readers."""
     for node in list(graph.nodes):
         if node.op == "get_attr" and not node.users:
             graph.erase_node(node)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from torch.fx import Graph, GraphModule, Node
 
+from sonnx.onnx.conv_prepack import erase_unused_constants
+
 _LINEAR = torch.ops.mkldnn._linear_pointwise.default
 _aten = torch.ops.aten
 
@@ -55,9 +57,7 @@ def keep_linears_plain(graph: Graph) -> None:
         product.meta.update(node.meta)
         node.replace_all_uses_with(product)
         graph.erase_node(node)
-    for node in list(graph.nodes):
-        if node.op == "get_attr" and not node.users:
-            graph.erase_node(node)
+    erase_unused_constants(graph)
 
 
 def _plain_weight(graph: Graph, module: GraphModule, packed: Node, example: torch.Tensor) -> Node:
