@@ -235,8 +235,6 @@ class SingaRep:
             ) from e
 
     def _check_input(self, spec: InputSpec, value: Any) -> GraphValue:
-        if spec.kind == "tensor_type":
-            return self._check_tensor(spec, value)
         if spec.kind == "map_type":
             if not isinstance(value, Mapping):
                 raise BadInputError(
