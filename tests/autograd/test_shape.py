@@ -176,6 +176,25 @@ def test_pad_modes_match_numpy(mode, dtype):
     np.testing.assert_array_equal(y.numpy(), np.pad(x, [(2, 1), (0, 5)], mode=mode, **kwargs))
 
 
+def test_pad_positions_are_made_once_per_geometry_outside_tracing():
+    from sonnx.autograd.shape_slicing import _pad_index
+    from sonnx.autograd.tracing import tracing
+
+    cpu = torch.device("cpu")
+    first = _pad_index(5, 2, 7, "reflect", cpu)
+    assert _pad_index(5, 2, 7, "reflect", cpu) is first
+    assert _pad_index(5, 2, 7, "edge", cpu) is not first
+    with tracing():  # a traced graph gets its own positions, never a tensor kept from a run
+        traced = _pad_index(5, 2, 7, "reflect", cpu)
+    assert traced is not first
+    np.testing.assert_array_equal(traced.numpy(), first.numpy())
+    x = randn(5)  # a kept index serves later runs, and their gradients
+    np.testing.assert_array_equal(
+        autograd.pad(t(x), "reflect", [2, 7]).numpy(), np.pad(x, (2, 7), mode="reflect")
+    )
+    check_grad(lambda a: autograd.pad(a, "reflect", [2, 7]), [x])
+
+
 def test_pad_negative_crops_and_axes_input():
     x = np.arange(20.0).reshape(4, 5)
     y = autograd.Pad()(t(x), ints([-1, 2, 1, -2]), t(np.array(9.0)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +29,7 @@ from sonnx.autograd.shape_common import (
     normalize_axis,
     require_opset,
 )
+from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError, ExportError
 from sonnx.tensor import Tensor
 
@@ -217,7 +219,22 @@ class Slice(Operator):
 
 
 def _pad_index(n: int, begin: int, end: int, mode: str, device: torch.device) -> torch.Tensor:
-    """Source positions along one axis for reflect/edge/wrap padding of a length-n axis."""
+    """Source positions along one axis for reflect/edge/wrap padding of a length-n axis.
+
+    Outside graph tracing, made once per geometry: five small torch calls otherwise cost more
+    than the ``index_select`` itself (a streaming audio model pads every 512-sample chunk).
+    """
+    if not value_checks() or not all(type(v) is int for v in (n, begin, end)):
+        return _new_pad_index(n, begin, end, mode, device)
+    return _kept_pad_index(n, begin, end, mode, device)
+
+
+@lru_cache(maxsize=256)
+def _kept_pad_index(n: int, begin: int, end: int, mode: str, device: torch.device) -> torch.Tensor:
+    return _new_pad_index(n, begin, end, mode, device)
+
+
+def _new_pad_index(n: int, begin: int, end: int, mode: str, device: torch.device) -> torch.Tensor:
     pos = torch.arange(-begin, n + end, device=device)
     if mode == "edge":
         return pos.clamp(0, n - 1)
