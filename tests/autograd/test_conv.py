@@ -186,6 +186,22 @@ def test_conv_bad_inputs():
         autograd.conv2d(_t(randn(1, 3, 5, 5)), _t(randn(2, 3, 3, 3)), padding=(1, 2, 3))
 
 
+def test_one_conv_operator_checks_each_new_input_signature():
+    """The geometry kept for the last shapes serves those shapes only: another size gets its
+    own pads (SAME_UPPER depends on it), and a bad input after a good one is still refused."""
+    op = autograd.Conv(auto_pad="SAME_UPPER", strides=[2, 2])
+    w = randn(2, 3, 3, 3)
+    for size in (7, 7, 8, 7):
+        x = randn(1, 3, size, size)
+        (y,) = [op.forward(torch.from_numpy(x), torch.from_numpy(w))]
+        expected = reference("Conv", [x, w], auto_pad="SAME_UPPER", strides=[2, 2])
+        np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(BadInputError, match="share one element type"):
+        op.forward(torch.from_numpy(x), torch.from_numpy(rand64(2, 3, 3, 3)))
+    with pytest.raises(BadInputError, match="W must have shape"):
+        op.forward(torch.from_numpy(x), torch.from_numpy(randn(2, 2, 3, 3)))
+
+
 # ---- ConvTranspose ----------------------------------------------------------------------------
 
 

@@ -32,6 +32,7 @@ from sonnx.autograd.conv_common import (
 )
 from sonnx.autograd.conv_sampling import Col2Im, DeformConv, col2im, deform_conv2d
 from sonnx.autograd.operator import Operator
+from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
@@ -93,7 +94,36 @@ def conv_forward(
     op: Operator, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None
 ) -> torch.Tensor:
     """Conv's computation: resolve pads, run the torch convolution (zero-padding first when
-    the pads are asymmetric, which torch's convolutions cannot express)."""
+    the pads are asymmetric, which torch's convolutions cannot express).
+
+    The geometry found for the last input signature is kept on ``op`` (outside graph tracing,
+    where sizes may be symbols): an imported graph runs one operator object many times on the
+    same shapes, and the checks and pad arithmetic cost about as much as a small convolution.
+    """
+    kept = value_checks()
+    signature = (
+        (x.shape, w.shape, x.dtype, w.dtype, None if b is None else (b.shape, b.dtype))
+        if kept
+        else None
+    )
+    last = getattr(op, "_conv_geometry", None)
+    if last is not None and kept and last[0] == signature:
+        n, strides, pads, dilations, group = last[1]
+    else:
+        n, strides, pads, dilations, group = _conv_geometry(op, x, w, b)
+        if kept:
+            op._conv_geometry = (signature, (n, strides, pads, dilations, group))
+    if pads[:n] == pads[n:]:  # symmetric: torch pads inside the kernel, no extra copy
+        return CONV[n](x, w, b, strides, pads[:n], dilations, group)
+    x = F.pad(x, torch_pad(pads[:n], pads[n:]))
+    return CONV[n](x, w, b, strides, 0, dilations, group)
+
+
+def _conv_geometry(
+    op: Operator, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None
+) -> tuple[int, list[int], list[int], list[int], int]:
+    """The checked spatial rank, strides, pads (begins, then ends), dilations and group of
+    ``op`` on these inputs (BadInputError naming what does not fit)."""
     n = check_spatial_rank(op.op_type, "X", x)
     if w.dim() != x.dim():
         raise BadInputError(
@@ -122,10 +152,7 @@ def conv_forward(
         )
     ]
     check_window(op.op_type, out, sizes)
-    if pads[:n] == pads[n:]:  # symmetric: torch pads inside the kernel, no extra copy
-        return CONV[n](x, w, b, strides, pads[:n], dilations, group)
-    x = F.pad(x, torch_pad(pads[:n], pads[n:]))
-    return CONV[n](x, w, b, strides, 0, dilations, group)
+    return n, strides, pads, dilations, group
 
 
 class Conv(Operator):
