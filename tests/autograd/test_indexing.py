@@ -357,3 +357,22 @@ def test_import_of_deprecated_scatter_and_topk_1_runs_as_modern_ops():
     v, i = sonnx.prepare(topk).run([np.array([1, 4, 4, 2], np.float32)])
     np.testing.assert_array_equal(v.numpy(), [4, 4])
     np.testing.assert_array_equal(i.numpy(), [1, 2])
+
+
+def test_gather_wraps_a_constant_index_once_and_sees_it_change():
+    """An imported graph hands a Gather the same constant index tensor at every run: it is
+    checked and wrapped once, again after an in-place change, and again for another axis size."""
+    op = autograd.Gather(axis=0)
+    data = torch.arange(12.0).reshape(4, 3)
+    index = torch.tensor(-1)
+    np.testing.assert_array_equal(op.forward(data, index).numpy(), [9.0, 10.0, 11.0])
+    wrapped = op._wrapped[3]
+    np.testing.assert_array_equal(op.forward(data, index).numpy(), [9.0, 10.0, 11.0])
+    assert op._wrapped[3] is wrapped
+    np.testing.assert_array_equal(op.forward(data[:2], index).numpy(), [3.0, 4.0, 5.0])
+    index.fill_(7)
+    with pytest.raises(BadInputError, match=r"indices in \[-4, 3\], received 7"):
+        op.forward(data, index)
+    many = torch.zeros(2000, dtype=torch.int64)  # a large index tensor is never kept
+    assert op.forward(data, many).shape == (2000, 3)
+    assert op._wrapped is None or op._wrapped[0] is not many

@@ -41,6 +41,7 @@ from sonnx.autograd.indexing_select import (
 )
 from sonnx.autograd.memory_guard import check_shape
 from sonnx.autograd.operator import Operator
+from sonnx.autograd.tracing import defers_checks_on, value_checks
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
@@ -79,6 +80,11 @@ __all__ = [
 ]
 
 
+#: At most this many indices are kept by :meth:`Gather._wrap` (larger ones are rarely
+#: constants, and keeping them would hold a caller's input after its run).
+_KEPT_INDICES = 1024
+
+
 def _moved(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """Run a pure data-movement ``fn`` on ``x``, via the signed twin for unsigned types."""
     return restore_bits(fn(signed_bits(x)), x.dtype)
@@ -88,13 +94,39 @@ class Gather(Operator):
     """``output = data`` indexed along ``axis`` by ``indices`` (any shape; negative wrap)."""
 
     op_type = "Gather"
+    # The last indices checked and wrapped, with what they were found for: (indices tensor,
+    # its version, the axis size, the wrapped indices). A constant index (a model taking the
+    # last step of a sequence) is the same tensor at every run of an imported graph.
+    _wrapped: tuple[torch.Tensor, int, int, torch.Tensor] | None = None
 
     def forward(self, data: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         require_int(self.op_type, "indices", indices)
         axis = norm_axis(self.op_type, self.attr("axis"), data.dim())
-        idx = norm_indices(self.op_type, "indices", indices, data.shape[axis])
+        idx = self._wrap(indices, data.shape[axis])
         shape = data.shape[:axis] + idx.shape + data.shape[axis + 1 :]
         return _moved(lambda d: torch.index_select(d, axis, idx.reshape(-1)), data).reshape(shape)
+
+    def _wrap(self, indices: torch.Tensor, size: int) -> torch.Tensor:
+        """``indices`` range-checked, negatives wrapped; kept for the same unchanged tensor
+        (outside graph tracing, few indices, and only when the check was made now, not
+        deferred)."""
+        last = self._wrapped
+        if (
+            last is not None
+            and last[0] is indices
+            and last[1] == indices._version
+            and last[2] == size
+        ):
+            return last[3]
+        idx = norm_indices(self.op_type, "indices", indices, size)
+        if (
+            value_checks()
+            and type(size) is int
+            and indices.numel() <= _KEPT_INDICES
+            and not defers_checks_on(indices.device)
+        ):
+            self._wrapped = (indices, indices._version, size, idx)
+        return idx
 
 
 class GatherElements(Operator):
