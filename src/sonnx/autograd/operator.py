@@ -217,4 +217,5 @@ def host_ints(x: torch.Tensor | SymbolicInts | None) -> list[int] | None:
     value = host(x)
     if type(value) is SymbolicInts:
         return [v if isinstance(v, SYMBOLIC_TYPES) else int(v) for v in value.tolist()]
-    return [int(v) for v in value.reshape(-1).tolist()]
+    values = value.tolist() if value.dim() == 1 else value.reshape(-1).tolist()
+    return [int(v) for v in values]
