@@ -149,3 +149,34 @@ def test_training_through_the_plan_gives_the_step_loops_gradients() -> None:
     assert rep.program.plans
     torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
     torch.testing.assert_close(grads[2], grads[0], rtol=0, atol=0)
+
+
+def test_a_branch_plan_takes_the_enclosing_scopes_tensors_directly() -> None:
+    """The If branches read ``top`` and ``rest`` from the enclosing graph: tensors when the
+    branch's plan is built, so its operators get them directly, each checked at every run."""
+    model = _mixed_model()
+    rep = sonnx.prepare(model)
+    feeds = {"x": RNG.standard_normal((2, 6)).astype(np.float32), "cond": np.array(True)}
+    (expected,) = ReferenceEvaluator(model).run(None, feeds)
+    for _ in range(3):
+        np.testing.assert_allclose(rep.run(feeds)[0].numpy(), expected, rtol=1e-5, atol=1e-6)
+    branch = next(s for s in rep.steps if s.info.op_type == "If").attrs["then_branch"]
+    (plan,) = branch.program.plans.values()
+    assert "_op0(" in plan.source and "_run(" not in plan.source
+    assert plan.source.count("is not _SonnxTensor") == 2  # one check per name read from outside
+
+
+def test_a_plan_meeting_no_tensor_where_it_was_built_with_one_raises_its_assumption() -> None:
+    from sonnx.onnx.graph_plan import PlanAssumptionError, build_plan
+    from sonnx.onnx.values import TensorSequence
+    from sonnx.tensor import Tensor
+
+    rep = sonnx.prepare(_mixed_model())
+    branch = next(s for s in rep.steps if s.info.op_type == "If").attrs["then_branch"].program
+    top, rest = (Tensor(data=np.ones((2, 3), np.float32), requires_grad=False) for _ in range(2))
+    plan = build_plan(branch, frozenset(branch.output_names), {"top": top, "rest": rest})
+    values = {"top": top, "rest": rest}
+    plan(values, {})
+    np.testing.assert_array_equal(values["then_out"].numpy(), np.full((2, 3), 2, np.float32))
+    with pytest.raises(PlanAssumptionError):
+        plan({"top": TensorSequence([top]), "rest": rest}, {})

@@ -50,20 +50,30 @@ _ANY = "any"  # whatever the step loop would hold: a Tensor, a sequence, an opti
 
 
 class PlanAssumptionError(Exception):
-    """A step left out an output that a later step reads (the step loop says which)."""
+    """A step left out an output that a later step reads (the step loop says which), or a
+    name from the enclosing scope holds no tensor in this run."""
 
 
-def build_plan(program: GraphProgram, keep: frozenset[str]) -> Plan:
-    """The plan of a whole run of ``program`` that keeps the values named ``keep``."""
-    return _PlanWriter(program, keep).write()
+def build_plan(
+    program: GraphProgram, keep: frozenset[str], values: dict[str, Any] | None = None
+) -> Plan:
+    """The plan of a whole run of ``program`` that keeps the values named ``keep``.
+
+    ``values`` are those of the run the plan is built for: a subgraph's names from its
+    enclosing scope that hold tensors there are taken as tensors (operators then get them
+    directly), with a check at each run that sends a run where one is not back to the step loop.
+    """
+    return _PlanWriter(program, keep, values or {}).write()
 
 
 class _PlanWriter:
     """Writes the source of one plan, step by step, and compiles it."""
 
-    def __init__(self, program: GraphProgram, keep: frozenset[str]) -> None:
+    def __init__(self, program: GraphProgram, keep: frozenset[str], values: dict[str, Any]) -> None:
         self.program = program
         self.keep = keep
+        own = program.constants.keys() | set(program.input_names)
+        self.outer_tensors = {n for n, v in values.items() if type(v) is Tensor and n not in own}
         self.on_cpu = program.device.torch_device.type == "cpu"
         self.blocks: list[tuple[list[str], list[str]]] = []  # (lines, names read)
         self.var: dict[str, str] = {}  # graph name -> local variable
@@ -77,6 +87,7 @@ class _PlanWriter:
             "_outputs": _outputs,
             "_keep": _keep,
             "_Tensor": torch.Tensor,
+            "_SonnxTensor": Tensor,
             "_run": program.run_step,
             "_on_one_device": _on_one_device,
             "PlanAssumptionError": PlanAssumptionError,
@@ -88,8 +99,9 @@ class _PlanWriter:
         program = self.program
         skipped, fused = program.active_fusions(0, None, self.keep, None)
         shape_steps = program.shape_value_steps
+        live = self._live_steps(skipped, fused, reads_of)
         for index, step in enumerate(program.steps):
-            if index in skipped:
+            if index not in live:
                 continue
             lines: list[str] = []
             if index in fused:
@@ -110,6 +122,30 @@ class _PlanWriter:
                 self._call(index, step, reads, lines)
             self.blocks.append((lines, reads))
         return self._compile()
+
+    def _live_steps(
+        self, skipped: set[int], fused: dict[int, Any], reads_of: Callable[[Step], list[str]]
+    ) -> set[int]:
+        """The steps the plan runs: all but those fused away and the pure ones (shape values,
+        folded results) whose outputs no later step reads and the run does not keep (an int8
+        table's Cast read only by a shape value)."""
+        steps = self.program.steps
+        shape_steps = self.program.shape_value_steps
+        needed = set(self.keep)
+        live: set[int] = set()
+        for index in reversed(range(len(steps))):
+            step = steps[index]
+            if index in skipped:
+                continue
+            pure = index not in fused and (index in shape_steps or step.foldable)
+            if pure and not any(o in needed for o in step.outputs if o):
+                continue
+            live.add(index)
+            if index in fused:
+                needed.update(fused[index].inputs)
+            elif index not in shape_steps:  # shape values come from ``known``, not inputs
+                needed.update(reads_of(step))
+        return live
 
     # ---- one step ----------------------------------------------------------------------------
     def _call(self, index: int, step: Step, reads: list[str], lines: list[str]) -> None:
@@ -167,8 +203,12 @@ class _PlanWriter:
         if name in self.var:
             return self.form[name] != _ANY
         # Constants are Tensors, and so are the inputs of a run with an input signature; the
-        # names a subgraph reads from its enclosing scope may be sequences.
-        return name in self.program.constants or name in self.program.input_names
+        # names a subgraph reads from its enclosing scope may be sequences (checked per run).
+        return (
+            name in self.program.constants
+            or name in self.program.input_names
+            or name in self.outer_tensors
+        )
 
     def _load(self, name: str, lines: list[str]) -> str:
         """The variable holding ``name``, loading it from ``values`` at its first reader."""
@@ -176,6 +216,8 @@ class _PlanWriter:
             self.form[name] = _TENSOR if self._is_tensor(name) else _ANY
             var = self.var[name] = f"v{len(self.var)}"
             lines.append(f"{var} = values[{name!r}]")
+            if name in self.outer_tensors:  # a tensor when the plan was built: still one?
+                lines.append(f"if type({var}) is not _SonnxTensor: raise PlanAssumptionError()")
         return self.var[name]
 
     def _raw_arg(self, name: str, lines: list[str]) -> str:

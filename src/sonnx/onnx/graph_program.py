@@ -217,7 +217,7 @@ class GraphProgram:
             return False
         plan = plans.get(keep)
         if plan is None:
-            plan = plans[keep] = build_plan(self, keep)
+            plan = plans[keep] = build_plan(self, keep, values)
         try:
             plan(values, known)
             return True
@@ -384,13 +384,19 @@ class GraphProgram:
     def _folded_result(self, index: int, args: list[Any]) -> Any:
         """A foldable step's kept result, if its inputs are the same tensors, unchanged."""
         kept = self._folded.get(index)
-        if kept is None or not _foldable_now(args):
+        if kept is None:
             return None
         inputs, versions, result = kept
-        same = len(inputs) == len(args) and all(
-            kept_input is _payload(a) for kept_input, a in zip(inputs, args, strict=True)
-        )
-        return result if same and versions == _versions(args) else None
+        if len(inputs) != len(args) or not _foldable_now(args):
+            return None
+        for kept_input, version, a in zip(inputs, versions, args, strict=True):
+            # a loop, not generators: a plan calls this for every folded step of every run
+            if isinstance(a, Tensor):
+                if a.data is not kept_input or a.data._version != version:
+                    return None
+            elif a is not kept_input:
+                return None
+        return result
 
     def _fold(self, index: int, args: list[Any], result: Any) -> None:
         if _foldable_now(args):
