@@ -180,3 +180,36 @@ def test_a_plan_meeting_no_tensor_where_it_was_built_with_one_raises_its_assumpt
     np.testing.assert_array_equal(values["then_out"].numpy(), np.full((2, 3), 2, np.float32))
     with pytest.raises(PlanAssumptionError):
         plan({"top": TensorSequence([top]), "rest": rest}, {})
+
+
+def test_a_plan_leaves_out_a_folded_step_read_only_by_shape_values() -> None:
+    """``Cast(q)`` of an int8 constant is read only by ``Gather(cast, batch)``, a shape value of
+    the input signature: the plan reads that from the signature's known values and never
+    touches the Cast (an int8 embedding table's Cast is such a step)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["q"], ["table"], to=TensorProto.FLOAT, name="the_cast"),
+            helper.make_node("Shape", ["x"], ["x_shape"]),
+            helper.make_node("Gather", ["x_shape", "zero"], ["batch"]),
+            helper.make_node("Gather", ["table", "batch"], ["row"]),
+            helper.make_node("Mul", ["x", "row"], ["y"]),
+        ],
+        "cast_for_shapes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.array([5, -3, 7, 2], np.int8), "q"),
+            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rep = sonnx.prepare(model)
+    reference = ReferenceEvaluator(model)
+    for batch in (1, 2, 3, 2):
+        x = RNG.standard_normal((batch, 3)).astype(np.float32)
+        for _ in range(2):
+            np.testing.assert_allclose(rep.run([x])[0].numpy(), reference.run(None, {"x": x})[0])
+    (plan,) = rep.program.plans.values()
+    cast = next(i for i, s in enumerate(rep.steps) if s.info.name == "the_cast")
+    assert rep.steps[cast].foldable and f"_run({cast}," not in plan.source
+    assert "known.get('row')" in plan.source and "x_shape" not in plan.source
