@@ -176,6 +176,36 @@ def test_pad_modes_match_numpy(mode, dtype):
     np.testing.assert_array_equal(y.numpy(), np.pad(x, [(2, 1), (0, 5)], mode=mode, **kwargs))
 
 
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+@pytest.mark.parametrize(
+    ("shape", "pads"),
+    [
+        ((2, 3, 7), [0, 0, 3, 0, 0, 2]),  # the last axis: torch's own kernel
+        ((1, 2, 5, 6), [0, 0, 1, 4, 0, 0, 2, 1]),  # the last two
+        ((2, 4, 5), [0, 1, 2, 0, 3, 4]),  # two of three axes
+        ((2, 3, 4), [0, 0, 6, 0, 0, 5]),  # reflect past the axis' length: ONNX's own way
+        ((3, 4), [1, 2, 1, 1]),  # every axis of a 2-D input
+    ],
+)
+def test_reflect_and_edge_pads_match_numpy_on_every_path(mode, dtype, shape, pads):
+    x = (np.arange(np.prod(shape)).reshape(shape) * 7 % 11).astype(dtype)
+    half = len(pads) // 2
+    widths = list(zip(pads[:half], pads[half:], strict=True))
+    y = autograd.pad(t(x), mode, pads)
+    np.testing.assert_array_equal(y.numpy(), np.pad(x, widths, mode=mode))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+def test_reflect_and_edge_pads_by_torchs_kernel_give_correct_gradients(mode):
+    from sonnx.autograd.shape_slicing import _torch_pad_mode
+
+    assert _torch_pad_mode(torch.zeros(2, 3, 6), [0, 0, 2], [0, 0, 3], mode) is not None
+    assert _torch_pad_mode(torch.zeros(2, 3, 6), [0, 1, 2], [0, 0, 3], mode) is not None
+    assert _torch_pad_mode(torch.zeros(2, 3, 6), [1, 0, 2], [0, 0, 3], mode) is None
+    check_grad(lambda a: autograd.pad(a, mode, [0, 0, 2, 0, 0, 3]), [randn(2, 3, 6)])
+
+
 def test_pad_positions_are_made_once_per_geometry_outside_tracing():
     from sonnx.autograd.shape_slicing import _pad_index
     from sonnx.autograd.tracing import tracing
