@@ -337,3 +337,25 @@ def test_bidirectional_lstm_gradients():
         lambda x, w, r, b, h: lstm(x, w, r, b, h, direction="bidirectional")[0],
         small("LSTM", 2),
     )
+
+
+@pytest.mark.parametrize("op_type", ["RNN", "GRU", "LSTM"])
+def test_one_recurrent_operator_checks_each_new_input_signature(op_type):
+    """The checks found good for the last shapes are not made again for them, and are for any
+    others: a bad state after good runs is still refused, by name."""
+    from sonnx.autograd.rnn import GRU, LSTM
+
+    kind = {"RNN": RNN, "GRU": GRU, "LSTM": LSTM}[op_type]
+    op = kind(hidden_size=3)
+    w, r, b = (torch.from_numpy(a) for a in weights(op_type, 1, 2, 3))
+    states = 1 if op_type != "LSTM" else 2
+    for batch in (2, 2, 5, 2):
+        arrays = model_inputs(op_type, 1, batch=batch)
+        x = torch.from_numpy(arrays["X"])
+        init = [torch.zeros(1, batch, 3)] * states
+        y = op.forward(x, w, r, b, None, *init)[0]
+        fresh = kind(hidden_size=3).forward(x, w, r, b, None, *init)[0]
+        torch.testing.assert_close(y, fresh, rtol=0, atol=0)
+        assert y.shape == (4, 1, batch, 3)
+    with pytest.raises(BadInputError, match=f"{op_type}: input initial_h must have shape"):
+        op.forward(x, w, r, b, None, *([torch.zeros(1, 3, 3)] * states))

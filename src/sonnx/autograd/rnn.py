@@ -63,32 +63,20 @@ class _Recurrent(Operator):
     #: Positions in the activation list whose input ``clip`` leaves alone.
     unclipped: ClassVar[tuple[int, ...]] = ()
 
+    # The last input signature that passed the checks, and the directions and layout found
+    # for it: an imported graph runs one operator object many times on the same shapes.
+    _checked: tuple[tuple[Any, ...], tuple[int, int]] | None = None
+
     def forward(  # type: ignore[override]
         self, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None
     ) -> TorchOutputs:
-        op = self.op_type
-        directions = self._num_directions()
-        layout = int(self.attr("layout") or 0)
-        for name, value in (("X", x), ("W", w), ("R", r)):
-            check_float(op, name, value)
-            if value.dim() != 3:
-                raise BadInputError(
-                    f"{op}: input {name} must be 3-D, received {tuple(value.shape)}"
-                )
-        if layout not in (0, 1):
-            raise BadInputError(f"{op}: attribute layout must be 0 or 1, received {layout}")
+        states = [initial_h, initial_c][: len(self.state_names)]
+        directions, layout = self._check(x, w, r, b, states, p)
         if layout == 1:
             x = x.transpose(0, 1)
-        steps, batch, width = x.shape
-        if steps == 0:
-            raise BadInputError(f"{op}: input X must have at least one time step")
+            states = [s.transpose(0, 1) if s is not None else s for s in states]
+        steps, batch, _ = x.shape
         hidden = r.shape[-1]
-        self._check_weights(w, r, b, directions, hidden, width)
-        states = [initial_h, initial_c][: len(self.state_names)]
-        states = [s.transpose(0, 1) if s is not None and layout == 1 else s for s in states]
-        for name, s in zip(self.state_names, states, strict=True):
-            self._check_shape(name, s, (directions, batch, hidden))
-        self._check_shape("P", p, (directions, 3 * hidden))
         lengths = self._lengths(sequence_lens, steps, batch)
         acts = self._activations(directions)
         ys, finals = [], []
@@ -107,14 +95,53 @@ class _Recurrent(Operator):
             )
             ys.append(y)
             finals.append(last)
-        y = torch.stack(ys, 1)
-        outs = [torch.stack([f[k] for f in finals], 0) for k in range(len(states))]
+        if directions == 1 and value_checks():  # views, not copies (a trace keeps its copies)
+            y = ys[0].unsqueeze(1)
+            outs = [f.unsqueeze(0) for f in finals[0]]
+        else:
+            y = torch.stack(ys, 1)
+            outs = [torch.stack([f[k] for f in finals], 0) for k in range(len(states))]
         if layout == 1:
             y = y.permute(2, 0, 1, 3)
             outs = [o.transpose(0, 1) for o in outs]
         return (y, *outs)
 
     # ---- pieces ---------------------------------------------------------------------------
+    def _check(self, x, w, r, b, states, p) -> tuple[int, int]:
+        """The number of directions and the layout, after checking the inputs' types and
+        shapes (kept for the last input signature, outside graph tracing)."""
+        kept = value_checks()
+        signature = (
+            tuple(None if t is None else (t.shape, t.dtype) for t in (x, w, r, b, *states, p))
+            if kept
+            else None
+        )
+        if kept and self._checked is not None and self._checked[0] == signature:
+            return self._checked[1]
+        op = self.op_type
+        directions = self._num_directions()
+        layout = int(self.attr("layout") or 0)
+        for name, value in (("X", x), ("W", w), ("R", r)):
+            check_float(op, name, value)
+            if value.dim() != 3:
+                raise BadInputError(
+                    f"{op}: input {name} must be 3-D, received {tuple(value.shape)}"
+                )
+        if layout not in (0, 1):
+            raise BadInputError(f"{op}: attribute layout must be 0 or 1, received {layout}")
+        steps, batch, width = x.shape if layout == 0 else x.transpose(0, 1).shape
+        if steps == 0:
+            raise BadInputError(f"{op}: input X must have at least one time step")
+        hidden = r.shape[-1]
+        self._check_weights(w, r, b, directions, hidden, width)
+        for name, s in zip(self.state_names, states, strict=True):
+            s = s.transpose(0, 1) if s is not None and layout == 1 else s
+            self._check_shape(name, s, (directions, batch, hidden))
+        self._check_shape("P", p, (directions, 3 * hidden))
+        if kept:
+            self._checked = (signature, (directions, layout))
+        return directions, layout
+
     def _num_directions(self) -> int:
         direction = self.attr("direction")
         if direction not in ("forward", "reverse", "bidirectional"):
@@ -162,7 +189,15 @@ class _Recurrent(Operator):
         return sequence_lens.to(torch.int64)
 
     def _activations(self, directions: int) -> list[list[Activation]]:
-        """The activation functions of each direction, with alpha/beta and clip bound."""
+        """The activation functions of each direction, with alpha/beta and clip bound (made
+        once per operator: they depend on its attributes alone)."""
+        bound: dict[int, list[list[Activation]]] = self.__dict__.setdefault("_bound", {})
+        found = bound.get(directions)
+        if found is None:
+            found = bound[directions] = self._bind_activations(directions)
+        return found
+
+    def _bind_activations(self, directions: int) -> list[list[Activation]]:
         per = len(self.default_activations)
         names = list(self.attr("activations") or self.default_activations)
         if len(names) < per * directions:
