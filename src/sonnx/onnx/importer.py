@@ -60,6 +60,17 @@ class InputSpec:
         """The declared sizes that are numbers, by dimension."""
         return tuple((i, d) for i, d in enumerate(self.shape or ()) if isinstance(d, int))
 
+    @cached_property
+    def plain_array_dtype(self) -> np.dtype | None:
+        """The NumPy type of a plain numeric array this tensor input takes as it is (None:
+        not a tensor input of a NumPy-native number type)."""
+        if self.kind != "tensor_type" or self.dtype is None:
+            return None
+        found = dtypes.torch_to_numpy(self.dtype)
+        if found is None or found.kind not in "biufc" or found.type.__module__ != "numpy":
+            return None
+        return found
+
     def admits(self, sizes: Sequence[int]) -> bool:
         """Whether a tensor of ``sizes`` has the declared rank and fixed sizes."""
         if self.shape is None:
@@ -186,6 +197,10 @@ class SingaRep:
         return n + last_layers + 1, None
 
     def _bind_inputs(self, inputs: Any) -> dict[str, Tensor]:
+        if type(inputs) is list and self.device.torch_device.type == "cpu":
+            bound = self._bind_plain_arrays(inputs)
+            if bound is not None:
+                return bound
         specs = self.input_specs
         if isinstance(inputs, Mapping):
             unknown = set(inputs) - {s.name for s in specs}
@@ -210,6 +225,24 @@ class SingaRep:
         if missing:
             raise BadInputError(f"run: no value given for input(s) {missing}")
         return {spec.name: self._check_input(spec, value) for spec, value in pairs}
+
+    def _bind_plain_arrays(self, arrays: list[Any]) -> dict[str, Tensor] | None:
+        """The binding of a list of one NumPy array per input, each C-ordered, writable, of
+        the declared number type and of sizes the input admits, in one short loop (the general
+        path costs 5-8 us per input); None for anything else, which the general path binds or
+        refuses with its errors."""
+        specs = self.input_specs
+        if len(arrays) != len(specs):
+            return None
+        bound: dict[str, Tensor] = {}
+        for spec, a in zip(specs, arrays, strict=True):
+            if type(a) is not np.ndarray or a.dtype != spec.plain_array_dtype:
+                return None
+            flags = a.flags
+            if not (flags.c_contiguous and flags.writeable) or not spec.admits(a.shape):
+                return None
+            bound[spec.name] = computed_tensor(torch.from_numpy(a))
+        return bound
 
     def _as_tensor(self, name: str, value: Any) -> Tensor:
         if isinstance(value, Tensor):
