@@ -8,7 +8,8 @@ writes them down as straight-line Python source, as torch.fx does for its graphs
 node calling the node's operator on local variables that hold torch tensors, ``del`` after a
 value's last reader, and Tensors made only for the values the caller keeps and the steps that
 take Tensors (converters, folded steps, subgraphs). A node then costs its operator's
-``forward`` and little else.
+``forward`` and little else; a shape value or folded result that no later step reads (an int8
+table's Cast read only by a shape value) gets no line at all.
 
 A plan covers the run a model is called for most: every step, no intermediate value asked for,
 an input signature whose shape values an earlier run found (see
@@ -34,6 +35,7 @@ from sonnx.strings import StringArray
 from sonnx.tensor import Tensor, computed_tensor, string_tensor
 
 if TYPE_CHECKING:
+    from sonnx.onnx.fusions import Fusion
     from sonnx.onnx.graph_program import GraphProgram, Step
 
 __all__ = ["PlanAssumptionError", "build_plan"]
@@ -124,7 +126,7 @@ class _PlanWriter:
         return self._compile()
 
     def _live_steps(
-        self, skipped: set[int], fused: dict[int, Any], reads_of: Callable[[Step], list[str]]
+        self, skipped: set[int], fused: dict[int, Fusion], reads_of: Callable[[Step], list[str]]
     ) -> set[int]:
         """The steps the plan runs: all but those fused away and the pure ones (shape values,
         folded results) whose outputs no later step reads and the run does not keep (an int8
