@@ -191,7 +191,8 @@ class _Recurrent(Operator):
     def _activations(self, directions: int) -> list[list[Activation]]:
         """The activation functions of each direction, with alpha/beta and clip bound (made
         once per operator: they depend on its attributes alone)."""
-        bound: dict[int, list[list[Activation]]] = self.__dict__.setdefault("_bound", {})
+        bound: dict[int, list[list[Activation]]]
+        bound = self.__dict__.setdefault("_bound_activations", {})
         found = bound.get(directions)
         if found is None:
             found = bound[directions] = self._bind_activations(directions)

@@ -222,7 +222,8 @@ def _pad_index(n: int, begin: int, end: int, mode: str, device: torch.device) ->
     """Source positions along one axis for reflect/edge/wrap padding of a length-n axis.
 
     Outside graph tracing, made once per geometry: five small torch calls otherwise cost more
-    than the ``index_select`` itself (a streaming audio model pads every 512-sample chunk).
+    than the ``index_select`` itself (the pads torch's own kernels do not compute, see
+    :func:`_torch_pad_mode`, run at every call of a model).
     """
     if not value_checks() or not all(type(v) is int for v in (n, begin, end)):
         return _new_pad_index(n, begin, end, mode, device)
