@@ -85,3 +85,40 @@ def test_a_cut_run_does_not_store_partial_shape_values() -> None:
         whole, ort_session(family.model).run(None, feeds)[0], rtol=1e-5, atol=1e-5
     )
     assert isinstance(rep.model, onnx.ModelProto)
+
+
+def test_shape_values_from_a_changed_constant_are_computed_again() -> None:
+    """A row of an int8 table dequantized by constants alone (Cast, Mul by a scale) and picked
+    by the batch size is a shape value; after the table or its scale changes in place (as
+    ``load_states`` writes them) the next run computes it from the new values."""
+    from onnx import numpy_helper
+
+    from sonnx.onnx.sonnx_model import SONNXModel
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["q"], ["table_raw"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["table_raw", "scale"], ["table"]),
+            helper.make_node("Shape", ["x"], ["x_shape"]),
+            helper.make_node("Gather", ["x_shape", "zero"], ["batch"]),
+            helper.make_node("Gather", ["table", "batch"], ["row"]),
+            helper.make_node("Mul", ["x", "row"], ["y"]),
+        ],
+        "int8_rows",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.array([5, -3, 7, 2], np.int8), "q"),
+            numpy_helper.from_array(np.array(0.5, np.float32), "scale"),
+            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        ],
+    )
+    model = SONNXModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    x = np.ones((2, 3), np.float32)
+    for _ in range(3):  # the step loop, then the plan with the shape value kept
+        np.testing.assert_array_equal(to_numpy(model.forward(x)[0]), np.full((2, 3), 3.5))
+    model.set_states({"q": np.array([0, 0, 4, 0], np.int8)})
+    np.testing.assert_array_equal(to_numpy(model.forward(x)[0]), np.full((2, 3), 2.0))
+    model.set_states({"scale": np.array(2.0, np.float32)})
+    for _ in range(2):
+        np.testing.assert_array_equal(to_numpy(model.forward(x)[0]), np.full((2, 3), 8.0))

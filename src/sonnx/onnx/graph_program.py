@@ -50,7 +50,12 @@ from sonnx.onnx.registry import (
     check_node,
     node_attributes,
 )
-from sonnx.onnx.shape_values import ShapeValueCache, input_signature, shape_value_steps
+from sonnx.onnx.shape_values import (
+    ShapeValueCache,
+    input_signature,
+    shape_value_sources,
+    shape_value_steps,
+)
 from sonnx.onnx.step_errors import free_inputs, input_dependent, node_error
 from sonnx.onnx.subgraphs import BoundSubgraph as BoundSubgraph  # re-exported for converters
 from sonnx.onnx.subgraphs import Subgraph
@@ -176,6 +181,10 @@ class GraphProgram:
         """The steps computing shape values (see :mod:`sonnx.onnx.shape_values`)."""
         return shape_value_steps(self.steps, self.constants, set(self.input_names))
 
+    @cached_property
+    def _shape_value_sources(self) -> tuple[str, ...]:
+        return shape_value_sources(self.steps, self.shape_value_steps, self.constants)
+
     def execute(
         self,
         values: dict[str, Tensor],
@@ -211,7 +220,9 @@ class GraphProgram:
         again: it names the node that fails, and if it does not fail, plans are not used
         again for this graph."""
         plans = self._plans
-        signature = input_signature(values, self.input_names)
+        signature = input_signature(
+            values, self.input_names, self.constants, self._shape_value_sources
+        )
         known = self._shape_values.get(signature) if signature is not None else None
         if plans is None or known is None:
             return False
@@ -281,7 +292,11 @@ class GraphProgram:
     ) -> dict[str, Tensor]:
         debug = _debugging()
         shape_steps = self.shape_value_steps
-        signature = input_signature(values, self.input_names) if value_checks() else None
+        signature = (
+            input_signature(values, self.input_names, self.constants, self._shape_value_sources)
+            if value_checks()
+            else None
+        )
         known = self._shape_values.get(signature) if signature is not None else None
         whole = start == 0 and (stop is None or stop >= len(self.steps))
         fresh: dict[str, Any] | None = {} if signature is not None and known is None else None

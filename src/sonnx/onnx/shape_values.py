@@ -17,6 +17,7 @@ sized by values (NonZero) — is neither, and so is everything after it that dep
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from sonnx import dtypes
@@ -103,16 +104,53 @@ def shape_value_steps(
     return found
 
 
-def input_signature(values: dict[str, Any], names: Sequence[str]) -> tuple[Any, ...] | None:
-    """Shapes, element types and devices of the graph inputs (None if one is not a tensor)."""
-    signature = []
+def shape_value_sources(
+    steps: Sequence[Step], shape_steps: set[int], constants: dict[str, Tensor]
+) -> tuple[str, ...]:
+    """The constants the shape values are computed from, directly or through steps folded
+    from constants (an int8 embedding table and its scale, dequantized into a value a
+    shape-value Gather reads): shape values are reused only while these are unchanged."""
+    producer = {o: i for i, step in enumerate(steps) for o in step.outputs if o}
+    pending = [n for i in shape_steps for n in steps[i].inputs if n]
+    seen: set[str] = set()
+    found: list[str] = []
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in constants:
+            found.append(name)
+        elif name in producer and steps[producer[name]].foldable:
+            pending.extend(n for n in steps[producer[name]].inputs if n)
+    return tuple(sorted(found))
+
+
+def input_signature(
+    values: dict[str, Any],
+    names: Sequence[str],
+    constants: dict[str, Tensor] | None = None,
+    sources: Sequence[str] = (),
+) -> tuple[Any, ...] | None:
+    """Shapes, element types and devices of the graph inputs (None if one is not a tensor),
+    and the identity and version of each constant in ``sources`` (see
+    :func:`shape_value_sources`): an in-place change (``load_states``) makes a new signature."""
+    signature: list[Any] = []
     for name in names:
         value = values.get(name)
         if type(value) is not Tensor:
             return None
         data = value.data
         signature.append((data.shape, data.dtype, data.device))
+    if sources and constants is not None:
+        datas = [constants[n].data for n in sources]
+        # The same tensors (by identity) have the same versions iff their sum is the same:
+        # a version counter only grows.
+        signature.append((tuple(map(id, datas)), sum(map(_VERSION, datas))))
     return tuple(signature)
+
+
+_VERSION = attrgetter("_version")
 
 
 class ShapeValueCache:
