@@ -185,6 +185,11 @@ class GraphProgram:
     def _shape_value_sources(self) -> tuple[str, ...]:
         return shape_value_sources(self.steps, self.shape_value_steps, self.constants)
 
+    def _known_shape_values(self, signature: tuple[Any, ...] | None) -> dict[str, Any] | None:
+        if signature is None:
+            return None
+        return self._shape_values.get(signature, self.constants, self._shape_value_sources)
+
     def execute(
         self,
         values: dict[str, Tensor],
@@ -220,10 +225,8 @@ class GraphProgram:
         again: it names the node that fails, and if it does not fail, plans are not used
         again for this graph."""
         plans = self._plans
-        signature = input_signature(
-            values, self.input_names, self.constants, self._shape_value_sources
-        )
-        known = self._shape_values.get(signature) if signature is not None else None
+        signature = input_signature(values, self.input_names)
+        known = self._known_shape_values(signature)
         if plans is None or known is None:
             return False
         plan = plans.get(keep)
@@ -292,12 +295,8 @@ class GraphProgram:
     ) -> dict[str, Tensor]:
         debug = _debugging()
         shape_steps = self.shape_value_steps
-        signature = (
-            input_signature(values, self.input_names, self.constants, self._shape_value_sources)
-            if value_checks()
-            else None
-        )
-        known = self._shape_values.get(signature) if signature is not None else None
+        signature = input_signature(values, self.input_names) if value_checks() else None
+        known = self._known_shape_values(signature)
         whole = start == 0 and (stop is None or stop >= len(self.steps))
         fresh: dict[str, Any] | None = {} if signature is not None and known is None else None
         skipped, fused = self.active_fusions(start, stop, keep, computed)
@@ -417,7 +416,8 @@ class GraphProgram:
         if _foldable_now(args):
             # The inputs' torch tensors are kept and compared by identity: a weight whose
             # ``data`` was replaced (load_states) is a different tensor.
-            self._folded[index] = ([_payload(a) for a in args], _versions(args), result)
+            kept = [a.data if isinstance(a, Tensor) else a for a in args]
+            self._folded[index] = (kept, _versions(args), result)
 
 
 def _debugging() -> bool:
@@ -445,10 +445,6 @@ def _foldable_now(args: list[Any]) -> bool:
     return not is_training() or not any(
         isinstance(a, Tensor) and a.data.requires_grad for a in args
     )
-
-
-def _payload(value: Any) -> Any:
-    return value.data if isinstance(value, Tensor) else value
 
 
 def _versions(args: list[Any]) -> tuple[int, ...]:

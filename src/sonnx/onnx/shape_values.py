@@ -126,31 +126,26 @@ def shape_value_sources(
     return tuple(sorted(found))
 
 
-def input_signature(
-    values: dict[str, Any],
-    names: Sequence[str],
-    constants: dict[str, Tensor] | None = None,
-    sources: Sequence[str] = (),
-) -> tuple[Any, ...] | None:
-    """Shapes, element types and devices of the graph inputs (None if one is not a tensor),
-    and the identity and version of each constant in ``sources`` (see
-    :func:`shape_value_sources`): an in-place change (``load_states``) makes a new signature."""
-    signature: list[Any] = []
+def input_signature(values: dict[str, Any], names: Sequence[str]) -> tuple[Any, ...] | None:
+    """Shapes, element types and devices of the graph inputs (None if one is not a tensor)."""
+    signature = []
     for name in names:
         value = values.get(name)
         if type(value) is not Tensor:
             return None
         data = value.data
         signature.append((data.shape, data.dtype, data.device))
-    if sources and constants is not None:
-        datas = [constants[n].data for n in sources]
-        # The same tensors (by identity) have the same versions iff their sum is the same:
-        # a version counter only grows.
-        signature.append((tuple(map(id, datas)), sum(map(_VERSION, datas))))
     return tuple(signature)
 
 
 _VERSION = attrgetter("_version")
+
+
+def _state(constants: dict[str, Tensor], names: Sequence[str]) -> tuple[Any, ...]:
+    """Which tensors the named constants hold, and a sum of their versions: the same tensors
+    have the same versions exactly when the sum is the same (a version counter only grows)."""
+    datas = [constants[n].data for n in names]
+    return (tuple(map(id, datas)), sum(map(_VERSION, datas)))
 
 
 class ShapeValueCache:
@@ -161,8 +156,19 @@ class ShapeValueCache:
 
     def __init__(self) -> None:
         self._by_signature: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._sources: tuple[Any, ...] | None = None
 
-    def get(self, signature: tuple[Any, ...]) -> dict[str, Any] | None:
+    def get(
+        self, signature: tuple[Any, ...], constants: dict[str, Tensor], sources: Sequence[str]
+    ) -> dict[str, Any] | None:
+        """The shape values kept for ``signature``; none at all once a constant they are
+        computed from (``sources``, see :func:`shape_value_sources`) changed or was replaced
+        (``load_states``, ``set_states``): the next run computes them afresh."""
+        state = _state(constants, sources) if sources else None
+        if state != self._sources:
+            self._by_signature.clear()
+            self._sources = state
+            return None
         return self._by_signature.get(signature)
 
     def store(self, signature: tuple[Any, ...], values: dict[str, Any]) -> None:
