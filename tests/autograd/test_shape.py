@@ -528,3 +528,20 @@ def test_export_constant_trilu_range_and_constant_of_shape():
     model = to_onnx([x], outs, opset=17)
     for g, want in zip(ort_run(model, {"x": x.numpy()}), outs, strict=True):
         np.testing.assert_allclose(g, want.numpy(), rtol=1e-6)
+
+
+def test_one_reshape_operator_resolves_each_new_shape_or_input_size():
+    """The target kept for the last shape tensor and input sizes serves only those: a 0 copies
+    the new input's dimension, an in-place change of the shape tensor is seen, and a bad
+    target after good ones is still refused."""
+    from sonnx.autograd.shape_layout import Reshape
+
+    op = Reshape(14)
+    shape = torch.tensor([0, -1])
+    for rows, cols in ((2, 6), (2, 6), (3, 4), (2, 6)):
+        x = torch.arange(rows * cols * 1.0).reshape(rows, cols, 1)
+        assert tuple(op.forward(x, shape).shape) == (rows, cols)
+    shape.copy_(torch.tensor([3, -1]))  # same tensor, new values
+    assert tuple(op.forward(torch.zeros(2, 6, 1), shape).shape) == (3, 4)
+    with pytest.raises(BadInputError, match=r"cannot reshape input of shape \(2, 5, 1\)"):
+        op.forward(torch.zeros(2, 5, 1), shape)

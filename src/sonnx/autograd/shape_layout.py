@@ -23,6 +23,7 @@ from sonnx.autograd.shape_common import (
     ints_for_attribute,
     normalize_axes,
 )
+from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.symbolic_sizes import viewable
 from sonnx.tensor import Tensor
@@ -59,8 +60,35 @@ class Reshape(Operator):
     ``allowzero=1``, opset 14+)."""
 
     op_type = "Reshape"
+    # The last target resolved, with what it was resolved from: (the input's sizes, the shape
+    # tensor, its version, the target). An imported graph hands a Reshape the same shape
+    # tensor (a constant, or a shape value of the input signature) at every run.
+    _resolved: tuple[Any, torch.Tensor, int, list[int]] | None = None
 
     def forward(self, x: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
+        last = self._resolved
+        if (
+            last is not None
+            and value_checks()  # first: sizes traced as symbols must not meet a comparison
+            and last[1] is shape
+            and last[2] == shape._version
+            and last[0] == x.shape
+        ):
+            return x.reshape(last[3])
+        target = self._target(x, shape)
+        try:
+            y = viewable(x).reshape(target)
+        except RuntimeError:
+            raise BadInputError(
+                f"Reshape: cannot reshape input of shape {tuple(x.shape)} ({x.numel()} elements) "
+                f"to {target}"
+            ) from None
+        if value_checks() and isinstance(shape, torch.Tensor):
+            self._resolved = (x.shape, shape, shape._version, target)
+        return y
+
+    def _target(self, x: torch.Tensor, shape: torch.Tensor) -> list[int]:
+        """The sizes ``shape`` asks for, 0s copied from ``x`` unless ``allowzero``; checked."""
         target = host_ints(shape)
         if not self.attr("allowzero"):
             for i, d in enumerate(target):
@@ -76,13 +104,7 @@ class Reshape(Operator):
                 f"Reshape: shape may hold at most one -1 and no other negative value, "
                 f"received {target}"
             )
-        try:
-            return viewable(x).reshape(target)
-        except RuntimeError:
-            raise BadInputError(
-                f"Reshape: cannot reshape input of shape {tuple(x.shape)} ({x.numel()} elements) "
-                f"to {target}"
-            ) from None
+        return target
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         if g.opset >= 14:
