@@ -545,3 +545,20 @@ def test_one_reshape_operator_resolves_each_new_shape_or_input_size():
     assert tuple(op.forward(torch.zeros(2, 6, 1), shape).shape) == (3, 4)
     with pytest.raises(BadInputError, match=r"cannot reshape input of shape \(2, 5, 1\)"):
         op.forward(torch.zeros(2, 5, 1), shape)
+
+
+def test_one_slice_operator_resolves_each_new_bound_or_input_size():
+    """The index kept for the last bound tensors and input sizes serves only those: bounds
+    clamp to each new size, an in-place change of a bound is seen, negative steps still flip."""
+    from sonnx.autograd.shape_slicing import Slice
+
+    op = Slice(13)
+    starts, ends = torch.tensor([1, -1]), torch.tensor([100, -100])
+    axes, steps = torch.tensor([0, 1]), torch.tensor([1, -2])
+    for rows, cols in ((3, 5), (3, 5), (4, 7), (3, 5)):
+        x = np.arange(rows * cols).reshape(rows, cols)
+        got = op.forward(torch.from_numpy(x), starts, ends, axes, steps)
+        np.testing.assert_array_equal(got.numpy(), x[1:100, -1:-100:-2])
+    starts.copy_(torch.tensor([0, -2]))  # same tensor, new values
+    got = op.forward(torch.from_numpy(x), starts, ends, axes, steps)
+    np.testing.assert_array_equal(got.numpy(), x[0:100, -2:-100:-2])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -163,6 +163,10 @@ class Slice(Operator):
     backwards)."""
 
     op_type = "Slice"
+    # The last index resolved, with what it was resolved from: (the input's sizes, the
+    # starts/ends/axes/steps tensors and their versions, the index and the axes to flip). An
+    # imported graph hands a Slice the same constant bounds at every run.
+    _resolved: tuple[Any, tuple[Any, ...], tuple[Any, ...], tuple[Any, list[int]]] | None = None
 
     def forward(
         self,
@@ -172,6 +176,33 @@ class Slice(Operator):
         axes: torch.Tensor | None = None,
         steps: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        bounds = (starts, ends, axes, steps)
+        last = self._resolved
+        if (
+            last is not None
+            and value_checks()  # first: sizes traced as symbols must not meet a comparison
+            and all(a is b for a, b in zip(last[1], bounds, strict=True))
+            and last[2] == tuple(None if t is None else t._version for t in bounds)
+            and last[0] == x.shape
+        ):
+            index, flips = last[3]
+        else:
+            index, flips = self._index(x, *bounds)
+            if value_checks() and all(t is None or isinstance(t, torch.Tensor) for t in bounds):
+                versions = tuple(None if t is None else t._version for t in bounds)
+                self._resolved = (x.shape, bounds, versions, (index, flips))
+        y = x[index]
+        return y.flip(flips) if flips else y
+
+    def _index(
+        self,
+        x: torch.Tensor,
+        starts: torch.Tensor,
+        ends: torch.Tensor,
+        axes: torch.Tensor | None,
+        steps: torch.Tensor | None,
+    ) -> tuple[tuple[builtins.slice, ...], list[int]]:
+        """The index taking the slice forwards, and the axes to flip after (negative steps)."""
         st, en = host_ints(starts), host_ints(ends)
         ax = host_ints(axes)
         ax = list(builtins.range(len(st))) if ax is None else ax
@@ -195,8 +226,7 @@ class Slice(Operator):
             last = first + (count - 1) * step
             index[a] = builtins.slice(last, first + 1, -step) if count else builtins.slice(0, 0)
             flips.append(a)
-        y = x[tuple(index)]
-        return y.flip(flips) if flips else y
+        return tuple(index), flips
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         if g.opset >= 10:
