@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import torch
 from onnx import TensorProto, helper
 
 import sonnx
@@ -122,3 +123,50 @@ def test_shape_values_from_a_changed_constant_are_computed_again() -> None:
     model.set_states({"scale": np.array(2.0, np.float32)})
     for _ in range(2):
         np.testing.assert_array_equal(to_numpy(model.forward(x)[0]), np.full((2, 3), 8.0))
+
+
+def test_shapes_after_a_resize_by_constant_scales_are_shape_values() -> None:
+    """A detection head's grid comes from the shape of a feature map upsampled by constant
+    float scales: Shape -> Gather -> Range on it is fixed by the input signature, computed
+    once per input size, and again after the scales change in place."""
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "Constant",
+                [],
+                ["scales"],
+                value=numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32)),
+            ),
+            helper.make_node("Resize", ["x", "", "scales"], ["up"], mode="nearest"),
+            helper.make_node("Shape", ["up"], ["up_shape"]),
+            helper.make_node("Gather", ["up_shape", "last"], ["width"]),
+            helper.make_node("Range", ["start", "width", "step"], ["grid"]),
+            helper.make_node("Cast", ["grid"], ["grid_f"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["up", "grid_f"], ["y"]),
+        ],
+        "grid_after_resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.array(3, np.int64), "last"),
+            numpy_helper.from_array(np.array(0, np.int64), "start"),
+            numpy_helper.from_array(np.array(1, np.int64), "step"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rep = sonnx.prepare(model)
+    names = {rep.steps[i].info.op_type for i in rep.program.shape_value_steps}
+    assert {"Shape", "Gather", "Range"} <= names
+    for h, w in ((2, 3), (2, 3), (4, 5), (2, 3)):
+        x = np.arange(h * w, dtype=np.float32).reshape(1, 1, h, w)
+        (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+        np.testing.assert_array_equal(to_numpy(rep.run([x])[0]), expected)
+    rep.constants["scales"].data.copy_(torch.tensor([1.0, 1.0, 1.0, 3.0]))
+    model.graph.node[0].attribute[0].t.CopyFrom(
+        numpy_helper.from_array(np.array([1, 1, 1, 3], np.float32))
+    )
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_array_equal(to_numpy(rep.run([x])[0]), expected)

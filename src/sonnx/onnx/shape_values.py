@@ -10,8 +10,10 @@ a tensor's *value* is fixed by the input signature (constants; ``Shape``/``Size`
 whose shape is fixed; any deterministic operation on such values), and a tensor's *shape* is
 fixed by it (graph inputs; the outputs of operations whose output shape follows from their
 inputs' shapes — elementwise, MatMul, Conv, ...; of any operation whose other inputs have fixed
-values — a Reshape to a computed shape). Anything else — a subgraph, a random draw, an output
-sized by values (NonZero) — is neither, and so is everything after it that depends on it.
+values or are constants other than trainable weights — a Reshape to a computed shape, a Resize
+by constant scales). Anything else — a subgraph, a random draw, an output sized by values
+(NonZero) — is neither, and so is everything after it that depends on it. The cache keeps its
+values while the constants they were computed from are unchanged (:func:`shape_value_sources`).
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ def shape_value_steps(
 
     Only integer, boolean and 0-d float constants count as fixed values: weights train and
     BatchNorm statistics are updated in place, so what is computed from them is not reused.
+    Any constant but a trainable weight may fix an output's *shape*, though (a Resize's float
+    scales): the shapes, and the shape values read from them, are reused while it is unchanged
+    (see :func:`shape_value_sources`).
     """
     fixed_value = {
         n for n, t in constants.items() if not dtypes.is_float(t.dtype) or t.data.dim() == 0
@@ -95,13 +100,27 @@ def shape_value_steps(
                 found.add(index)
             continue
         shapes_known = all(n in fixed_shape for n in reads)
-        sizing = reads if op in SIZED_BY_VALUES else reads[1:]
         follows = op in SHAPE_FROM_SHAPES or (
-            op not in VALUE_SIZED and all(n in fixed_value for n in sizing)
+            op not in VALUE_SIZED
+            and all(
+                n in fixed_value or _sizing_constant(n, constants) for n in _sizing_inputs(step)
+            )
         )
         if shapes_known and follows:
             fixed_shape.update(o for o in step.outputs if o)
     return found
+
+
+def _sizing_inputs(step: Step) -> list[str]:
+    """The inputs whose values decide the output's shape (besides the inputs' shapes)."""
+    reads = [n for n in step.inputs if n]
+    return reads if step.info.op_type in SIZED_BY_VALUES else reads[1:]
+
+
+def _sizing_constant(name: str, constants: dict[str, Tensor]) -> bool:
+    """A constant whose values may fix a shape: not a trainable weight (an LSTM's weights,
+    read where its sizes would be, change at every training step)."""
+    return name in constants and not constants[name].is_param
 
 
 def shape_value_sources(
@@ -109,9 +128,18 @@ def shape_value_sources(
 ) -> tuple[str, ...]:
     """The constants the shape values are computed from, directly or through steps folded
     from constants (an int8 embedding table and its scale, dequantized into a value a
-    shape-value Gather reads): shape values are reused only while these are unchanged."""
+    shape-value Gather reads), and those that size a tensor a shape value may be read from
+    (a Resize's scales, a Reshape's target): shape values are reused only while these are
+    unchanged."""
     producer = {o: i for i, step in enumerate(steps) for o in step.outputs if o}
     pending = [n for i in shape_steps for n in steps[i].inputs if n]
+    pending += [
+        n
+        for step in steps
+        if step.info.op_type not in SHAPE_FROM_SHAPES
+        for n in _sizing_inputs(step)
+        if _sizing_constant(n, constants)
+    ]
     seen: set[str] = set()
     found: list[str] = []
     while pending:
