@@ -253,7 +253,7 @@ def _pad_index(n: int, begin: int, end: int, mode: str, device: torch.device) ->
 
     Outside graph tracing, made once per geometry: five small torch calls otherwise cost more
     than the ``index_select`` itself (the pads torch's own kernels do not compute, see
-    :func:`_torch_pad_mode`, run at every call of a model).
+    :func:`_torch_pad`, run at every call of a model).
     """
     if not value_checks() or not all(type(v) is int for v in (n, begin, end)):
         return _new_pad_index(n, begin, end, mode, device)
@@ -285,25 +285,28 @@ _TORCH_PAD_TYPES = frozenset(
 )  # fmt: skip
 
 
-def _torch_pad_mode(x: torch.Tensor, begins: list[int], ends: list[int], mode: str) -> str | None:
-    """torch's own kernel for a reflect or edge pad, where it computes the ONNX one (several
-    times faster than ``index_select`` along a last axis): at most the last three axes padded,
-    one or two axes before them, fixed sizes, each reflect pad shorter than its axis (ONNX
-    reflects again beyond that, torch refuses)."""
+def _torch_pad(
+    x: torch.Tensor, begins: list[int], ends: list[int], mode: str
+) -> tuple[str, list[int]] | None:
+    """torch's own kernel for a reflect or edge pad, and its pads (last axis first), where it
+    computes the ONNX one (several times faster than ``index_select`` along a last axis): at
+    most the last three axes padded, one or two axes before them, fixed sizes, each reflect pad
+    shorter than its axis (ONNX reflects again beyond that, torch refuses)."""
     padded = [a for a in builtins.range(x.dim()) if begins[a] or ends[a]]
     if mode not in ("reflect", "edge") or not padded or x.dtype not in _TORCH_PAD_TYPES:
         return None
-    trailing = x.dim() - padded[0]
+    first = padded[0]
+    trailing = x.dim() - first
     if trailing > 3 or x.dim() - trailing not in (1, 2):
         return None
-    sizes = x.shape[padded[0] :]
-    if not all(type(n) is int and n > 0 for n in sizes):
+    if not all(type(n) is int and n > 0 for n in x.shape[first:]):
         return None
     if mode == "reflect" and any(
-        max(begins[a], ends[a]) >= x.shape[a] for a in builtins.range(padded[0], x.dim())
+        max(begins[a], ends[a]) >= x.shape[a] for a in builtins.range(first, x.dim())
     ):
         return None
-    return "reflect" if mode == "reflect" else "replicate"
+    flat = [p for a in reversed(builtins.range(first, x.dim())) for p in (begins[a], ends[a])]
+    return ("reflect" if mode == "reflect" else "replicate"), flat
 
 
 def full_rank_pads(pads: list[int], axes: list[int] | None, rank: int, op: str) -> list[int]:
@@ -353,10 +356,9 @@ class Pad(Operator):
             value = 0 if constant_value is None else host(constant_value).reshape(-1)[0].item()
             flat = [p for a in reversed(builtins.range(rank)) for p in (begins[a], ends[a])]
             return functional.pad(x, flat, value=value) if rank else x.clone()
-        torch_mode = _torch_pad_mode(x, begins, ends, mode)
-        if torch_mode is not None:
-            first = min(a for a in builtins.range(rank) if begins[a] or ends[a])
-            flat = [p for a in reversed(builtins.range(first, rank)) for p in (begins[a], ends[a])]
+        by_torch = _torch_pad(x, begins, ends, mode)
+        if by_torch is not None:
+            torch_mode, flat = by_torch
             return functional.pad(x, flat, mode=torch_mode)
         for a in builtins.range(rank):
             if begins[a] or ends[a]:
