@@ -27,6 +27,7 @@ gets a graph holding the branch it takes.
 from __future__ import annotations
 
 import itertools
+import operator
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,16 +54,18 @@ def _kind(t: torch.Tensor) -> tuple[Any, ...]:
     return (t.dim(), t.dtype, t.device)
 
 
+_DATA = operator.attrgetter("data")
+_VERSION = operator.attrgetter("_version")
+
 #: How many input signatures a segment remembers its graph for (a server fed every sequence
 #: length would otherwise grow the memo without bound); past it, the memo starts afresh.
 RECENT_SIGNATURES = 64
 
 
-def _signature(t: torch.Tensor, baked: bool) -> tuple[Any, ...]:
-    """All a graph's choice depends on for one input: a baked value's kind and values; a
-    traced tensor's dtype, device, sizes, strides and offset (all its guards can read)."""
-    if baked:
-        return (_kind(t), _values(t))
+def layout(t: torch.Tensor) -> tuple[Any, ...]:
+    """All a traced input's graph depends on: dtype, device, sizes, strides and offset (all its
+    guards can read). Whether an input is baked in follows from its layout too (see
+    :meth:`GraphRunner._bake_test`); a baked input's graph depends on its values as well."""
     return (t.dtype, t.device, t.shape, t.stride(), t.storage_offset())
 
 
@@ -71,6 +74,11 @@ def _values(t: torch.Tensor) -> tuple[Any, ...]:
     if t.dim() == 0:
         return (t.item(),)
     return tuple(t.tolist() if t.dim() == 1 else t.reshape(-1).tolist())
+
+
+def _baked_values(datas: list[torch.Tensor], positions: tuple[int, ...]) -> tuple[Any, ...]:
+    """The values of the inputs at ``positions`` (the baked ones), as a graph's key."""
+    return tuple(_values(datas[i]) for i in positions)
 
 
 def _is_shape_value(t: torch.Tensor) -> bool:
@@ -85,6 +93,16 @@ def _is_control_value(t: torch.Tensor) -> bool:
 
 
 @dataclass
+class Choice:
+    """What a segment does with inputs of one set of layouts: which inputs are baked in and
+    which traced (by position), and the graph chosen for each tuple of baked values."""
+
+    baked: tuple[int, ...]
+    traced: tuple[int, ...]
+    graphs: dict[tuple[Any, ...], CompiledGraph] = field(default_factory=dict)
+
+
+@dataclass
 class Segment:
     """Steps ``[start, stop)`` compiled together: what they read from before and what later
     steps (or the graph's outputs) read from them; compiled graphs by the inputs' ranks,
@@ -95,9 +113,9 @@ class Segment:
     inputs: list[str]
     outputs: list[str]
     compiled: dict[tuple[Any, ...], list[CompiledGraph]] = field(default_factory=dict)
-    #: The graph chosen for each exact input signature seen under the current weight
-    #: versions (see :func:`_signature`): a repeated shape skips the key and the guards.
-    recent: dict[tuple[Any, ...], CompiledGraph] = field(default_factory=dict)
+    #: The choices made for each exact set of input layouts (see :func:`layout`) seen under
+    #: the current weight versions: a repeated shape skips the bake tests, key and guards.
+    recent: dict[tuple[Any, ...], Choice] = field(default_factory=dict)
     #: For each input, the test saying whether its value is baked in (None: never is).
     bake_tests: list[Callable[[torch.Tensor], bool] | None] | None = None
     eager: bool = False
@@ -158,6 +176,9 @@ class GraphRunner:
             if step.info.op_type in RANDOM_OP_TYPES
         }
         self._segments: list[Segment | int] | None = None
+        #: The segment computing the whole graph when it is the only part (no step runs
+        #: eagerly), with the positions of the graph's outputs among the segment's.
+        self._whole: tuple[Segment, list[int]] | None = None
         self._warned: set[str] = set()
         if identity:
             for index, why in self.store.load_plan(identity).items():
@@ -204,18 +225,20 @@ class GraphRunner:
         """Compiled segments, and the indices of the steps run eagerly between them."""
         if self._segments is None:
             self._segments = _plan(self.program, set(self.eager_steps))
+            self._whole = _whole_graph(self._segments, self.output_names)
         return self._segments
 
-    def run(self, inputs: dict[str, Tensor]) -> list[Tensor] | None:
-        """The outputs of a compiled run, or None when an input is not a tensor."""
+    def run(self, inputs: dict[str, Tensor]) -> list[torch.Tensor] | None:
+        """The outputs' values of a compiled run, or None when an input or an output is not a
+        tensor."""
         if not all(isinstance(inputs.get(n), Tensor) for n in self.input_names):
             return None
-        versions = self._versions()
-        if versions != self._recent_versions:  # a weight changed: earlier choices are stale
-            self._recent_versions = versions
-            for part in self.segments:
-                if isinstance(part, Segment):
-                    part.recent.clear()
+        versions = self.current_versions()
+        if self._whole is not None:  # the common case, without the general path's bookkeeping
+            whole, positions = self._whole
+            outs = self._chosen_outputs(whole, [inputs[n].data for n in whole.inputs])
+            if outs is not None:
+                return [outs[i] for i in positions]
         for _ in range(len(self.program.steps) + 1):
             values: dict[str, Any] = dict(self.constants)
             values.update(inputs)
@@ -228,8 +251,40 @@ class GraphRunner:
             except _ReplanError:
                 continue
             outs = [values[n] for n in self.output_names]
-            return outs if all(isinstance(o, Tensor) for o in outs) else None
+            return [o.data for o in outs] if all(isinstance(o, Tensor) for o in outs) else None
         raise RuntimeError("graph mode could not settle which steps run eagerly")
+
+    def current_versions(self) -> tuple[Any, ...]:
+        """The constants' identities and versions now; the choices made under others (a
+        weight changed) are dropped."""
+        versions = self._versions()
+        if versions != self._recent_versions:
+            self._recent_versions = versions
+            for part in self.segments:
+                if isinstance(part, Segment):
+                    for choice in part.recent.values():  # others may hold on to a choice
+                        choice.graphs.clear()
+                    part.recent.clear()
+        return versions
+
+    @property
+    def whole(self) -> tuple[Segment, list[int]] | None:
+        """The segment computing the whole graph when it is the only part (no step runs
+        eagerly), with the positions of the graph's outputs among its outputs; None before
+        the first run."""
+        return self._whole
+
+    @staticmethod
+    def _chosen_outputs(segment: Segment, datas: list[torch.Tensor]) -> list[Any] | None:
+        """The segment's outputs from the graph chosen before for inputs of these layouts and
+        baked values; None if none was (the general path then chooses one)."""
+        choice = segment.recent.get(tuple(map(layout, datas)))
+        if choice is None or not choice.traced:
+            return None
+        entry = choice.graphs.get(_baked_values(datas, choice.baked))
+        if entry is None:
+            return None
+        return entry.run(*[datas[i] for i in choice.traced])
 
     def _run_segment(
         self, segment: Segment, values: dict[str, Any], versions: tuple[Any, ...]
@@ -238,6 +293,26 @@ class GraphRunner:
         if segment.eager or not all(isinstance(a, Tensor) for a in args):
             self._execute(values, segment.start, segment.stop)
             return
+        datas = [a.data for a in args]
+        outs = self._chosen_outputs(segment, datas)
+        if outs is None:
+            outs = self._choose(segment, args, datas, versions)
+        if outs is None:
+            self._execute(values, segment.start, segment.stop)
+            return
+        values.update(
+            (n, computed_tensor(t, n)) for n, t in zip(segment.outputs, outs, strict=True)
+        )
+
+    def _choose(
+        self,
+        segment: Segment,
+        args: list[Tensor],
+        datas: list[torch.Tensor],
+        versions: tuple[Any, ...],
+    ) -> list[Any] | None:
+        """The segment's outputs from the graph for these inputs, chosen now (and remembered);
+        None when the segment has nothing to compile or inductor failed on it."""
         # A shape value (fixed by the input shapes) computed outside the segment is baked in,
         # and so is a one-value graph input an If's condition is computed from (a sample rate):
         # the graph then holds the branch taken, one graph per value. Other graph inputs (token
@@ -245,34 +320,32 @@ class GraphRunner:
         # are: a graph per value would compile at every new input.
         if segment.bake_tests is None:
             segment.bake_tests = [self._bake_test(n) for n in segment.inputs]
-        baked: list[bool] = []
-        traced: list[torch.Tensor] = []
-        signature: list[tuple[Any, ...]] = []
-        for test, arg in zip(segment.bake_tests, args, strict=True):
-            data = arg.data
-            bake = test is not None and test(data)
-            baked.append(bake)
-            if not bake:
-                traced.append(data)
-            signature.append(_signature(data, bake))
-        if not traced:  # the steps read only constants and shape values: nothing to compile
-            self._execute(values, segment.start, segment.stop)
-            return
-        entry = segment.recent.get(tuple(signature))
-        if entry is None:
-            with torch.no_grad():
-                entry = self._graph_for(segment, args, baked, traced, versions)
-            if entry is None:  # inductor failed: the segment ran eagerly, and will
-                self._execute(values, segment.start, segment.stop)
-                return
+        layouts = tuple(map(layout, datas))
+        choice = segment.recent.get(layouts)
+        if choice is None:
+            tests = zip(segment.bake_tests, datas, strict=True)
+            bake = [test is not None and test(d) for test, d in tests]
+            choice = Choice(
+                tuple(i for i, b in enumerate(bake) if b),
+                tuple(i for i, b in enumerate(bake) if not b),
+            )
             if len(segment.recent) >= RECENT_SIGNATURES:
                 segment.recent.clear()
-            segment.recent[tuple(signature)] = entry
+            segment.recent[layouts] = choice
+        if not choice.traced:  # the steps read only constants and shape values
+            return None
+        baked = [i in choice.baked for i in range(len(datas))]
+        traced = [datas[i] for i in choice.traced]
+        with torch.no_grad():
+            entry = self._graph_for(segment, args, baked, traced, versions)
+        if entry is None:  # inductor failed: the segment runs eagerly from now on
+            return None
+        key = _baked_values(datas, choice.baked)
+        if len(choice.graphs) >= RECENT_SIGNATURES:
+            choice.graphs.clear()
+        choice.graphs[key] = entry
         # The compiled library records no autograd graph, so it needs no no_grad around it.
-        outs = entry.run(*traced)
-        values.update(
-            (n, computed_tensor(t, n)) for n, t in zip(segment.outputs, outs, strict=True)
-        )
+        return entry.run(*traced)
 
     def _execute(self, values: dict[str, Any], start: int, stop: int) -> None:
         """Steps ``[start, stop)`` run eagerly, recording no autograd graph."""
@@ -290,7 +363,7 @@ class GraphRunner:
         """The segment's graph whose guards admit ``traced``: compiled before, loaded from the
         store or compiled now; None when inductor cannot compile the segment."""
         key = tuple(
-            _signature(a.data, True) if bake else _kind(a.data)
+            (_kind(a.data), _values(a.data)) if bake else _kind(a.data)
             for a, bake in zip(args, baked, strict=True)
         )
         graphs = segment.compiled.setdefault(key, [])
@@ -351,7 +424,9 @@ class GraphRunner:
         return found
 
     def _versions(self) -> tuple[Any, ...]:
-        return tuple((id(t.data), t.data._version) for t in self.constants.values())
+        """Each constant's identity, then each one's version counter."""
+        datas = list(map(_DATA, self.constants.values()))
+        return (*map(id, datas), *map(_VERSION, datas))
 
     @property
     def _device(self) -> torch.device:
@@ -374,6 +449,7 @@ class GraphRunner:
     def _run_eagerly(self, index: int, reason: str) -> None:
         self.eager_steps[index] = reason
         self._segments = None
+        self._whole = None
         self._warn(f"node {self.program.steps[index].info.name!r} ({reason})")
         if self.identity:
             self.store.save_plan(self.identity, self.eager_steps)
@@ -476,6 +552,19 @@ def _plan(program: GraphProgram, eager: set[int]) -> list[Segment | int]:
         if after < len(program.steps):
             parts.append(after)
     return parts
+
+
+def _whole_graph(
+    parts: list[Segment | int], outputs: list[str]
+) -> tuple[Segment, list[int]] | None:
+    """The only part, if it is a segment computing every output, with the outputs' positions
+    among the segment's."""
+    if len(parts) != 1 or isinstance(parts[0], int):
+        return None
+    segment = parts[0]
+    if not set(outputs) <= set(segment.outputs):  # an output is a graph input or a constant
+        return None
+    return segment, [segment.outputs.index(n) for n in outputs]
 
 
 def _segment(program: GraphProgram, start: int, stop: int) -> Segment:

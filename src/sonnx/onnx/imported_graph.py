@@ -161,28 +161,52 @@ class ImportedGraph(Operator):
         that are not tensors (sequences, optionals) are returned as they are.
         """
         names = [n for n, v in results.items() if isinstance(v, Tensor)]
+        outs = cls.record_values(
+            source,
+            fed,
+            names,
+            [results[n].data for n in names],
+            [results[n]._requires_grad for n in names],
+        )
+        wrapped = dict(results)
+        wrapped.update(zip(names, outs, strict=True))
+        return wrapped
+
+    @classmethod
+    def record_values(
+        cls,
+        source: GraphSource,
+        fed: dict[str, Tensor],
+        names: list[str],
+        datas: list[torch.Tensor],
+        requires_grad: list[bool] | None = None,
+    ) -> list[Tensor]:
+        """Tensors ``names`` of a run, computed as ``datas`` (whose gradients are recorded
+        where ``requires_grad`` says; None: nowhere), as the outputs of one recorded
+        ImportedGraph. ``fed`` holds the graph inputs given, in the graph's input order."""
         part = source.slice(tuple(names))
-        weights = [(n, t) for n, t in source.initializer_tensors(part) if t.is_param]
+        # ``is_param`` spelled out: a property call per initializer costs more than the rest.
+        initializers = source.initializer_tensors(part)
+        weights = [(n, t) for n, t in initializers if t._requires_grad and t._stores_grad]
         inner = source.inner_weights(part)
-        given = [n for n in source.graph_inputs if isinstance(fed.get(n), Tensor)]
+        given = [n for n, v in fed.items() if isinstance(v, Tensor)]
         op = cls(source, given, [n for n, _ in weights], list(inner), names)
         # Weights are leaves, which an operator keeps as they are.
         args = [recorded_input(fed[n]) for n in given] + [t for _, t in weights]
         op.inputs = (*args, *inner.values())
         op.sequence = next_call_number()
         op.num_outputs = len(names)
-        wrapped = dict(results)
-        for index, name in enumerate(names):
-            t = results[name]
-            out = Tensor.__new__(Tensor)
-            out.data = t.data
+        outs = []
+        for index, (name, data) in enumerate(zip(names, datas, strict=True)):
+            out = object.__new__(Tensor)
+            out.data = data
             out.creator = op
             out.output_index = index
             out.name = name
-            out._requires_grad = t._requires_grad
+            out._requires_grad = requires_grad[index] if requires_grad else False
             out._stores_grad = False
-            wrapped[name] = out
-        return wrapped
+            outs.append(out)
+        return outs
 
     def node_descriptions(self, domain: str) -> list[str]:
         """``op 'name'`` of the original nodes of ``domain`` this run computed its outputs with."""

@@ -31,6 +31,7 @@ import sonnx.onnx.converters  # noqa: F401  (registers every converter)
 from sonnx import autograd, dtypes
 from sonnx.device import Device, as_device
 from sonnx.errors import BadInputError
+from sonnx.onnx.array_runs import ArrayRuns
 from sonnx.onnx.graph_mode import GraphRunner
 from sonnx.onnx.graph_program import GraphProgram, compile_graph
 from sonnx.onnx.graph_store import graph_digest
@@ -107,6 +108,8 @@ class SingaRep:
     program: GraphProgram
     source: GraphSource
     graph_runner: GraphRunner | None = None
+    #: Graph-mode runs of lists of plain NumPy arrays (see :mod:`sonnx.onnx.array_runs`).
+    array_runs: ArrayRuns | None = None
 
     @property
     def constants(self) -> dict[str, Tensor]:
@@ -146,13 +149,20 @@ class SingaRep:
         ``all_outputs=True`` returns every computed tensor by name; ``aux_output`` names extra
         tensors appended to the returned list.
         """
-        bound = self._bind_inputs(inputs)
         whole = last_layers == -1 and output is None and not all_outputs and not aux_output
-        if self.graph_runner is not None and whole and not autograd.training:
+        compiled_run = self.graph_runner is not None and whole and not autograd.training
+        arrays = self.array_runs if compiled_run and type(inputs) is list else None
+        if arrays is not None:
+            fast = arrays.run(inputs)
+            if fast is not None:
+                return ImportedGraph.record_values(self.source, fast[0], self.outputs, fast[1])
+        bound = self._bind_inputs(inputs)
+        if compiled_run:
             compiled = self.graph_runner.run(bound)
             if compiled is not None:
-                results = dict(zip(self.outputs, compiled, strict=True))
-                return list(ImportedGraph.record(self.source, bound, results).values())
+                if arrays is not None:
+                    arrays.remember(inputs, bound)
+                return ImportedGraph.record_values(self.source, bound, self.outputs, compiled)
         values = dict(self.constants)
         values.update(bound)
         stop, wanted = self._plan_stop(last_layers, output)
@@ -352,6 +362,15 @@ def prepare(
         for name in initializer_names
         if name in program.constants and program.constants[name].stores_grad
     }
+    runner = (
+        GraphRunner(
+            program,
+            declared_shapes={s.name: s.shape for s in input_specs},
+            identity=graph_digest(graph, opsets),
+        )
+        if use_graph
+        else None
+    )
     return SingaRep(
         model=proto,
         device=dev,
@@ -360,13 +379,12 @@ def prepare(
         outputs=list(program.output_names),
         program=program,
         source=GraphSource(proto, program),
-        graph_runner=(
-            GraphRunner(
-                program,
-                declared_shapes={s.name: s.shape for s in input_specs},
-                identity=graph_digest(graph, opsets),
+        graph_runner=runner,
+        array_runs=(
+            ArrayRuns(
+                runner, [s.name for s in input_specs], [s.plain_array_dtype for s in input_specs]
             )
-            if use_graph
+            if runner is not None and dev.torch_device.type == "cpu"
             else None
         ),
     )
