@@ -1,10 +1,10 @@
-"""Graph-mode runs of a list of plain NumPy arrays: the way a server or a streaming loop feeds
-a model, at the cost of the compiled library and little else.
+"""Graph-mode runs of plain NumPy arrays (a list in input order, or a dict by name): the way a
+server or a streaming loop feeds a model, at the cost of the compiled library and little else.
 
 A general graph-mode run binds each input as a :class:`~sonnx.tensor.Tensor` (checking its
 type and sizes against the model's declaration), reads five layout facts of each (dtype,
-device, sizes, strides, offset) and looks up the graph chosen for them. For a list of
-C-ordered, writable arrays of the declared number types, all of that follows from the arrays'
+device, sizes, strides, offset) and looks up the graph chosen for them. For C-ordered,
+writable arrays of the declared number types, all of that follows from the arrays'
 sizes and strides, which NumPy hands out as ready-made tuples: one dictionary lookup finds the
 choice the general path made for arrays like these before, and the run is ``torch.from_numpy``
 per array, the compiled library and the recording of the outputs. On a streaming voice model
@@ -43,9 +43,12 @@ class ArrayRuns:
         #: graph's outputs among the segment's outputs.
         self._choices: dict[tuple[Any, ...], tuple[Choice, list[int], list[int]]] = {}
 
-    def run(self, arrays: list[Any]) -> tuple[dict[str, Tensor], list[torch.Tensor]] | None:
-        """The inputs as bound and the outputs' values of a compiled run of ``arrays``; None
-        when the general path must run them."""
+    def run(
+        self, given: list[Any] | dict[str, Any]
+    ) -> tuple[dict[str, Tensor], list[torch.Tensor]] | None:
+        """The inputs as bound and the outputs' values of a compiled run of ``given`` (one
+        array per input, in order or by name); None when the general path must run them."""
+        arrays = self._in_order(given)
         key = self._key(arrays)
         if key is None:
             return None
@@ -65,9 +68,10 @@ class ArrayRuns:
         bound = {n: computed_tensor(d) for n, d in zip(self.names, datas, strict=True)}
         return bound, [outs[i] for i in outputs]
 
-    def remember(self, arrays: list[Any], bound: dict[str, Tensor]) -> None:
-        """Keep the choice the general path made for ``arrays``, bound as ``bound``, if they
+    def remember(self, given: list[Any] | dict[str, Any], bound: dict[str, Tensor]) -> None:
+        """Keep the choice the general path made for ``given``, bound as ``bound``, if they
         are plain arrays bound as they are and the runner compiled the whole graph."""
+        arrays = self._in_order(given)
         key = self._key(arrays)
         whole = self.runner.whole
         if key is None or whole is None:
@@ -85,10 +89,19 @@ class ArrayRuns:
         inputs = [self.names.index(n) for n in segment.inputs]
         self._choices[key] = (choice, inputs, outputs)
 
-    def _key(self, arrays: list[Any]) -> tuple[Any, ...] | None:
+    def _in_order(self, given: list[Any] | dict[str, Any]) -> list[Any] | None:
+        """One value per input in the inputs' order, if ``given`` names exactly the inputs
+        or lists as many values; None otherwise."""
+        if len(given) != len(self.names):
+            return None
+        if type(given) is dict:
+            return [given.get(n) for n in self.names]
+        return given
+
+    def _key(self, arrays: list[Any] | None) -> tuple[Any, ...] | None:
         """The arrays' sizes and strides, if each is a C-ordered writable NumPy array of its
         input's declared type; None otherwise."""
-        if len(arrays) != len(self.dtypes):
+        if arrays is None:
             return None
         for a, dtype in zip(arrays, self.dtypes, strict=True):
             if type(a) is not np.ndarray or a.dtype != dtype:

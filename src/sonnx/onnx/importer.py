@@ -108,7 +108,7 @@ class SingaRep:
     program: GraphProgram
     source: GraphSource
     graph_runner: GraphRunner | None = None
-    #: Graph-mode runs of lists of plain NumPy arrays (see :mod:`sonnx.onnx.array_runs`).
+    #: Graph-mode runs of plain NumPy arrays (see :mod:`sonnx.onnx.array_runs`).
     array_runs: ArrayRuns | None = None
 
     @property
@@ -151,7 +151,7 @@ class SingaRep:
         """
         whole = last_layers == -1 and output is None and not all_outputs and not aux_output
         compiled_run = self.graph_runner is not None and whole and not autograd.training
-        arrays = self.array_runs if compiled_run and type(inputs) is list else None
+        arrays = self.array_runs if compiled_run and type(inputs) in (list, dict) else None
         if arrays is not None:
             fast = arrays.run(inputs)
             if fast is not None:
