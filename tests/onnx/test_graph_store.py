@@ -77,23 +77,75 @@ def test_changed_weights_compile_a_graph_of_their_own_kept_in_memory() -> None:
     np.testing.assert_allclose(got, to_numpy(eager.run([x])[0]), rtol=1e-5, atol=1e-6)
 
 
-def test_a_new_process_loads_what_an_earlier_process_compiled(tmp_path: Path) -> None:
+def _switch_over_outer_weights() -> onnx.ModelProto:
+    """``If (mode == 1)`` whose branches each read three weights of the enclosing graph (the
+    names a subgraph reads from outside are part of the store's key)."""
+
+    def branch(name: str, weights: str) -> onnx.GraphProto:
+        w0, w1, w2 = (f"{name}_{c}" for c in weights)
+        nodes = [
+            helper.make_node("MatMul", ["x", w0], [f"{name}_mm"]),
+            helper.make_node("Add", [f"{name}_mm", w1], [f"{name}_add"]),
+            helper.make_node("Mul", [f"{name}_add", w2], [name]),
+        ]
+        out = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)]
+        return helper.make_graph(nodes, name, [], out)
+
+    rng = np.random.default_rng(0)
+    weights = [
+        helper.make_tensor(f"{b}_{c}", TensorProto.FLOAT, dims, rng.standard_normal(dims).ravel())
+        for b, cs in (("then", "pqr"), ("else", "stu"))
+        for c, dims in zip(cs, ([4, 4], [4], [4]), strict=True)
+    ]
+    nodes = [
+        helper.make_node("Constant", [], ["one"], value_int=1),
+        helper.make_node("Equal", ["mode", "one"], ["is_one"]),
+        helper.make_node(
+            "If",
+            ["is_one"],
+            ["y"],
+            then_branch=branch("then", "pqr"),
+            else_branch=branch("else", "stu"),
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "switch_over_outer_weights",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+            helper.make_tensor_value_info("mode", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("name", ["convnet", "switch"])
+def test_a_new_process_loads_what_an_earlier_process_compiled(tmp_path: Path, name: str) -> None:
     """The store's keys are digests of bytes, not of Python hashes: they are the same in
-    every process (a random ``PYTHONHASHSEED`` each time)."""
+    every process (another ``PYTHONHASHSEED`` each time), also where a subgraph reads
+    several names of the enclosing graph (once listed in the order of a set)."""
     path = tmp_path / "model.onnx"
-    onnx.save(_model(), str(path))
-    np.save(tmp_path / "x.npy", _image(3))
+    if name == "convnet":
+        onnx.save(_model(), str(path))
+        feeds = "[np.load({!r})]".format(str(tmp_path / "x.npy"))
+        np.save(tmp_path / "x.npy", _image(3))
+    else:
+        onnx.save(_switch_over_outer_weights(), str(path))
+        feeds = "[np.ones((3, 4), np.float32), np.array(1, np.int64)]"
     script = textwrap.dedent(
         f"""
         import numpy as np, sonnx
         rep = sonnx.prepare({str(path)!r}, use_graph=True)
-        y = sonnx.tensor.to_numpy(rep.run([np.load({str(tmp_path / "x.npy")!r})])[0])
+        y = sonnx.tensor.to_numpy(rep.run({feeds})[0])
         print(rep.graph_runner.compile_count, rep.graph_runner.loaded_count, y.tobytes().hex())
         """
     )
     runs = []
-    for _ in range(2):
+    for seed in ("1", "2"):
         env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+        env["PYTHONHASHSEED"] = seed
         done = subprocess.run(
             [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
         )

@@ -256,11 +256,13 @@ class GraphProgram:
         """Step ``index``'s result on ``args`` (``scope``: what its subgraphs read)."""
         return self._run_step(index, self.steps[index], args, scope)
 
-    def outer_names(self) -> set[str]:
-        """Names this (sub)graph reads that it does not define: the enclosing scope's."""
+    def outer_names(self) -> list[str]:
+        """Names this (sub)graph reads that it does not define (the enclosing scope's), in
+        the order first read (store keys list them: no per-process hash order)."""
         defined = set(self.input_names) | set(self.constants)
         defined |= {o for step in self.steps for o in step.outputs}
-        return {n for step in self.steps for n in reads_of(step)} - defined
+        reads = (n for step in self.steps for n in reads_of(step) if n not in defined)
+        return list(dict.fromkeys(reads))
 
     def step_producing(self, name: str) -> Step | None:
         """The step that computes tensor ``name``, or None."""
