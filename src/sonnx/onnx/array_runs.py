@@ -28,7 +28,7 @@ from sonnx.tensor import Tensor, computed_tensor
 
 
 class ArrayRuns:
-    """The compiled runs of one model for lists of plain arrays, by the arrays' sizes and
+    """The compiled runs of one model for plain arrays (a list or a dict), by their sizes and
     strides. ``names`` and ``dtypes`` are the model's inputs in order, with the NumPy type
     each takes as it is (None: none does)."""
 
