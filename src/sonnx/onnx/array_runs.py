@@ -27,6 +27,15 @@ from sonnx.onnx.graph_mode import RECENT_SIGNATURES, Choice, GraphRunner, layout
 from sonnx.tensor import Tensor, computed_tensor
 
 
+def is_plain_array(a: Any, dtype: np.dtype | None) -> bool:
+    """Whether ``a`` is a C-ordered, writable NumPy array of ``dtype``: one that
+    ``torch.from_numpy`` takes as it is, in the layout its shape and strides say."""
+    if type(a) is not np.ndarray or a.dtype != dtype:
+        return False
+    flags = a.flags
+    return flags.c_contiguous and flags.writeable
+
+
 class ArrayRuns:
     """The compiled runs of one model for plain arrays (a list or a dict), by their sizes and
     strides. ``names`` and ``dtypes`` are the model's inputs in order, with the NumPy type
@@ -103,10 +112,6 @@ class ArrayRuns:
         input's declared type; None otherwise."""
         if arrays is None:
             return None
-        for a, dtype in zip(arrays, self.dtypes, strict=True):
-            if type(a) is not np.ndarray or a.dtype != dtype:
-                return None
-            flags = a.flags
-            if not (flags.c_contiguous and flags.writeable):
-                return None
+        if not all(map(is_plain_array, arrays, self.dtypes)):
+            return None
         return (*[a.shape for a in arrays], *[a.strides for a in arrays])

@@ -31,7 +31,7 @@ import sonnx.onnx.converters  # noqa: F401  (registers every converter)
 from sonnx import autograd, dtypes
 from sonnx.device import Device, as_device
 from sonnx.errors import BadInputError
-from sonnx.onnx.array_runs import ArrayRuns
+from sonnx.onnx.array_runs import ArrayRuns, is_plain_array
 from sonnx.onnx.graph_mode import GraphRunner
 from sonnx.onnx.graph_program import GraphProgram, compile_graph
 from sonnx.onnx.graph_store import graph_digest
@@ -246,10 +246,7 @@ class SingaRep:
             return None
         bound: dict[str, Tensor] = {}
         for spec, a in zip(specs, arrays, strict=True):
-            if type(a) is not np.ndarray or a.dtype != spec.plain_array_dtype:
-                return None
-            flags = a.flags
-            if not (flags.c_contiguous and flags.writeable) or not spec.admits(a.shape):
+            if not is_plain_array(a, spec.plain_array_dtype) or not spec.admits(a.shape):
                 return None
             bound[spec.name] = computed_tensor(torch.from_numpy(a))
         return bound
