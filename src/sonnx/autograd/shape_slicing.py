@@ -305,8 +305,12 @@ def _torch_pad(
         max(begins[a], ends[a]) >= x.shape[a] for a in builtins.range(first, x.dim())
     ):
         return None
-    flat = [p for a in reversed(builtins.range(first, x.dim())) for p in (begins[a], ends[a])]
-    return ("reflect" if mode == "reflect" else "replicate"), flat
+    return ("reflect" if mode == "reflect" else "replicate"), _torch_pads(begins, ends, first)
+
+
+def _torch_pads(begins: list[int], ends: list[int], first: int = 0) -> list[int]:
+    """``functional.pad``'s pad list for axes ``first`` on: last axis first, begin then end."""
+    return [p for a in reversed(builtins.range(first, len(begins))) for p in (begins[a], ends[a])]
 
 
 def full_rank_pads(pads: list[int], axes: list[int] | None, rank: int, op: str) -> list[int]:
@@ -354,8 +358,7 @@ class Pad(Operator):
         check_shape("Pad: output", out, x.dtype, x.device)
         if mode == "constant":
             value = 0 if constant_value is None else host(constant_value).reshape(-1)[0].item()
-            flat = [p for a in reversed(builtins.range(rank)) for p in (begins[a], ends[a])]
-            return functional.pad(x, flat, value=value) if rank else x.clone()
+            return functional.pad(x, _torch_pads(begins, ends), value=value) if rank else x.clone()
         by_torch = _torch_pad(x, begins, ends, mode)
         if by_torch is not None:
             torch_mode, flat = by_torch
