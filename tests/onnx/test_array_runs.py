@@ -15,40 +15,23 @@ from sonnx.errors import BadInputError
 from sonnx.onnx.graph_mode import GraphRunner
 from sonnx.onnx.imported_graph import ImportedGraph
 from sonnx.tensor import to_numpy
+from tests.onnx.switch_models import switch_model, unary_branch
 
 
 def _projected_switch() -> onnx.ModelProto:
     """``If (mode == 1)`` choosing Relu or Neg of ``x @ w``, as Silero-VAD branches on its
     sample rate; ``x`` has a dynamic batch."""
 
-    def branch(name: str, op: str) -> onnx.GraphProto:
-        return helper.make_graph(
-            [helper.make_node(op, ["projected"], [name])],
-            name,
-            [],
-            [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)],
-        )
-
     weight = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
-    nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["projected"], name="project"),
-        helper.make_node("Constant", [], ["one"], value_int=1),
-        helper.make_node("Equal", ["mode", "one"], ["is_one"]),
-        helper.make_node(
-            "If", ["is_one"], ["y"], then_branch=branch("a", "Relu"), else_branch=branch("b", "Neg")
-        ),
-    ]
-    graph = helper.make_graph(
-        nodes,
+    return switch_model(
         "projected_switch",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3]),
-            helper.make_tensor_value_info("mode", TensorProto.INT64, []),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
-        [helper.make_tensor("w", TensorProto.FLOAT, [3, 4], weight.ravel())],
+        unary_branch("a", "Relu", "projected"),
+        unary_branch("b", "Neg", "projected"),
+        x_width=3,
+        before=[helper.make_node("MatMul", ["x", "w"], ["projected"], name="project")],
+        initializers=[helper.make_tensor("w", TensorProto.FLOAT, [3, 4], weight.ravel())],
+        y_shape=["n", 4],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from sonnx.onnx.graph_mode import RECENT_SIGNATURES, Segment
 from sonnx.onnx.imported_graph import ImportedGraph
 from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm
+from tests.onnx.switch_models import switch_model, unary_branch
 
 
 @pytest.fixture(scope="module")
@@ -101,16 +102,6 @@ def test_a_compiled_run_exports_the_original_graph(cnn) -> None:
     assert [n.name for n in exported.graph.node] == [n.name for n in cnn.graph.node]
 
 
-def _branch(name: str, op: str, source: str) -> onnx.GraphProto:
-    """An If branch applying ``op`` to the outer-scope tensor ``source``."""
-    return helper.make_graph(
-        [helper.make_node(op, [source], [name])],
-        name,
-        [],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)],
-    )
-
-
 def _if_on_a_computed_condition() -> onnx.ModelProto:
 
     nodes = [
@@ -121,8 +112,8 @@ def _if_on_a_computed_condition() -> onnx.ModelProto:
             "If",
             ["positive"],
             ["y"],
-            then_branch=_branch("a", "Relu", "x"),
-            else_branch=_branch("b", "Neg", "x"),
+            then_branch=unary_branch("a", "Relu", "x"),
+            else_branch=unary_branch("b", "Neg", "x"),
         ),
     ]
     graph = helper.make_graph(
@@ -225,23 +216,13 @@ def test_the_steps_around_an_eager_step_are_compiled_segments() -> None:
 
 def _if_on_a_switch_input() -> onnx.ModelProto:
     """``If (mode == 1)`` over a scaled input, as Silero-VAD branches on its sample rate."""
-    then_branch, else_branch = _branch("a", "Relu", "scaled"), _branch("b", "Neg", "scaled")
-    nodes = [
-        helper.make_node("Constant", [], ["one"], value_int=1),
-        helper.make_node("Equal", ["mode", "one"], ["is_one"]),
-        helper.make_node("Mul", ["x", "x"], ["scaled"]),
-        helper.make_node("If", ["is_one"], ["y"], then_branch=then_branch, else_branch=else_branch),
-    ]
-    graph = helper.make_graph(
-        nodes,
+    return switch_model(
         "switch_if",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3]),
-            helper.make_tensor_value_info("mode", TensorProto.INT64, []),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        unary_branch("a", "Relu", "scaled"),
+        unary_branch("b", "Neg", "scaled"),
+        x_width=3,
+        before=[helper.make_node("Mul", ["x", "x"], ["scaled"])],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def test_an_if_on_a_one_value_input_compiles_the_branch_taken_for_each_value() -> None:

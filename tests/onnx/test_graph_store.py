@@ -23,6 +23,7 @@ from sonnx.onnx import compiled_graphs
 from sonnx.onnx.graph_store import WeightDigests, digest, graph_digest, store_root
 from sonnx.tensor import to_numpy
 from sonnx.testing import torch_models as tm
+from tests.onnx.switch_models import switch_model
 
 
 class _ConvNet(nn.Module):
@@ -97,28 +98,14 @@ def _switch_over_outer_weights() -> onnx.ModelProto:
         for b, cs in (("then", "pqr"), ("else", "stu"))
         for c, dims in zip(cs, ([4, 4], [4], [4]), strict=True)
     ]
-    nodes = [
-        helper.make_node("Constant", [], ["one"], value_int=1),
-        helper.make_node("Equal", ["mode", "one"], ["is_one"]),
-        helper.make_node(
-            "If",
-            ["is_one"],
-            ["y"],
-            then_branch=branch("then", "pqr"),
-            else_branch=branch("else", "stu"),
-        ),
-    ]
-    graph = helper.make_graph(
-        nodes,
+    return switch_model(
         "switch_over_outer_weights",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
-            helper.make_tensor_value_info("mode", TensorProto.INT64, []),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
-        weights,
+        branch("then", "pqr"),
+        branch("else", "stu"),
+        x_width=4,
+        initializers=weights,
+        y_shape=["n", 4],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 @pytest.mark.parametrize("name", ["convnet", "switch"])
