@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SymbolicInts",
     "has_symbols",
+    "known_true",
     "materialize",
     "run_on_symbols",
     "symbolic",
@@ -134,6 +135,21 @@ class SymbolicInts:
 def has_symbols(values: Sequence[Any]) -> bool:
     """Whether any of ``values`` is a torch symbolic number."""
     return any(isinstance(v, SYMBOLIC_TYPES) for v in values)
+
+
+def known_true(condition: bool | torch.SymBool) -> bool:
+    """``condition`` itself if it is a plain bool; a symbolic one only if it holds for every
+    value of its symbols (torch's ``statically_known_true``).
+
+    A symbolic condition exists only in a trace, which has loaded torch's symbolic-shape
+    module already; imported at start-up, that module (and sympy) would add about half a
+    second to every ``import sonnx``.
+    """
+    if isinstance(condition, bool):
+        return condition
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return statically_known_true(condition)
 
 
 def symbolic(values: Sequence[Any], dtype: torch.dtype = torch.int64) -> SymbolicInts:

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from sonnx import dtypes
 from sonnx.autograd.host_values import host
@@ -35,7 +34,7 @@ from sonnx.autograd.resize_grid import (
     roi_align,
 )
 from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
-from sonnx.symbolic_sizes import has_symbols
+from sonnx.symbolic_sizes import has_symbols, known_true
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -222,7 +221,7 @@ def _interpolated(
             "input has no form for symbolic sizes"
         )
     for axis, n, o in zip(axes, in_shape, out_shape, strict=True):
-        if statically_known_true(o == n):
+        if known_true(o == n):
             continue
         if nearest:  # floor(y / (o / n)), exactly, in integers
             x = x.index_select(axis, torch.arange(o, device=x.device) * n // o)

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import torch
 from torch.fx import Graph, GraphModule
-from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from sonnx.symbolic_sizes import known_true
 
 _POINTWISE = torch.ops.mkldnn._convolution_pointwise.default
 
@@ -61,7 +62,7 @@ def prepack_convolution_weights(graph: Graph) -> None:
             or isinstance(example.shape[0], int)
             or not all(isinstance(s, int) for s in example.shape[1:])
             or not _writes_channels_last(node)
-            or statically_known_true(example.shape[1] == 1)
+            or known_true(example.shape[1] == 1)
         ):
             continue
         sizes = tuple(_hint(s) for s in example.shape)
@@ -93,7 +94,7 @@ def _writes_channels_last(node: torch.fx.Node) -> bool:
     out = node.meta.get("val")
     if not isinstance(out, torch.Tensor) or out.dim() != 4:
         return False
-    return statically_known_true(out.stride(1) == 1) or statically_known_true(out.size(1) == 1)
+    return known_true(out.stride(1) == 1) or known_true(out.size(1) == 1)
 
 
 def _hint(size: int | torch.SymInt) -> int:

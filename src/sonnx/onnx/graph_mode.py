@@ -44,7 +44,6 @@ from sonnx.errors import BadInputError
 from sonnx.onnx.compiled_graphs import CompiledGraph
 from sonnx.onnx.graph_program import GraphProgram, reads_of
 from sonnx.onnx.graph_store import GraphStore, WeightDigests, digest
-from sonnx.onnx.symbolic_graphs import compile_static, compile_symbolic
 from sonnx.symbolic_sizes import SymbolicInts, materialize, viewable
 from sonnx.tensor import Tensor, computed_tensor
 
@@ -512,6 +511,10 @@ class GraphRunner:
         declared = [self.declared_shapes.get(n) for n in traced_names]
 
         def build(library: Path) -> str:
+            # Imported when a graph is first compiled: it loads inductor (1-2 s), which a
+            # process that only loads stored graphs or runs eagerly never needs.
+            from sonnx.onnx.symbolic_graphs import compile_static, compile_symbolic
+
             with torch.no_grad():
                 if self.dynamic and segment.per_shape is None:
                     try:
