@@ -49,6 +49,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Model"]
 
+#: inductor's options for a graph on the CPU: its kernels (forward and backward) launched
+#: from generated C++ instead of Python, about 3 % of an imported BERT-style training step.
+CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True}
+
 FORMAT_NAME = "sonnx-states"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -118,7 +122,9 @@ class _CompiledGraph:
             return self._pure(states, xs)
 
         graph = make_fx(pure, pre_dispatch=True)(copies, [x.data for x in inputs])
-        self._compiled = torch.compile(graph, backend=model.graph_backend)
+        on_cpu = all(t.device.type == "cpu" for t in (*copies, *(x.data for x in inputs)))
+        options = CPU_INDUCTOR_OPTIONS if on_cpu and model.graph_backend == "inductor" else None
+        self._compiled = torch.compile(graph, backend=model.graph_backend, options=options)
 
     def _pure(self, states: Sequence[torch.Tensor], xs: Sequence[torch.Tensor]) -> Any:
         """The eager forward as a function of torch tensors (what ``make_fx`` traces)."""
