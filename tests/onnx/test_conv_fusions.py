@@ -336,6 +336,85 @@ def test_weights_computed_from_constants_are_fused_too(fused_calls):
     assert fused_calls == [True, True]
 
 
+ONE_PIXEL_ACTIVATIONS = {
+    "none": [],
+    "relu": [helper.make_node("Relu", ["c"], ["y"])],
+    "sigmoid": [helper.make_node("Sigmoid", ["c"], ["y"])],
+    "swish": [
+        helper.make_node("Sigmoid", ["c"], ["s"]),
+        helper.make_node("Mul", ["c", "s"], ["y"]),
+    ],
+    "hardswish": [helper.make_node("HardSwish", ["c"], ["y"])],
+    "hardsigmoid": [helper.make_node("HardSigmoid", ["c"], ["y"], alpha=1 / 6, beta=0.5)],
+    "hardtanh": [helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
+    "leaky_relu": [helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.1)],
+}
+
+
+@pytest.mark.parametrize("activation", list(ONE_PIXEL_ACTIVATIONS))
+@pytest.mark.parametrize("batchnorm", [False, True])
+def test_one_pixel_convs_are_matrix_products_with_the_activation_after(
+    activation, batchnorm, fused_calls, monkeypatch
+):
+    """Squeeze-and-excitation's 1x1 convs of a pooled image skip oneDNN's per-call set-up;
+    padded ones (whose output is larger than the pixel) and strided ones stay exact."""
+    rng = np.random.default_rng(3)
+    weights = {
+        "w": rng.standard_normal((5, 4, 1, 1)).astype(np.float32),
+        "b": rng.standard_normal(5).astype(np.float32),
+        "lo": np.array(-0.5, np.float32),
+        "hi": np.array(0.75, np.float32),
+        "scale": rng.uniform(0.5, 1.5, 5).astype(np.float32),
+        "shift": rng.standard_normal(5).astype(np.float32),
+        "mean": rng.standard_normal(5).astype(np.float32),
+        "var": rng.uniform(0.5, 1.5, 5).astype(np.float32),
+    }
+    conv_out = "n" if batchnorm else ("c" if ONE_PIXEL_ACTIVATIONS[activation] else "y")
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["x"], ["p"]),
+        helper.make_node("Conv", ["p", "w", "b"], [conv_out], strides=[2, 2]),
+        *ONE_PIXEL_ACTIVATIONS[activation],
+    ]
+    if batchnorm:
+        after = "c" if ONE_PIXEL_ACTIVATIONS[activation] else "y"
+        inputs = ["n", "scale", "shift", "mean", "var"]
+        nodes.insert(2, helper.make_node("BatchNormalization", inputs, [after]))
+    model = conv_model(nodes, weights)
+    rep = sonnx.prepare(model)
+    assert len(conv_groups(rep)) == 1
+    convolutions: list[bool] = []
+    pointwise = torch.ops.mkldnn._convolution_pointwise
+
+    def counting(*args):
+        convolutions.append(True)
+        return pointwise(*args)
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_convolution_pointwise", counting)
+    for n in (1, 3):
+        x = rng.standard_normal((n, 4, 6, 7)).astype(np.float32)
+        (y,) = rep.run([x])
+        assert y.shape == (n, 5, 1, 1)
+        assert_close([y], ort_session(model).run(None, {"x": x}), rtol=1e-5)
+        assert_close([y], unfused(model).run([x]), rtol=1e-5)
+    assert fused_calls == [True, True] and convolutions == []
+
+
+def test_a_padded_conv_of_one_pixel_is_still_a_convolution(fused_calls):
+    rng = np.random.default_rng(4)
+    weights = {"w": rng.standard_normal((3, 4, 1, 1)).astype(np.float32)}
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["x"], ["p"]),
+        helper.make_node("Conv", ["p", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    model = conv_model(nodes, weights)
+    x = rng.standard_normal((2, 4, 5, 5)).astype(np.float32)
+    (y,) = sonnx.prepare(model).run([x])
+    assert y.shape == (2, 3, 3, 3)
+    assert_close([y], ort_session(model).run(None, {"x": x}))
+    assert fused_calls == [True]
+
+
 def test_weights_are_packed_per_image_size_then_used_plain(fused_calls, monkeypatch):
     """A weight packed for one image size is slow at another (oneDNN's generic reorder at every
     call): each of the first sizes gets its own pack, later sizes the plain weight; all agree."""
@@ -350,8 +429,9 @@ def test_weights_are_packed_per_image_size_then_used_plain(fused_calls, monkeypa
     units = [u for f in rep.program.fusions.values() if is_conv_group(f) for u in f.compute.units]
     first = units[0]._cache
     assert list(first.packed) == [torch.Size(s) for s in sizes[:2]]
-    # the squeeze-excite convs see a pooled 1x1 image at every size: one pack
-    assert sorted({len(u._cache.packed) for u in units}) == [1, 2]
+    # the squeeze-excite convs see a pooled 1x1 image at every size: a matrix, no pack
+    assert sorted({len(u._cache.packed) for u in units}) == [0, 2]
+    assert sum(u._cache.matrix is not None for u in units) == 2
 
 
 def test_concurrent_runs_share_the_prepared_weights():

@@ -41,12 +41,15 @@ way) of a separate ``Add``. Also measured and dropped: ``F.conv2d`` on channels-
 with the activation in place after it (no prepacking: 5-25 % slower than the fused call on
 whole models), oneDNN's blocked tensors (``to_mkldnn``: depthwise convs 10-20 times slower) and
 1x1 convs as ``F.linear`` (MKL's GEMM is about 2 times slower than oneDNN's at these shapes).
+The exception is a 1x1 conv of a one-pixel image (squeeze-and-excitation after a global
+pool): there oneDNN's ~50 us of set-up per call is most of the cost, and the unit computes
+the matrix product instead (``_Unit._product``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,8 +71,20 @@ _CHANNELS_LAST = torch.channels_last
 _SHAPES_KEPT = 64  # input shapes whose geometry a unit keeps (dynamic sizes: OCR widths)
 _PACKS_KEPT = 4  # image sizes a unit keeps a weight packed for (each a copy of the weight)
 Unary = tuple[str, list[float]]  # oneDNN's post-op name and its scalars
-# the convolution's symmetric pads, and F.pad's amounts for asymmetric ones (else None)
-Geometry = tuple[list[int], list[int] | None]
+# the convolution's symmetric pads, F.pad's amounts for asymmetric ones (else None), and
+# whether the call is a matrix product (a 1x1 convolution of a one-pixel image, unpadded)
+Geometry = tuple[list[int], list[int] | None, bool]
+#: oneDNN's post-ops as torch calls, for the units computed as a matrix product
+_POST_OPS: dict[str, Callable[..., torch.Tensor]] = {
+    "none": lambda y: y,
+    "relu": torch.relu_,
+    "sigmoid": torch.sigmoid_,
+    "swish": lambda y: F.silu(y, inplace=True),
+    "hardswish": lambda y: F.hardswish(y, inplace=True),
+    "hardsigmoid": lambda y: F.hardsigmoid(y, inplace=True),
+    "hardtanh": F.hardtanh_,
+    "leaky_relu": F.leaky_relu_,
+}
 
 
 @dataclass(frozen=True)
@@ -252,11 +267,13 @@ class _Cache:
     """What a unit prepared from one state of its weights: the weight tensors and their
     versions, the weight and bias with BatchNormalization folded in (made at the first fused
     call), the weight packed for each image size (height, width) it was packed at, and the
-    geometry of each input shape seen (None for a shape the fused call does not take)."""
+    geometry of each input shape seen (None for a shape the fused call does not take), and
+    the folded weight as a matrix for the one-pixel images of squeeze-and-excitation."""
 
     def __init__(self, state: list[tuple[torch.Tensor, int]]) -> None:
         self.state = state
         self.folded: tuple[torch.Tensor, torch.Tensor | None] | None = None
+        self.matrix: torch.Tensor | None = None  # the folded weight as [in, out], if used
         self.packed: dict[torch.Size, torch.Tensor] = {}
         self.geometry: dict[torch.Size, Geometry | None] = {}
 
@@ -301,8 +318,9 @@ class _Unit:
         self._cache: _Cache | None = None
 
     def fused(self, x: torch.Tensor, args: Sequence[torch.Tensor]) -> torch.Tensor | None:
-        """The unit's output by one oneDNN call on CPU float32 input ``x``; None where the
-        call does not apply (the caller then runs the steps).
+        """The unit's output by one oneDNN call (a matrix product for a one-pixel image) on
+        CPU float32 input ``x``; None where the call does not apply (the caller then runs
+        the steps).
 
         Concurrent runs (a server's workers) may share the unit: each reads the cache once
         into a local, and a stale one is replaced whole, never changed under a reader.
@@ -321,14 +339,16 @@ class _Unit:
             geometry = cache.geometry[x.shape] = self._shape_geometry(x, args)
             if geometry is None:
                 return None
-        pads, widen = geometry
-        x = x.contiguous(memory_format=_CHANNELS_LAST)
-        if widen is not None:
-            x = F.pad(x, widen)
+        pads, widen, product = geometry
         folded = cache.folded
         if folded is None:
             folded = cache.folded = self._fold(args)
         w, b = folded
+        if product:
+            return self._product(x, w, b, cache)
+        x = x.contiguous(memory_format=_CHANNELS_LAST)
+        if widen is not None:
+            x = F.pad(x, widen)
         size = x.shape[2:]
         packed = cache.packed.get(size)
         if packed is None and len(cache.packed) < _PACKS_KEPT:
@@ -375,8 +395,22 @@ class _Unit:
             if x.shape[2 + i] + pads[i] + pads[2 + i] < span:
                 return None
         if pads[:2] == pads[2:]:
-            return pads[:2], None
-        return [0, 0], torch_pad(pads[:2], pads[2:])
+            pixel = x.shape[2] == x.shape[3] == w.shape[2] == w.shape[3] == 1
+            return pads[:2], None, pixel and self.groups == 1 and not any(pads)
+        return [0, 0], torch_pad(pads[:2], pads[2:]), False
+
+    def _product(
+        self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, cache: _Cache
+    ) -> torch.Tensor:
+        """A 1x1 convolution of a one-pixel image (a squeeze-and-excitation's) as the matrix
+        product it is, with the post-op after it: setting up a oneDNN convolution costs about
+        50 us per call, the product of these few thousand values a few (MobileNet-v3's 16
+        such convs at batch 1: 0.7-0.8 ms of a 19-20 ms eager run)."""
+        if cache.matrix is None:
+            cache.matrix = w.reshape(w.shape[0], -1).t().contiguous()
+        rows = x.reshape(x.shape[0], -1)
+        y = torch.mm(rows, cache.matrix) if b is None else torch.addmm(b, rows, cache.matrix)
+        return _POST_OPS[self.attr](y, *self.scalars).reshape(*y.shape, 1, 1)
 
     def _fold(self, args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The weight and bias with BatchNormalization folded in (in float64)."""
