@@ -143,6 +143,34 @@ def test_only_small_plain_1d_convs_of_a_fixed_length_take_the_matrix_product():
     assert not small(free_length, w, 1, 1, 1, 1)  # a graph for every length
 
 
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_a_1x1_conv_of_one_point_is_a_matrix_product_equal_to_torchs(rank, monkeypatch):
+    """Squeeze-and-excitation's conv of a pooled image skips the convolution's set-up; a
+    padded one (a larger output) is still a convolution."""
+    convolutions: list[int] = []
+
+    def counted(f):
+        return lambda *args: (convolutions.append(rank), f(*args))[1]
+
+    monkeypatch.setattr(conv_module, "CONV", {k: counted(f) for k, f in conv_module.CONV.items()})
+    point = [1] * rank
+    x, w, b = randn(3, 6, *point), randn(4, 6, *point), randn(4)
+    torch_conv = getattr(F, f"conv{rank}d")
+    y = run(autograd.Conv(strides=[2] * rank), x, w, b)
+    expected = torch_conv(*map(torch.from_numpy, (x, w, b)), stride=2)
+    np.testing.assert_allclose(y, expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert convolutions == []
+    check_grad(
+        lambda x, w, b: autograd.Conv()(x, w, b),
+        [rand64(2, 3, *point), rand64(4, 3, *point), rand64(4)],
+    )
+    assert convolutions == []
+    padded = run(autograd.Conv(pads=[1] * 2 * rank), x, w, b)
+    expected = torch_conv(*map(torch.from_numpy, (x, w, b)), padding=1)
+    np.testing.assert_allclose(padded, expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert padded.shape == (3, 4, *[3] * rank) and convolutions == [rank]
+
+
 def test_conv_functions_match_torch():
     x, w, b = randn(1, 2, 6, 6), randn(4, 2, 3, 3), randn(4)
     y = autograd.conv2d(_t(x), _t(w), _t(b), stride=2, padding=(1, 2))

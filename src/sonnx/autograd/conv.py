@@ -114,9 +114,26 @@ def conv_forward(
         if kept:
             op._conv_geometry = (signature, (n, strides, pads, dilations, group))
     if pads[:n] == pads[n:]:  # symmetric: torch pads inside the kernel, no extra copy
+        if group == 1 and not any(pads) and _one_point(x, w):
+            return _as_product(x, w, b)
         return CONV[n](x, w, b, strides, pads[:n], dilations, group)
     x = F.pad(x, torch_pad(pads[:n], pads[n:]))
     return CONV[n](x, w, b, strides, 0, dilations, group)
+
+
+def _one_point(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether input and kernel are one point in space (a squeeze-and-excitation's 1x1 conv
+    of a pooled image); sizes that are symbols in a trace are not known to be."""
+    return all(type(s) is int and s == 1 for s in (*x.shape[2:], *w.shape[2:]))
+
+
+def _as_product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """An unpadded 1x1 convolution of a one-point input as the matrix product it is: torch's
+    convolutions (oneDNN's on the CPU) spend ~50 us per call setting up what a GEMM of a few
+    thousand values does in a few, in eager runs and in compiled graphs alike (where the
+    product becomes a plain GEMM: see :mod:`sonnx.onnx.plain_linears`)."""
+    rows = F.linear(x.reshape(x.shape[0], -1), w.reshape(w.shape[0], -1), b)
+    return rows.reshape(*rows.shape, *x.shape[2:])
 
 
 def _conv_geometry(
