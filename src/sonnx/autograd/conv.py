@@ -23,6 +23,7 @@ from sonnx.autograd.conv_common import (
     effective_kernel,
     explicit_pads,
     forward_pads,
+    one_point,
     require_opset,
     spatial_ints,
     split_total,
@@ -114,17 +115,11 @@ def conv_forward(
         if kept:
             op._conv_geometry = (signature, (n, strides, pads, dilations, group))
     if pads[:n] == pads[n:]:  # symmetric: torch pads inside the kernel, no extra copy
-        if group == 1 and not any(pads) and _one_point(x, w):
+        if group == 1 and not any(pads) and one_point(x, w):
             return _as_product(x, w, b)
         return CONV[n](x, w, b, strides, pads[:n], dilations, group)
     x = F.pad(x, torch_pad(pads[:n], pads[n:]))
     return CONV[n](x, w, b, strides, 0, dilations, group)
-
-
-def _one_point(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether input and kernel are one point in space (a squeeze-and-excitation's 1x1 conv
-    of a pooled image); sizes that are symbols in a trace are not known to be."""
-    return all(type(s) is int and s == 1 for s in (*x.shape[2:], *w.shape[2:]))
 
 
 def _as_product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:

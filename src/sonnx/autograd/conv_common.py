@@ -106,6 +106,13 @@ CONV_TRANSPOSE: dict[int, Callable[..., torch.Tensor]] = {
 }
 
 
+def one_point(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether a convolution's input and kernel are one point in space (a squeeze-and-
+    excitation's 1x1 conv of a pooled image), so that unpadded and ungrouped it is a matrix
+    product; sizes that are symbols in a trace are not known to be."""
+    return all(type(s) is int and s == 1 for s in (*x.shape[2:], *w.shape[2:]))
+
+
 def check_spatial_rank(op_type: str, name: str, x: torch.Tensor) -> int:
     """The number of spatial axes of an (N, C, spatial...) input; torch kernels take 1 to 3."""
     if x.dim() not in (3, 4, 5):

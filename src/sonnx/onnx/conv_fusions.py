@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from sonnx.autograd.conv_common import forward_pads, spatial_ints, torch_pad
+from sonnx.autograd.conv_common import forward_pads, one_point, spatial_ints, torch_pad
 from sonnx.autograd.operator import is_training
 from sonnx.autograd.tracing import NotTraceableError, value_checks
 from sonnx.tensor import Tensor, computed_tensor
@@ -395,8 +395,7 @@ class _Unit:
             if x.shape[2 + i] + pads[i] + pads[2 + i] < span:
                 return None
         if pads[:2] == pads[2:]:
-            pixel = x.shape[2] == x.shape[3] == w.shape[2] == w.shape[3] == 1
-            return pads[:2], None, pixel and self.groups == 1 and not any(pads)
+            return pads[:2], None, one_point(x, w) and self.groups == 1 and not any(pads)
         return [0, 0], torch_pad(pads[:2], pads[2:]), False
 
     def _product(
