@@ -5,14 +5,16 @@ with the framework API (``device``, ``tensor``, ``autograd``, ``layer``, ``model
 export anything back to ONNX (:func:`to_onnx`, :func:`save`).
 """
 
+from sonnx.gc_pause import collector_paused
 from sonnx.host_memory import keep_freed_memory
 
 keep_freed_memory()  # before the first tensor: see sonnx.host_memory (SONNX_KEEP_HOST_MEMORY=0)
 
-from sonnx import autograd, device, layer, model, opt, tensor  # noqa: E402
-from sonnx.onnx.exporter import save, to_onnx  # noqa: E402
-from sonnx.onnx.importer import SingaRep, prepare  # noqa: E402
-from sonnx.onnx.sonnx_model import SONNXModel  # noqa: E402
+with collector_paused():  # 0.2-0.3 s of collections otherwise: see sonnx.gc_pause
+    from sonnx import autograd, device, layer, model, opt, tensor
+    from sonnx.onnx.exporter import save, to_onnx
+    from sonnx.onnx.importer import SingaRep, prepare
+    from sonnx.onnx.sonnx_model import SONNXModel
 
 __all__ = [
     "SONNXModel",
