@@ -6,10 +6,11 @@
 For each zoo stand-in (``bench/infer.py``'s, at its first size), two processes run one after
 the other with the same ``SONNX_CACHE_DIR`` (a new temporary directory unless ``--store``):
 each imports sonnx, ``prepare(path, use_graph=True)`` and runs once at batch 1. The first
-traces, compiles and stores; the second should load. Columns: seconds to import sonnx, to
-prepare, the first run, graphs compiled / loaded by that run, and the next run in ms;
-``torch_s`` is the part of the import that is numpy and torch themselves.
-Target (issue 11): the second process's prepare + first run <= 3 s.
+traces, compiles and stores; the second should load. Columns: seconds to import sonnx (as a
+program does, torch with it), to prepare, the first run, their sum, graphs compiled / loaded by
+that run, and the next run in ms; ``torch_s`` is how long numpy and torch alone take to import
+in a process started just before (the part of the import that is not sonnx's).
+Target (issue 11): the second process's first run <= 3 s from its start (``total_s``).
 """
 
 from __future__ import annotations
@@ -29,13 +30,12 @@ COLD_START_MODELS = ["resnet50", "mobilenetv3", "yolov8", "dbnet", "bert-int8"]
 def child(model: Path, feeds: Path, threads: int | None) -> None:
     """One process's cold start, printed as one JSON line."""
     started = time.perf_counter()
-    import numpy as np
-    import torch
-
-    torch_imported = time.perf_counter() - started
     import sonnx
 
     imported = time.perf_counter() - started
+    import numpy as np
+    import torch
+
     if threads:
         torch.set_num_threads(threads)
     with np.load(feeds) as data:
@@ -55,7 +55,6 @@ def child(model: Path, feeds: Path, threads: int | None) -> None:
         json.dumps(
             {
                 "import_s": imported,
-                "torch_s": torch_imported,
                 "prepare_s": prepared,
                 "first_run_s": first,
                 "compiled": runner.compile_count,
@@ -64,6 +63,13 @@ def child(model: Path, feeds: Path, threads: int | None) -> None:
             }
         )
     )
+
+
+#: A process that imports numpy and torch only and prints how long that took.
+TORCH_ALONE = (
+    "import time; started = time.perf_counter(); import numpy, torch; "
+    "print(time.perf_counter() - started)"
+)
 
 
 def main() -> None:
@@ -89,7 +95,7 @@ def main() -> None:
     print(f"store: {store}")
     print(
         f"{'model':<12} {'process':>7} {'import_s':>8} {'torch_s':>7} {'prepare_s':>9} "
-        f"{'first_s':>8} {'compiled':>8} {'loaded':>6} {'next_ms':>8}"
+        f"{'first_s':>8} {'total_s':>8} {'compiled':>8} {'loaded':>6} {'next_ms':>8}"
     )
     for name in args.models:
         if name not in ZOO:
@@ -102,16 +108,20 @@ def main() -> None:
         if args.threads:
             command += ["--threads", str(args.threads)]
         for process in (1, 2):
+            probe = subprocess.run(
+                [sys.executable, "-c", TORCH_ALONE], capture_output=True, text=True, check=True
+            )
+            torch_s = float(probe.stdout)
             done = subprocess.run(command, capture_output=True, text=True, env=env)
             if done.returncode != 0:
                 print(f"{name:<12} {process:>7} failed:\n{done.stderr[-2000:]}")
                 break
             r = json.loads(done.stdout.strip().splitlines()[-1])
+            total = r["import_s"] + r["prepare_s"] + r["first_run_s"]
             print(
-                f"{name:<12} {process:>7} {r['import_s']:>8.2f} {r['torch_s']:>7.2f} "
-                f"{r['prepare_s']:>9.2f} "
-                f"{r['first_run_s']:>8.2f} {r['compiled']:>8} {r['loaded']:>6} "
-                f"{r['next_run_ms']:>8.1f}"
+                f"{name:<12} {process:>7} {r['import_s']:>8.2f} {torch_s:>7.2f} "
+                f"{r['prepare_s']:>9.2f} {r['first_run_s']:>8.2f} {total:>8.2f} "
+                f"{r['compiled']:>8} {r['loaded']:>6} {r['next_run_ms']:>8.1f}"
             )
 
 
