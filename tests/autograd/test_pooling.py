@@ -12,6 +12,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import sonnx.autograd as autograd
+from sonnx.autograd import pooling
 from sonnx.errors import BadInputError, ExportError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
@@ -132,6 +133,92 @@ def test_max_pool_integers(dtype):
     attrs = {"kernel_shape": [2, 2], "pads": [1, 1, 0, 0]}
     padded = pool("MaxPool", x, **attrs)
     np.testing.assert_array_equal(padded, pool("MaxPool", x.astype(np.float32), **attrs))
+
+
+SEPARABLE_CASES = [
+    (2, {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    (2, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    (2, {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}),
+    (2, {"kernel_shape": [2, 1], "strides": [2, 1]}),
+    *[(2, attrs) for attrs in TRICKY if attrs.get("auto_pad") != "SAME_LOWER"],
+    (3, {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2]}),
+    (3, {"kernel_shape": [3, 2, 3], "strides": [1, 2, 2], "pads": [1, 0, 1, 1, 0, 1]}),
+    (3, {"kernel_shape": [2, 2, 2], "dilations": [1, 2, 1], "ceil_mode": 1, "strides": [2] * 3}),
+]
+
+
+def _max_pool_torch(x: torch.Tensor, attrs: dict) -> torch.Tensor:
+    """torch's own max pooling of ``x`` with ``attrs`` (explicit -inf pads)."""
+    n = x.dim() - 2
+    pads = attrs.get("pads", [0] * 2 * n)
+    padded = F.pad(
+        x, [p for i in reversed(range(n)) for p in (pads[i], pads[n + i])], value=-np.inf
+    )
+    fn = {2: F.max_pool2d, 3: F.max_pool3d}[n]
+    return fn(
+        padded,
+        attrs["kernel_shape"],
+        attrs.get("strides", 1),
+        0,
+        attrs.get("dilations", 1),
+        bool(attrs.get("ceil_mode", 0)),
+    )
+
+
+@pytest.mark.parametrize(("n", "attrs"), SEPARABLE_CASES)
+def test_max_pool_of_a_channels_first_input_takes_maxima_of_views(n, attrs, monkeypatch):
+    x = np.random.default_rng(n).standard_normal((2, 3, *[9, 8, 7][:n])).astype(np.float32)
+    expected = reference("MaxPool", x, **attrs)[0]
+    monkeypatch.setattr(pooling, "_MAX_POOL", {})  # torch's pooling is not called at all
+    np.testing.assert_array_equal(pool("MaxPool", x, **attrs), expected)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_max_pool_maxima_of_views_propagate_nan_as_torch_does(n, monkeypatch):
+    x = torch.randn(2, 3, *[7] * n, generator=torch.Generator().manual_seed(n))
+    x[0, 1, 2, 3] = np.nan
+    attrs = {"kernel_shape": [3] * n, "strides": [2] * n, "pads": [1] * 2 * n, "ceil_mode": 1}
+    expected = _max_pool_torch(x, attrs)
+    monkeypatch.setattr(pooling, "_MAX_POOL", {})
+    y = autograd.MaxPool(**attrs)(Tensor(data=x, requires_grad=False)).numpy()
+    np.testing.assert_array_equal(y, expected.numpy())
+    assert np.isnan(y).sum() == torch.isnan(expected).sum() > 0
+
+
+def _counting(calls: list[int], n: int, pool_fn):
+    def counted(*args, **kwargs):
+        calls.append(n)
+        return pool_fn(*args, **kwargs)
+
+    return counted
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_max_pool_keeps_torch_pooling_for_channels_last_inputs_and_gradients(n, monkeypatch):
+    calls: list[int] = []
+    counted = {k: _counting(calls, k, f) for k, f in pooling._MAX_POOL.items()}
+    monkeypatch.setattr(pooling, "_MAX_POOL", counted)
+    attrs = {"kernel_shape": [2] * n, "strides": [2] * n}
+    layout = {2: torch.channels_last, 3: torch.channels_last_3d}[n]
+    x = torch.randn(2, 3, *[6] * n).contiguous(memory_format=layout)
+    y = autograd.MaxPool(**attrs)(Tensor(data=x, requires_grad=False))
+    np.testing.assert_array_equal(y.numpy(), _max_pool_torch(x, attrs).numpy())
+    assert calls == [n]
+    # A gradient through tied maxima goes to one input of each window, as torch's does (the
+    # maxima of views would split it).
+    zeros = torch.zeros(1, 1, *[4] * n, requires_grad=True)
+    with torch.enable_grad():
+        autograd.MaxPool(**attrs).forward(zeros).sum().backward()
+    assert calls == [n, n]
+    assert sorted(zeros.grad.unique().tolist()) == [0.0, 1.0]
+
+
+def test_max_pool_windows_follow_the_input_shape():
+    op = autograd.MaxPool(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    for shape in [(1, 2, 9, 9), (1, 2, 9, 9), (2, 2, 6, 11), (1, 2, 9, 9)]:
+        x = randn(*shape)
+        expected = reference("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)[0]
+        np.testing.assert_array_equal(op(_t(x)).numpy(), expected)
 
 
 def test_max_pool_gradient():
