@@ -173,6 +173,15 @@ def test_max_pool_of_a_channels_first_input_takes_maxima_of_views(n, attrs, monk
     np.testing.assert_array_equal(pool("MaxPool", x, **attrs), expected)
 
 
+def test_max_pool_of_one_channel_takes_maxima_of_views(monkeypatch):
+    # Strides of one channel fit both orders; torch's kernel would take it channels-first.
+    x = np.random.default_rng(5).standard_normal((3, 1, 12, 10)).astype(np.float32)
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    expected = reference("MaxPool", x, **attrs)[0]
+    monkeypatch.setattr(pooling, "_MAX_POOL", {})
+    np.testing.assert_array_equal(pool("MaxPool", x, **attrs), expected)
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_max_pool_maxima_of_views_propagate_nan_as_torch_does(n, monkeypatch):
     x = torch.randn(2, 3, *[7] * n, generator=torch.Generator().manual_seed(n))

@@ -182,8 +182,14 @@ def _separable_pays(win: _Window, x: torch.Tensor) -> bool:
         and value_checks()
         and x.device.type == "cpu"
         and not (torch.is_grad_enabled() and x.requires_grad)
-        and not x.is_contiguous(memory_format=_CHANNELS_LAST[win.n])
+        and not _strictly_channels_last(x, win.n)
     )
+
+
+def _strictly_channels_last(x: torch.Tensor, n: int) -> bool:
+    """Whether torch's pooling takes ``x`` in channels-last order (a tensor whose strides
+    fit both orders, one channel or one pixel, it takes in the other)."""
+    return x.is_contiguous(memory_format=_CHANNELS_LAST[n]) and not x.is_contiguous()
 
 
 def _separable_max(win: _Window, x: torch.Tensor) -> torch.Tensor:
