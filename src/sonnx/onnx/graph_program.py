@@ -24,7 +24,6 @@ import torch
 from sonnx import dtypes
 from sonnx.autograd.host_values import forget, place_inputs
 from sonnx.autograd.operator import Operator, is_training
-from sonnx.autograd.random_ops import RANDOM_OP_TYPES
 from sonnx.autograd.tracing import NotTraceableError, deferred_checks, value_checks
 from sonnx.device import Device, get_default_device, set_default_device
 from sonnx.errors import BadInputError, BadModelError, SonnxError
@@ -36,6 +35,7 @@ from sonnx.onnx.graph_constants import (
     mark_statistics_as_buffers,
     place_constant,
 )
+from sonnx.onnx.graph_folding import FoldedResults, mark_foldable
 from sonnx.onnx.graph_plan import Plan, build_plan
 from sonnx.onnx.model_loading import (
     ResolvedNode,
@@ -167,8 +167,8 @@ class GraphProgram:
     output_names: list[str]
     steps: list[Step]
     device: Device
-    # Results of foldable steps by step index: (the input tensors and their versions, result).
-    _folded: dict[int, tuple[tuple[Any, ...], Any]] = field(default_factory=dict, repr=False)
+    # Results of foldable steps, kept while the tensors they read are unchanged.
+    _folded: FoldedResults = field(default_factory=FoldedResults, repr=False)
     _shape_values: ShapeValueCache = field(default_factory=ShapeValueCache, repr=False)
     #: Groups of steps run as one torch call, by the index of their final step.
     fusions: dict[int, Fusion] = field(default_factory=dict, repr=False)
@@ -362,11 +362,11 @@ class GraphProgram:
         attrs = step.attrs
         if step.has_subgraphs:
             attrs = {k: v.bind(values) if isinstance(v, Subgraph) else v for k, v in attrs.items()}
-        result = self._folded_result(index, args) if step.foldable else None
+        result = self._folded.result(index, args) if step.foldable else None
         if result is None:
             result = step.run(args, attrs)
             if step.foldable:
-                self._fold(index, args, result)
+                self._folded.keep(index, args, result)
         return result
 
     def active_fusions(
@@ -397,30 +397,6 @@ class GraphProgram:
                 if name not in keep:
                     values.pop(name, None)
 
-    def _folded_result(self, index: int, args: list[Any]) -> Any:
-        """A foldable step's kept result, if its inputs are the same tensors, unchanged."""
-        kept = self._folded.get(index)
-        if kept is None:
-            return None
-        inputs, versions, result = kept
-        if len(inputs) != len(args) or not _foldable_now(args):
-            return None
-        for kept_input, version, a in zip(inputs, versions, args, strict=True):
-            # a loop, not generators: a plan calls this for every folded step of every run
-            if isinstance(a, Tensor):
-                if a.data is not kept_input or a.data._version != version:
-                    return None
-            elif a is not kept_input:
-                return None
-        return result
-
-    def _fold(self, index: int, args: list[Any], result: Any) -> None:
-        if _foldable_now(args):
-            # The inputs' torch tensors are kept and compared by identity: a weight whose
-            # ``data`` was replaced (load_states) is a different tensor.
-            kept = [a.data if isinstance(a, Tensor) else a for a in args]
-            self._folded[index] = (kept, _versions(args), result)
-
 
 def _debugging() -> bool:
     """``SONNX_DEBUG`` set: every node's inputs and time are printed (by the step loop)."""
@@ -436,22 +412,6 @@ def _arguments(step: Step, values: dict[str, Any]) -> list[Any]:
             f"node {step.info.name!r} ({step.info.op_type}) needs tensor {e.args[0]!r}, "
             "which was not computed (an optional input left out, or a cut too early?)"
         ) from None
-
-
-def _foldable_now(args: list[Any]) -> bool:
-    """Whether a result can be kept: outside graph tracing (its values would be placeholders)
-    and not part of a gradient (a trainable weight in training mode must stay in torch's
-    graph)."""
-    if not value_checks():
-        return False
-    return not is_training() or not any(
-        isinstance(a, Tensor) and a.data.requires_grad for a in args
-    )
-
-
-def _versions(args: list[Any]) -> tuple[int, ...]:
-    """In-place updates (an optimizer step, ``copy_``) bump a tensor's version counter."""
-    return tuple(a.data._version if isinstance(a, Tensor) else -1 for a in args)
 
 
 def reads_of(step: Step) -> list[str]:
@@ -506,7 +466,7 @@ def compile_graph(
         steps.append(step)
     mark_statistics_as_buffers(steps, constants)
     mark_parameterising_constants(steps, constants)
-    _mark_foldable(steps, constants)
+    mark_foldable(steps, constants)
     free = free_inputs(graph, input_names, is_subgraph)
     if is_subgraph:
         free |= known - set(constants) - set(input_names)  # the enclosing scope's names
@@ -546,22 +506,6 @@ def _evaluate_constant(step: Step) -> Tensor:
         if failure is e:
             raise
         raise failure from e
-
-
-def _mark_foldable(steps: list[Step], constants: dict[str, Tensor]) -> None:
-    """Mark the steps that read only constants and steps marked before them (no subgraphs, no
-    random draws): what depends only on weights and constants."""
-    known = set(constants)
-    for step in steps:
-        reads = [n for n in step.inputs if n]
-        if (
-            reads
-            and not step.has_subgraphs
-            and step.info.op_type not in RANDOM_OP_TYPES
-            and all(n in known for n in reads)
-        ):
-            step.foldable = True
-            known.update(o for o in step.outputs if o)
 
 
 def _make_step(r: ResolvedNode, versions: dict[str, int], dev: Device) -> Step:
