@@ -238,6 +238,36 @@ def test_max_pool_gradient():
 # ---- AveragePool and LpPool -------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("n", "attrs"),
+    [
+        (2, {"kernel_shape": [2, 2], "strides": [2, 2]}),
+        (2, {"kernel_shape": [3, 3], "strides": [2, 2]}),  # a last row and column no window reads
+        (2, {"kernel_shape": [3, 2], "strides": [1, 2], "count_include_pad": 1}),
+        (3, {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2]}),
+    ],
+)
+def test_average_pool_of_a_channels_first_input_takes_running_sums(n, attrs, monkeypatch):
+    x = np.random.default_rng(n).standard_normal((2, 3, *[9, 8, 7][:n])).astype(np.float32)
+    expected = reference("AveragePool", x, **attrs)[0]
+    monkeypatch.setattr(pooling, "_AVG_POOL", {})  # torch's pooling is not called at all
+    np.testing.assert_allclose(pool("AveragePool", x, **attrs), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_average_pool_keeps_torch_pooling_for_channels_last_inputs_and_padding(monkeypatch):
+    calls: list[int] = []
+    counted = {k: _counting(calls, k, f) for k, f in pooling._AVG_POOL.items()}
+    monkeypatch.setattr(pooling, "_AVG_POOL", counted)
+    x = torch.randn(2, 3, 8, 8)
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    cl = autograd.AveragePool(**attrs)(Tensor(data=x.contiguous(memory_format=torch.channels_last)))
+    np.testing.assert_allclose(cl.numpy(), F.avg_pool2d(x, 2, 2).numpy(), rtol=1e-6)
+    padded = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}
+    y = autograd.AveragePool(**padded)(Tensor(data=x, requires_grad=False))
+    np.testing.assert_allclose(y.numpy(), F.avg_pool2d(x, 3, 1, 1).numpy(), rtol=1e-6)
+    assert calls == [2, 2]
+
+
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 @pytest.mark.parametrize("attrs", TRICKY)
 def test_average_pool_matches_reference(attrs, count_include_pad):

@@ -11,12 +11,15 @@ exactly the extent the windows cover, and then pools with ``padding=0``:
   channels-last order, takes running maxima of strided views (:func:`_separable_max`).
 * AveragePool and LpPool sum windows with a ones-kernel convolution (which handles dilation) and
   divide by a window count computed the same way from a mask, so windows that start in the
-  padding, count_include_pad and the ceil_mode overhang all follow ONNX.
+  padding, count_include_pad and the ceil_mode overhang all follow ONNX; AveragePool with
+  every window inside the input runs torch's average pooling or, where MaxPool takes running
+  maxima of views, running sums.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -169,13 +172,14 @@ def _window(op: Operator, x: torch.Tensor) -> _Window:
 
 
 def _separable_pays(win: _Window, x: torch.Tensor) -> bool:
-    """Whether :func:`_separable_max` should pool ``x``: outside graph tracing (a compiled
-    graph's pooling is inductor's own loop), not for a gradient (``maximum``'s would split a
-    tie between equal inputs, where max pooling's goes to one), on the CPU, over two or three
-    spatial axes of an input that is not in channels-last order. torch's CPU kernels for that
-    order walk one plane at a time: measured, one thread, inference, 2-D windows of 2x2 to 5x5
-    on batch 1-16: 0.07-0.28x torch's time (3-D 2x2x2 and 3x3x3: 0.10-0.17x); for
-    channels-last inputs torch's kernel vectorizes over channels and is kept."""
+    """Whether to pool ``x`` window by window over strided views (:func:`_window_reduce`):
+    outside graph tracing (a compiled graph's pooling is inductor's own loop), not for a
+    gradient (``maximum``'s would split a tie between equal inputs, where max pooling's goes
+    to one), on the CPU, over two or three spatial axes of an input that is not in
+    channels-last order. torch's CPU kernels for that order walk one plane at a time:
+    measured, one thread, inference, 2-D windows of 2x2 to 5x5 on batch 1-16: max pooling
+    0.07-0.28x torch's time (3-D 2x2x2 and 3x3x3: 0.10-0.17x), average pooling 0.11-0.51x; for
+    channels-last inputs torch's kernels vectorize over channels and are kept."""
     return (
         win.n in _CHANNELS_LAST
         and max(win.kernel) > 1
@@ -192,23 +196,41 @@ def _strictly_channels_last(x: torch.Tensor, n: int) -> bool:
     return x.is_contiguous(memory_format=_CHANNELS_LAST[n]) and not x.is_contiguous()
 
 
-def _separable_max(win: _Window, x: torch.Tensor) -> torch.Tensor:
-    """Max pooling as running maxima of strided views, one spatial axis at a time: the
-    maximum over a box is the maximum over its rows of the maxima along them. Exact (NaN
-    propagates as in torch's pooling); -inf pads stand for ONNX's padding."""
-    if any(win.begins) or any(win.covered_ends):
-        x = win.pad(x, float("-inf"))
+def _window_reduce(
+    win: _Window, x: torch.Tensor, combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """``combine`` (``torch.maximum``, ``torch.add``) over each window of an input padded as
+    the windows need, as running results over strided views, one spatial axis at a time: the
+    maximum (sum) over a box is the maximum (sum) over its rows of those along them."""
     for i in range(win.n):
         axis = 2 + i
         kernel, stride, dilation = win.kernel[i], win.strides[i], win.dilations[i]
         reach = (win.out[i] - 1) * stride + 1
         every_stride = (slice(None),) * axis + (slice(None, None, stride),)
-        maxima = None
+        result = None
         for offset in range(0, kernel * dilation, dilation):
             view = x.narrow(axis, offset, reach)[every_stride]
-            maxima = view if maxima is None else torch.maximum(maxima, view)
-        x = maxima
+            result = view if result is None else combine(result, view)
+        x = result
     return x
+
+
+def _separable_max(win: _Window, x: torch.Tensor) -> torch.Tensor:
+    """Max pooling by :func:`_window_reduce`; exact (NaN propagates as in torch's pooling),
+    with -inf pads standing for ONNX's padding."""
+    if any(win.begins) or any(end > 0 for end in win.covered_ends):
+        x = win.pad(x, float("-inf"))
+    return _window_reduce(win, x, torch.maximum)
+
+
+def _whole_windows(win: _Window) -> bool:
+    """Whether every window lies inside the input, undilated: then each averages over the
+    kernel's size (no pads, no ceil_mode overhang)."""
+    return (
+        not any(win.begins)
+        and all(end <= 0 for end in win.covered_ends)
+        and all(d == 1 for d in win.dilations)
+    )
 
 
 def _torch_pool(
@@ -307,6 +329,9 @@ class AveragePool(Operator):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         win = _window(self, x)
+        if _whole_windows(win) and _separable_pays(win, x):
+            # the same sums as torch's kernel adds, in another order (within ~1 ulp)
+            return _window_reduce(win, x, torch.add) / math.prod(win.kernel)
         include = bool(self.attr("count_include_pad"))
         if all(d == 1 for d in win.dilations):
             fast = _torch_pool(win, x, False, _AVG_POOL, count_include_pad=include)
