@@ -37,6 +37,7 @@ import sonnx.autograd as autograd
 from sonnx import dist
 from sonnx.autograd.operator import Operator
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
+from sonnx.compiler_warnings import torch_deprecations_ignored
 from sonnx.device import Device, get_default_device
 from sonnx.errors import BadInputError, ExportError
 from sonnx.layer import Layer, SoftMaxCrossEntropy
@@ -121,10 +122,14 @@ class _CompiledGraph:
         def pure(states: list[torch.Tensor], xs: list[torch.Tensor]) -> Any:
             return self._pure(states, xs)
 
-        graph = make_fx(pure, pre_dispatch=True)(copies, [x.data for x in inputs])
-        on_cpu = all(t.device.type == "cpu" for t in (*copies, *(x.data for x in inputs)))
-        options = CPU_INDUCTOR_OPTIONS if on_cpu and model.graph_backend == "inductor" else None
-        self._compiled = torch.compile(graph, backend=model.graph_backend, options=options)
+        with torch_deprecations_ignored():
+            graph = make_fx(pure, pre_dispatch=True)(copies, [x.data for x in inputs])
+            on_cpu = all(t.device.type == "cpu" for t in (*copies, *(x.data for x in inputs)))
+            inductor = model.graph_backend == "inductor"
+            options = CPU_INDUCTOR_OPTIONS if on_cpu and inductor else None
+            self._compiled = torch.compile(graph, backend=model.graph_backend, options=options)
+        # torch.compile compiles at the first call (the backward at the first backward).
+        self._first_call = True
 
     def _pure(self, states: Sequence[torch.Tensor], xs: Sequence[torch.Tensor]) -> Any:
         """The eager forward as a function of torch tensors (what ``make_fx`` traces)."""
@@ -147,6 +152,10 @@ class _CompiledGraph:
         return tuple(o.data for o in out)
 
     def __call__(self, states: Sequence[torch.Tensor], xs: Sequence[torch.Tensor]) -> Any:
+        if self._first_call:
+            self._first_call = False
+            with torch_deprecations_ignored():
+                return self._compiled(list(states), list(xs))
         return self._compiled(list(states), list(xs))
 
 

@@ -40,6 +40,7 @@ import torch
 from sonnx.autograd.host_values import HOST_CONSTANT_SIZE, is_host_value
 from sonnx.autograd.random_ops import RANDOM_OP_TYPES
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
+from sonnx.compiler_warnings import torch_deprecations_ignored
 from sonnx.errors import BadInputError
 from sonnx.onnx.compiled_graphs import CompiledGraph
 from sonnx.onnx.graph_program import GraphProgram, reads_of
@@ -515,7 +516,7 @@ class GraphRunner:
             # process that only loads stored graphs or runs eagerly never needs.
             from sonnx.onnx.symbolic_graphs import compile_static, compile_symbolic
 
-            with torch.no_grad():
+            with torch.no_grad(), torch_deprecations_ignored():
                 if self.dynamic and segment.per_shape is None:
                     try:
                         return compile_symbolic(pure, params, xs, library, declared)
