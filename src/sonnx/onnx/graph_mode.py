@@ -512,11 +512,11 @@ class GraphRunner:
         declared = [self.declared_shapes.get(n) for n in traced_names]
 
         def build(library: Path) -> str:
-            # Imported when a graph is first compiled: it loads inductor (1-2 s), which a
-            # process that only loads stored graphs or runs eagerly never needs.
-            from sonnx.onnx.symbolic_graphs import compile_static, compile_symbolic
-
             with torch.no_grad(), torch_deprecations_ignored():
+                # Imported when a graph is first compiled: it loads inductor (1-2 s), which a
+                # process that only loads stored graphs or runs eagerly never needs.
+                from sonnx.onnx.symbolic_graphs import compile_static, compile_symbolic
+
                 if self.dynamic and segment.per_shape is None:
                     try:
                         return compile_symbolic(pure, params, xs, library, declared)
