@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -114,15 +115,23 @@ class _Window:
             self.covered_ends.append((out - 1) * s + k - size - begin)
         check_window(op.op_type, self.out, self.sizes)
 
-    def torch_padding(self) -> list[int] | None:
-        """The padding to hand torch's own pooling, when ONNX's windows are exactly torch's:
-        symmetric pads of at most half the (dilated) kernel. None otherwise."""
+    @cached_property
+    def torch_arguments(self) -> tuple[list[int], bool] | None:
+        """``(padding, ceil_mode)`` for torch's own pooling when its windows are exactly
+        ONNX's: symmetric pads of at most half the (dilated) kernel. None otherwise. Kept with
+        the window (see :func:`_window`): worked out once per input shape."""
         if self.begins != self.ends:
             return None
         kernels = effective_kernel(self.kernel, self.dilations)
         if any(2 * p > k for p, k in zip(self.begins, kernels, strict=True)):
             return None
-        return list(self.begins)
+        ceil = any(
+            o != (s + 2 * p - k) // st + 1
+            for o, s, p, k, st in zip(
+                self.out, self.sizes, self.begins, kernels, self.strides, strict=True
+            )
+        )
+        return list(self.begins), ceil
 
     def pad(self, x: torch.Tensor, value: float) -> torch.Tensor:
         """x padded to the covered extent with ``value`` (cropping ends no window reaches)."""
@@ -238,23 +247,12 @@ def _torch_pool(
 ) -> torch.Tensor | None:
     """torch's own pooling where it computes exactly ONNX's windows, which saves padding a
     copy of the input; None where it does not (the caller then pads explicitly)."""
-    padding = win.torch_padding()
-    if padding is None or want_indices or x.dtype not in (torch.float32, torch.float64):
+    arguments = win.torch_arguments
+    if arguments is None or want_indices or x.dtype not in (torch.float32, torch.float64):
         return None
     if pools is _MAX_POOL:
         options["dilation"] = win.dilations
-    ceil = any(
-        o != (s + b + e - k) // st + 1
-        for o, s, b, e, k, st in zip(
-            win.out,
-            win.sizes,
-            win.begins,
-            win.ends,
-            effective_kernel(win.kernel, win.dilations),
-            win.strides,
-            strict=True,
-        )
-    )
+    padding, ceil = arguments
     out = pools[win.n](x, win.kernel, win.strides, padding, ceil_mode=ceil, **options)
     return out if list(out.shape[2:]) == win.out else None
 
@@ -273,10 +271,11 @@ class MaxPool(Operator):
         work = x if x.dtype.is_floating_point else x.to(torch.float64)
         want_indices = (self.requested_outputs or 1) > 1
         if not want_indices and _separable_pays(win, work):
-            return _separable_max(win, work).to(x.dtype)
+            pooled = _separable_max(win, work)
+            return pooled if work is x else pooled.to(x.dtype)
         fast = _torch_pool(win, work, want_indices, _MAX_POOL)
         if fast is not None:
-            return fast.to(x.dtype)
+            return fast if work is x else fast.to(x.dtype)
         padded = win.pad(work, float("-inf"))
         result = _MAX_POOL[win.n](
             padded, win.kernel, win.strides, 0, win.dilations, return_indices=want_indices
