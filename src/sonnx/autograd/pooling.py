@@ -116,6 +116,12 @@ class _Window:
         check_window(op.op_type, self.out, self.sizes)
 
     @cached_property
+    def reaches_past_input(self) -> bool:
+        """Whether some window reaches past the input: into begin pads, end pads or the
+        ceil_mode overhang (ends no window reaches are cropped, not padded)."""
+        return any(self.begins) or any(end > 0 for end in self.covered_ends)
+
+    @cached_property
     def torch_arguments(self) -> tuple[list[int], bool] | None:
         """``(padding, ceil_mode)`` for torch's own pooling when its windows are exactly
         ONNX's: symmetric pads of at most half the (dilated) kernel. None otherwise. Kept with
@@ -227,7 +233,7 @@ def _window_reduce(
 def _separable_max(win: _Window, x: torch.Tensor) -> torch.Tensor:
     """Max pooling by :func:`_window_reduce`; exact (NaN propagates as in torch's pooling),
     with -inf pads standing for ONNX's padding."""
-    if any(win.begins) or any(end > 0 for end in win.covered_ends):
+    if win.reaches_past_input:
         x = win.pad(x, float("-inf"))
     return _window_reduce(win, x, torch.maximum)
 
@@ -235,11 +241,7 @@ def _separable_max(win: _Window, x: torch.Tensor) -> torch.Tensor:
 def _whole_windows(win: _Window) -> bool:
     """Whether every window lies inside the input, undilated: then each averages over the
     kernel's size (no pads, no ceil_mode overhang)."""
-    return (
-        not any(win.begins)
-        and all(end <= 0 for end in win.covered_ends)
-        and all(d == 1 for d in win.dilations)
-    )
+    return not win.reaches_past_input and all(d == 1 for d in win.dilations)
 
 
 def _torch_pool(

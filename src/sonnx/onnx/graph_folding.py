@@ -55,7 +55,7 @@ class FoldedResults:
         if kept is None:
             return None
         inputs, versions, result = kept
-        if len(inputs) != len(args) or not foldable_now(args):
+        if len(inputs) != len(args) or not _foldable_now(args):
             return None
         for kept_input, version, a in zip(inputs, versions, args, strict=True):
             # a loop, not generators: a plan calls this for every folded step of every run
@@ -68,14 +68,14 @@ class FoldedResults:
 
     def keep(self, index: int, args: list[Any], result: Any) -> None:
         """Keep step ``index``'s ``result`` of ``args``, if it may be kept now."""
-        if foldable_now(args):
+        if _foldable_now(args):
             # The inputs' torch tensors are kept and compared by identity: a weight whose
             # ``data`` was replaced (load_states) is a different tensor.
             kept = [a.data if isinstance(a, Tensor) else a for a in args]
             self._kept[index] = (kept, _versions(args), result)
 
 
-def foldable_now(args: list[Any]) -> bool:
+def _foldable_now(args: list[Any]) -> bool:
     """Whether a result can be kept: outside graph tracing (its values would be placeholders)
     and not part of a gradient (a trainable weight in training mode must stay in torch's
     graph)."""
