@@ -25,12 +25,17 @@ operators of one sonnx run, and how much of the run was spent outside them (Pyth
 ``--torch-compiled`` also times the source torch module compiled the way torch runs best on
 the CPU for one shape (``torch.compile``, inductor with weights frozen and prepacked, a graph
 per shape): how far graph mode is from what torch's kernels can do at all.
+``--torch-onednn-graph`` times the source module traced to TorchScript per shape, frozen, and
+run through oneDNN Graph (torch's LLGA fuser, ``torch.jit.enable_onednn_fusion``), which
+keeps compiled oneDNN partitions between calls where eager torch and inductor's graphs set up
+each convolution call anew: what a backend built on it could reach.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -223,14 +228,38 @@ def torch_compiled(module: Callable[..., object]) -> Callable[..., object]:
     return torch.compile(module, dynamic=False)
 
 
+def torch_onednn_graph(module: Callable[..., object]) -> Callable[..., object]:
+    """``module`` traced to TorchScript for each input shape (``torch.jit.trace``), frozen, and
+    run through oneDNN Graph: convolutions, linears and their elementwise successors become
+    compiled oneDNN partitions, with weights packed once. The fuser compiles a partition
+    after two profiling runs, so each new shape is run three times when traced."""
+    torch.jit.enable_onednn_fusion(True)
+    traced: dict[tuple[torch.Size, ...], Callable[..., object]] = {}
+
+    def run(*xs: torch.Tensor) -> object:
+        key = tuple(x.shape for x in xs)
+        fn = traced.get(key)
+        if fn is None:
+            with warnings.catch_warnings():  # TorchScript's deprecation and tracer warnings
+                warnings.simplefilter("ignore")
+                fn = traced[key] = torch.jit.freeze(torch.jit.trace(module, xs, check_trace=False))
+                for _ in range(2):
+                    fn(*xs)
+        return fn(*xs)
+
+    return run
+
+
 def bench_model(
     spec: Spec, args: argparse.Namespace, threads: int, rows: list[Row], notes: list[str]
 ) -> None:
     """Append the set-up row and one row pair per variant and batch size for ``spec``, and a
     note on its graph-mode compiles (and its profiles)."""
-    compiled = None
+    compiled = onednn_graph = None
     if args.torch_compiled and spec.module is not None:
         compiled = torch_compiled(spec.module)
+    if args.torch_onednn_graph and spec.module is not None:
+        onednn_graph = torch_onednn_graph(spec.module)
     rep, prepare_s = time_once(lambda: sonnx.prepare(spec.onnx_bytes))
     graph_rep = None if args.eager_only else sonnx.prepare(spec.onnx_bytes, use_graph=True)
     session, session_s = time_once(lambda: ort_session(spec.onnx_bytes, threads, args.ort_spinning))
@@ -258,6 +287,10 @@ def bench_model(
                 with torch.no_grad():
                     return compiled(*(torch.from_numpy(a) for a in feed.values()))
 
+            def torch_llga(feed: Feeds = feed) -> object:
+                with torch.no_grad():
+                    return onednn_graph(*(torch.from_numpy(a) for a in feed.values()))
+
             reference = theirs()
             results = [("", ours, _max_diff(ours(), reference))]
             if graph_rep is not None:
@@ -270,10 +303,14 @@ def bench_model(
             if compiled is not None:
                 _, torch_compile_s = time_once(torch_graph)
                 sides.append(torch_graph)
+            if onednn_graph is not None:
+                _, llga_trace_s = time_once(torch_llga)
+                sides.append(torch_llga)
             timings = time_sides(sides, args.repeats, args.warmup)
             ort_timing, torch_timing = timings[len(results)], timings[len(results) + 1 :]
             torch_s = torch_timing[0].median if torch_timing else None
-            compiled_s = torch_timing[1].median if len(torch_timing) > 1 else None
+            compiled_s = torch_timing[1].median if compiled is not None else None
+            llga_s = torch_timing[-1].median if onednn_graph is not None else None
             case = f"{spec.name} {label} batch {batch}"
             for (suffix, _, max_diff), timing in zip(results, timings, strict=False):
                 rows.append(
@@ -290,6 +327,11 @@ def bench_model(
                 rows[-1].extra["torch_compiled_ms"] = compiled_s * 1e3
                 rows[-1].extra["vs_compiled"] = timings[len(results) - 1].median / compiled_s
                 notes.append(f"torch.compile {case}: first call {torch_compile_s:.1f} s")
+            if llga_s is not None:
+                rows[-1].extra["torch_onednn_graph_ms"] = llga_s * 1e3
+                rows[-1].extra["vs_onednn_graph"] = timings[len(results) - 1].median / llga_s
+                rows[-1].extra["onednn_graph_ratio"] = llga_s / ort_timing.median
+                notes.append(f"oneDNN Graph {case}: trace + 3 runs {llga_trace_s:.1f} s")
             if graph_rep is not None:
                 rows[-1].extra["compile_s"] = compile_s
                 rows[-1].extra["compiles"] = compile_count(graph_rep.graph_runner)
@@ -344,6 +386,12 @@ def main() -> None:
         "per shape: slow)",
     )
     parser.add_argument(
+        "--torch-onednn-graph",
+        action="store_true",
+        help="also time the torch module traced to TorchScript per shape and run through "
+        "oneDNN Graph (torch.jit.enable_onednn_fusion)",
+    )
+    parser.add_argument(
         "--ort-spinning",
         action="store_true",
         help="let onnxruntime's threads spin between runs (they then slow the torch side down)",
@@ -381,6 +429,9 @@ def main() -> None:
             "vs_torch",
             "torch_compiled_ms",
             "vs_compiled",
+            "torch_onednn_graph_ms",
+            "vs_onednn_graph",
+            "onednn_graph_ratio",
             "max_abs_diff",
             "compile_s",
             "compiles",
@@ -401,6 +452,9 @@ def main() -> None:
             "torch_compiled_ms (--torch-compiled): the same module under torch.compile with "
             "inductor's freezing, one graph per shape; vs_compiled = the last sonnx row (graph "
             "mode, or eager with --eager-only) / it",
+            "torch_onednn_graph_ms (--torch-onednn-graph): the same module traced to TorchScript "
+            "per shape, frozen, through oneDNN Graph; vs_onednn_graph = the last sonnx row / it; "
+            "onednn_graph_ratio = it / onnxruntime",
             "bert-int8 max_abs_diff: onnxruntime fuses DequantizeLinear + MatMul into "
             "com.microsoft.MatMulNBits, which approximates (about 1e-2); sonnx computes the "
             "ONNX definition",
