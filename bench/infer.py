@@ -231,20 +231,26 @@ def torch_compiled(module: Callable[..., object]) -> Callable[..., object]:
 def torch_onednn_graph(module: Callable[..., object]) -> Callable[..., object]:
     """``module`` traced to TorchScript for each input shape (``torch.jit.trace``), frozen, and
     run through oneDNN Graph: convolutions, linears and their elementwise successors become
-    compiled oneDNN partitions, with weights packed once. The fuser compiles a partition
-    after two profiling runs, so each new shape is run three times when traced."""
-    torch.jit.enable_onednn_fusion(True)
+    compiled oneDNN partitions, with weights packed once. The fuser works while a new shape's
+    first runs are profiled and optimised, so TorchScript's (process-wide) fusion flag is on
+    for the trace and three runs only; the fused plan stays after it."""
     traced: dict[tuple[torch.Size, ...], Callable[..., object]] = {}
 
     def run(*xs: torch.Tensor) -> object:
         key = tuple(x.shape for x in xs)
         fn = traced.get(key)
         if fn is None:
-            with warnings.catch_warnings():  # TorchScript's deprecation and tracer warnings
-                warnings.simplefilter("ignore")
-                fn = traced[key] = torch.jit.freeze(torch.jit.trace(module, xs, check_trace=False))
-                for _ in range(2):
-                    fn(*xs)
+            enabled = torch.jit.onednn_fusion_enabled()
+            torch.jit.enable_onednn_fusion(True)
+            try:
+                with warnings.catch_warnings():  # TorchScript's deprecation and tracer warnings
+                    warnings.simplefilter("ignore")
+                    fn = torch.jit.freeze(torch.jit.trace(module, xs, check_trace=False))
+                    for _ in range(3):
+                        fn(*xs)
+            finally:
+                torch.jit.enable_onednn_fusion(enabled)
+            traced[key] = fn
         return fn(*xs)
 
     return run
