@@ -337,7 +337,7 @@ def bench_model(
                 rows[-1].extra["torch_onednn_graph_ms"] = llga_s * 1e3
                 rows[-1].extra["vs_onednn_graph"] = timings[len(results) - 1].median / llga_s
                 rows[-1].extra["onednn_graph_ratio"] = llga_s / ort_timing.median
-                notes.append(f"oneDNN Graph {case}: trace + 3 runs {llga_trace_s:.1f} s")
+                notes.append(f"oneDNN Graph {case}: trace, freeze, 4 runs {llga_trace_s:.1f} s")
             if graph_rep is not None:
                 rows[-1].extra["compile_s"] = compile_s
                 rows[-1].extra["compiles"] = compile_count(graph_rep.graph_runner)
