@@ -227,6 +227,28 @@ def test_tree_ensemble_post_transforms_match_onnxruntime(transform, ort_transfor
     np.testing.assert_allclose(got, expected, rtol=rtol, atol=1e-6)
 
 
+@pytest.mark.parametrize("n_targets", [1, 4])
+@pytest.mark.parametrize(("transform", "ort_transform"), [(1, 2), (2, 1), (3, 3), (4, 4)])
+def test_tree_ensemble_post_transforms_with_zero_scores_and_one_target_match_onnxruntime(
+    n_targets, transform, ort_transform
+):
+    """Half the leaves weigh exactly 0, so SOFTMAX_ZERO meets zero scores; with one target only
+    PROBIT changes the scores (onnxruntime's write_scores, as every other ai.onnx.ml op does)."""
+    rng = np.random.default_rng(11)
+    attrs = random_ensemble(rng, n_trees=3, n_features=2, n_targets=n_targets)
+    weights = rng.uniform(0.05, 0.3, attrs["leaf_weights"].shape).astype(np.float32)
+    weights[::2] = 0.0
+    attrs["leaf_weights"] = weights
+    x = _features(rng, 30, 2)
+    got = autograd.TreeEnsemble(post_transform=transform, **attrs)(_t(x)).numpy()
+    expected = onnxruntime(
+        "TreeEnsemble", [x], post_transform=ort_transform, **_tensor_attrs(attrs)
+    )
+    if n_targets > 1:  # SOFTMAX_ZERO's case: some targets score exactly 0
+        assert (autograd.TreeEnsemble(**attrs)(_t(x)).numpy() == 0).any()
+    np.testing.assert_allclose(got, expected, rtol=1e-3 if transform == 4 else 1e-5, atol=1e-6)
+
+
 def test_tree_ensemble_softmax_and_logistic_follow_the_schema_numbering():
     rng = np.random.default_rng(3)
     attrs = random_ensemble(rng, n_trees=3, n_features=2, n_targets=4)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
-from sonnx.autograd.ml_common import FEATURE_TYPES, ML_DOMAIN
+from sonnx.autograd.ml_common import FEATURE_TYPES, ML_DOMAIN, post_transform
 from sonnx.autograd.ml_tree_engine import MEMBER, TreeEngine, TreeNodes, compare_dtype
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError
@@ -88,7 +88,9 @@ class TreeEnsemble(Operator):
     true branch where ``nodes_missing_value_tracks_true`` says so. Each tree's leaf adds
     ``leaf_weights`` to target ``leaf_targetids``, aggregated by ``aggregate_function``
     (0 AVERAGE, 1 SUM, 2 MIN, 3 MAX), then ``post_transform`` (0 NONE, 1 SOFTMAX, 2 LOGISTIC,
-    3 SOFTMAX_ZERO, 4 PROBIT). Piecewise constant in X, so no gradient is recorded.
+    3 SOFTMAX_ZERO, 4 PROBIT), the same transform as every other ai.onnx.ml operator applies
+    (:func:`~sonnx.autograd.ml_common.post_transform`: onnxruntime's, so a single target is changed
+    only by PROBIT). Piecewise constant in X, so no gradient is recorded.
     """
 
     op_type = "TreeEnsemble"
@@ -149,18 +151,7 @@ class TreeEnsemble(Operator):
                 f"TreeEnsemble: attribute post_transform must be one of {POST_TRANSFORMS}, "
                 f"received {transform}"
             )
-        if name == "SOFTMAX":
-            return torch.softmax(scores, dim=1)
-        if name == "LOGISTIC":
-            return torch.sigmoid(scores)
-        if name == "SOFTMAX_ZERO":  # a softmax over the non-zero scores; zeros stay zero
-            nonzero = scores != 0
-            peak = scores.masked_fill(~nonzero, -math.inf).amax(dim=1, keepdim=True)
-            exp = torch.where(nonzero, torch.exp(scores - peak.nan_to_num(neginf=0.0)), 0.0)
-            return exp / exp.sum(dim=1, keepdim=True).clamp(min=torch.finfo(exp.dtype).tiny)
-        if name == "PROBIT":
-            return math.sqrt(2.0) * torch.special.erfinv(2.0 * scores - 1.0)
-        return scores
+        return post_transform(scores, name)
 
 
 def _tree_nodes(op: TreeEnsemble) -> TreeNodes:
