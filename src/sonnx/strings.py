@@ -30,6 +30,7 @@ from sonnx import dtypes
 from sonnx.device import get_default_device
 from sonnx.dtypes import STRING, StringDType
 from sonnx.errors import BadInputError
+from sonnx.host_arrays import HostArray
 
 if TYPE_CHECKING:
     from sonnx.autograd.operator import Operator
@@ -100,54 +101,26 @@ def _as_str(value: Any, what: str) -> str:
     raise BadInputError(f"{what}: expected strings, received an element of type {type(value)}")
 
 
-class StringArray:
+class StringArray(HostArray):
     """An n-dimensional array of strings with the parts of the ``torch.Tensor`` interface that
     shape-, device- and gradient-generic code reads. ``array`` is the NumPy object array."""
 
-    __slots__ = ("array",)
-    requires_grad = False
-    is_leaf = True
-    grad = None
-    grad_fn = None
-    _version = 0
+    __slots__ = ()
 
     def __init__(self, values: Any) -> None:
-        self.array: np.ndarray = (
+        self.array = (
             values if _is_object_array(values) else as_string_array(values, "a string tensor")
         )
-
-    @property
-    def shape(self) -> torch.Size:
-        return torch.Size(self.array.shape)
 
     @property
     def dtype(self) -> StringDType:
         return STRING
 
-    @property
-    def device(self) -> torch.device:
-        return _CPU
-
-    def dim(self) -> int:
-        return self.array.ndim
-
-    def numel(self) -> int:
-        return int(self.array.size)
-
-    def size(self, dim: int | None = None) -> torch.Size | int:
-        return self.shape if dim is None else self.array.shape[dim]
-
-    def __len__(self) -> int:
-        return len(self.array)
-
     def is_floating_point(self) -> bool:
         return False
 
-    def is_complex(self) -> bool:
-        return False
-
-    def detach(self) -> StringArray:
-        return self
+    def _like(self, array: np.ndarray) -> StringArray:
+        return StringArray(array)
 
     def requires_grad_(self, flag: bool = True) -> StringArray:
         if flag:
@@ -172,13 +145,6 @@ class StringArray:
 
     def numpy(self) -> np.ndarray:
         return self.array
-
-    def tolist(self) -> list:
-        return self.array.tolist()
-
-    def reshape(self, *shape: Any) -> StringArray:
-        dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        return StringArray(self.array.reshape(tuple(int(d) for d in dims)))
 
     def __getitem__(self, index: Any) -> StringArray:
         """Strings at ``index``; a torch tensor of positions picks, as NumPy indexing does."""

@@ -40,6 +40,7 @@ from torch._prims_common import is_contiguous_or_false
 from torch._subclasses.fake_tensor import is_fake
 
 from sonnx import dtypes
+from sonnx.host_arrays import HostArray
 from sonnx.strings import LAYOUT_OPS, SHAPE_OPS, object_array
 
 if TYPE_CHECKING:
@@ -56,7 +57,6 @@ __all__ = [
 ]
 
 SYMBOLIC_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
-_CPU = torch.device("cpu")
 
 #: Inputs that operators read as sizes on the host (through ``host_ints`` and friends), by
 #: operator: a symbolic value there goes in as it is.
@@ -76,57 +76,25 @@ SIZE_INPUTS: dict[str, frozenset[int]] = {
 _DATA_INPUTS: dict[str, tuple[int, ...] | None] = {"Concat": None, "Where": (1, 2)}
 
 
-class SymbolicInts:
+class SymbolicInts(HostArray):
     """A small host array of numbers some of which are symbolic sizes, with the parts of the
     ``torch.Tensor`` interface that shape- and device-generic code reads. ``array`` is the
     NumPy object array; ``dtype`` the torch element type the values stand for."""
 
-    __slots__ = ("array", "dtype")
-    requires_grad = False
-    is_leaf = True
-    grad = None
-    grad_fn = None
-    _version = 0
+    __slots__ = ("dtype",)
 
     def __init__(self, array: np.ndarray, dtype: torch.dtype) -> None:
         self.array = array
         self.dtype = dtype
 
-    @property
-    def shape(self) -> torch.Size:
-        return torch.Size(self.array.shape)
-
-    @property
-    def device(self) -> torch.device:
-        return _CPU
-
-    def dim(self) -> int:
-        return self.array.ndim
-
-    def numel(self) -> int:
-        return int(self.array.size)
-
-    def size(self, dim: int | None = None) -> torch.Size | int:
-        return self.shape if dim is None else self.array.shape[dim]
-
     def is_floating_point(self) -> bool:
         return self.dtype.is_floating_point
-
-    def is_complex(self) -> bool:
-        return False
-
-    def detach(self) -> SymbolicInts:
-        return self
-
-    def tolist(self) -> Any:
-        return self.array.tolist()
 
     def item(self) -> Any:
         return self.array.item()
 
-    def reshape(self, *shape: Any) -> SymbolicInts:
-        dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        return SymbolicInts(self.array.reshape(tuple(int(d) for d in dims)), self.dtype)
+    def _like(self, array: np.ndarray) -> SymbolicInts:
+        return SymbolicInts(array, self.dtype)
 
     def __repr__(self) -> str:
         return f"SymbolicInts({self.array.tolist()!r}, {self.dtype})"
