@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -125,14 +125,13 @@ MODELS = {"resnet50": image_model, "mobilenetv3": image_model, "bert": bert_mode
 
 def bench_inference(
     name: str, spec: tuple, dev: Device, args: argparse.Namespace, graph: bool
-) -> list[str]:
+) -> Iterator[str]:
     """Rows for one model at each batch size: sonnx eager against torch eager, or (``graph``)
     sonnx graph mode against torch.compile."""
     onnx_bytes, module, make_inputs = spec
     module = module.to(dev.torch_device)
     rep = sonnx.prepare(onnx_bytes, device=dev, use_graph=graph)
     reference = torch.compile(module, dynamic=True) if graph else module
-    rows = []
     for batch in args.batches:
         xs = [x.to(dev.torch_device) for x in make_inputs(batch)]
         feeds = [Tensor(data=x, requires_grad=False) for x in xs]
@@ -151,8 +150,7 @@ def bench_inference(
         note += f"max diff {max_diff(ours(), theirs()):.1e}"
         ours_ms, theirs_ms = timed_pair(ours, theirs, dev, args.repeats, args.warmup)
         mode = "graph vs torch.compile" if graph else "eager vs torch eager"
-        rows.append(row(f"{name} ({mode})", str(batch), ours_ms, theirs_ms, note))
-    return rows
+        yield row(f"{name} ({mode})", str(batch), ours_ms, theirs_ms, note)
 
 
 # ---- training -----------------------------------------------------------------------------
@@ -221,8 +219,7 @@ def bert_steps(dev: Device, batch: int) -> tuple[Step, Step]:
     return step, torch_step(ref.to(dev.torch_device), xs, labels.to(dev.torch_device))
 
 
-def bench_training(dev: Device, args: argparse.Namespace) -> list[str]:
-    rows = []
+def bench_training(dev: Device, args: argparse.Namespace) -> Iterator[str]:
     cases = (
         ("walkthrough CNN train step", 64, "64x1x28x28", cnn_steps),
         ("BERT-style h128 L4 (imported) train step", 8, "8x128", bert_steps),
@@ -232,11 +229,19 @@ def bench_training(dev: Device, args: argparse.Namespace) -> list[str]:
         first = float(ours()), float(theirs())
         note = f"first losses {first[0]:.4f} / {first[1]:.4f}"
         ours_ms, theirs_ms = timed_pair(ours, theirs, dev, args.repeats, args.warmup)
-        rows.append(row(name, label, ours_ms, theirs_ms, note))
-    return rows
+        yield row(name, label, ours_ms, theirs_ms, note)
 
 
 # ---- main ---------------------------------------------------------------------------------
+
+
+def rows(section: str, dev: Device, args: argparse.Namespace) -> Iterator[str]:
+    if section == "train":
+        yield from bench_training(dev, args)
+        return
+    for name in [args.graph_model] if section == "graph" else list(MODELS):
+        spec = MODELS[name](name, args.image)
+        yield from bench_inference(name, spec, dev, args, graph=section == "graph")
 
 
 def main() -> None:
@@ -254,20 +259,12 @@ def main() -> None:
     args = parser.parse_args()
     dev = Device(args.device)
     autograd.training = False
-    if args.section == "train":
-        rows = bench_training(dev, args)
-    else:
-        names = [args.graph_model] if args.section == "graph" else list(MODELS)
-        rows = []
-        for name in names:
-            spec = MODELS[name](name, args.image)
-            rows += bench_inference(name, spec, dev, args, graph=args.section == "graph")
-            autograd.training = False
-    print(HEADER)
-    print("\n".join(rows), flush=True)
-    if args.out is not None:
-        with args.out.open("a") as f:
-            f.write("".join(r + "\n" for r in rows))
+    print(HEADER, flush=True)
+    for line in rows(args.section, dev, args):
+        print(line, flush=True)
+        if args.out is not None:  # row by row: a section stopped by its time limit keeps them
+            with args.out.open("a") as f:
+                f.write(line + "\n")
 
 
 if __name__ == "__main__":
