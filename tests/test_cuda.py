@@ -9,9 +9,12 @@ code and API misuse, not device bugs). ``scripts/gpu-check.sh`` runs them on a l
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import socket
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -24,6 +27,7 @@ from onnx import TensorProto, helper
 
 import sonnx
 from sonnx import autograd, opt
+from sonnx import dist as sonnx_dist
 from sonnx.device import Device, get_default_device, set_default_device, set_seed
 from sonnx.onnx.exporter import to_onnx
 from sonnx.tensor import Tensor, to_numpy
@@ -222,7 +226,8 @@ def test_model_compile_and_train_one_batch_on_the_gpu_as_on_the_cpu(
 ) -> None:
     """``Model.compile`` places every state on the GPU; ``train_one_batch`` there follows the
     CPU's losses, with a plain SGD or with a one-process DistOpt over NCCL (gloo when the CPU
-    stands in for the GPU)."""
+    stands in for the GPU). DistOpt exchanges nothing in a world of one, so the group's
+    all-reduce is checked directly, through sonnx's collective wrapper, on a GPU tensor."""
     rng = np.random.default_rng(1)
     x = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
     y = rng.integers(0, 10, 8).astype(np.int64)
@@ -236,6 +241,11 @@ def test_model_compile_and_train_one_batch_on_the_gpu_as_on_the_cpu(
         net = _layer_cnn(gpu, states, opt.DistOpt(sgd) if dist else sgd)
         assert {t.device for t in net.get_states().values()} == {gpu}
         gpu_losses = _train_one_batches(net, gpu, x, y)
+        if dist:
+            assert sonnx_dist.device() == gpu  # NCCL's process trains on its own GPU
+            probe = torch.arange(3.0, device=gpu.torch_device)
+            sonnx_dist.run_collective("all-reduce", tdist.all_reduce, probe)
+            assert probe.tolist() == [0.0, 1.0, 2.0]
     np.testing.assert_allclose(gpu_losses, cpu_losses, rtol=RTOL, atol=ATOL)
     _close(
         [to_numpy(t) for t in net.get_states().values()],
@@ -301,3 +311,40 @@ def test_tree_engine_on_the_gpu_matches_the_cpu_and_onnxruntime(gpu: Device) -> 
     got = _run(sonnx.prepare(model, device=gpu), feeds, gpu)
     _close(got, expected)
     _close(got, _run(sonnx.prepare(model), feeds, CPU))
+
+
+# ---- serving --------------------------------------------------------------------------------
+
+
+def test_a_model_served_with_device_cuda_answers_as_on_the_cpu(gpu: Device, tmp_path) -> None:
+    """The serving repository (what ``sonnx serve`` runs behind HTTP and gRPC) loads a model
+    whose config says ``"device": "cuda"``, batches two requests on the GPU and answers what
+    the CPU computes."""
+    from sonnx.serve.metrics import ServeMetrics
+    from sonnx.serve.repository import ModelRepository
+
+    c = case("resnet50")
+    folder = tmp_path / "resnet" / "1"
+    folder.mkdir(parents=True)
+    onnx.save(c.model, folder / "model.onnx")
+    config = {"device": gpu.torch_device.type, "max_batch_size": 4, "max_queue_delay_ms": 50}
+    (tmp_path / "resnet" / "config.json").write_text(json.dumps(config))
+    images = c.feeds[1]["images"]
+
+    async def two_requests() -> list[dict[str, np.ndarray]]:
+        repository = ModelRepository(tmp_path, ServeMetrics())
+        await repository.load_all()
+        try:
+            served = repository.get("resnet")
+            assert Device(served.config.device) == gpu
+            requests = [
+                served.infer({"images": images[i : i + 1]}, None, time.perf_counter())
+                for i in range(len(images))
+            ]
+            return await asyncio.gather(*requests)
+        finally:
+            await repository.close()
+
+    answers = asyncio.run(two_requests())
+    expected = _run(sonnx.prepare(c.model), {"images": images}, CPU)
+    _close([np.concatenate([a["output"] for a in answers])], expected)
