@@ -14,8 +14,9 @@ the others' rows with it):
   eagerly at each of ``--batches``, against the torch module (BatchNorm folded as in the file)
   run eagerly on the same device;
 - ``graph``: one model (``--graph-model``) in sonnx's graph mode (inductor; Triton kernels on a
-  GPU) against the module under ``torch.compile(dynamic=True)``; both compile once for every
-  batch size, and the note gives each side's compile time (the first call);
+  GPU) against the module under ``torch.compile(dynamic=True)``; graph mode traces with
+  symbolic sizes and compiles once, torch specialises a size of 1 and compiles for batch 1
+  apart; the note gives each side's first call at each batch (compiling or not);
 - ``train``: a step (forward, softmax cross-entropy, backward, SGD-momentum) of the
   walkthrough CNN (autograd forms, batch 64) and of the BERT-style encoder (hidden 128, 4
   layers, batch 8 x 128) imported with :class:`sonnx.SONNXModel`, against the torch module with
