@@ -185,7 +185,8 @@ def cnn_steps(dev: Device, batch: int) -> tuple[Step, Step]:
         for t in pair:
             t.to_device(dev)
     sgd = opt.SGD(lr=LR, momentum=MOMENTUM)
-    tx, ty = Tensor(data=x, device=dev), Tensor(data=y, device=dev)
+    tx = Tensor(data=x, device=dev, requires_grad=False)
+    ty = Tensor(data=y, device=dev, requires_grad=False)
 
     def step() -> torch.Tensor:
         autograd.training = True
