@@ -6,6 +6,23 @@ import torch
 
 import sonnx.autograd as autograd
 
+#: Set to "cpu" to run the tests marked ``cuda`` with the CPU standing in for the GPU.
+CUDA_TESTS_DEVICE = "SONNX_CUDA_TESTS_ON"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` are skipped, with the reason, where torch sees no GPU (unless
+    SONNX_CUDA_TESTS_ON=cpu asks to check their logic on the CPU)."""
+    if torch.cuda.is_available() or os.environ.get(CUDA_TESTS_DEVICE) == "cpu":
+        return
+    skip = pytest.mark.skip(
+        reason="needs a CUDA GPU: torch.cuda.is_available() is False "
+        f"(set {CUDA_TESTS_DEVICE}=cpu to check these tests' logic on the CPU)"
+    )
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _session_inductor_cache(tmp_path_factory):

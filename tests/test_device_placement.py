@@ -286,3 +286,11 @@ def test_an_imported_bert_runs_on_a_device_without_reading_values_back():
         autograd.training = previous
     cpu_out = sonnx.prepare(proto).run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
     assert out.device == META and out.shape == cpu_out[0].shape
+
+
+def test_a_bare_cuda_device_names_the_gpu_its_tensors_land_on():
+    """torch puts a tensor sent to "cuda" on "cuda:N", and ``cuda != cuda:0``: a Device named
+    "cuda" resolves the index, so it equals the device of its own tensors."""
+    assert Device("cuda") == Device("cuda:0")
+    assert Device("cuda").torch_device.index is not None
+    assert Device("cpu").torch_device.index is None

@@ -18,7 +18,14 @@ class Device:
     """Where tensors live and computation runs (CPU or one CUDA GPU)."""
 
     def __init__(self, torch_device: torch.device | str) -> None:
-        self.torch_device = torch.device(torch_device)
+        dev = torch.device(torch_device)
+        if dev.type == "cuda" and dev.index is None:
+            # torch puts a tensor sent to "cuda" on "cuda:N" (the current GPU), and the two
+            # compare unequal: a bare "cuda" is resolved here, so a model prepared on it
+            # accepts its own tensors.
+            current = torch.cuda.current_device() if torch.cuda.is_available() else 0
+            dev = torch.device("cuda", current)
+        self.torch_device = dev
 
     @property
     def lang(self) -> str:
