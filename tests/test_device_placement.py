@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
 from onnx import TensorProto, helper
 
 import sonnx
 from sonnx import autograd
-from sonnx.device import Device, get_default_device
+from sonnx.device import Device, get_default_device, set_default_device
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
@@ -294,3 +295,29 @@ def test_a_bare_cuda_device_names_the_gpu_its_tensors_land_on():
     assert Device("cuda") == Device("cuda:0")
     assert Device("cuda").torch_device.index is not None
     assert Device("cpu").torch_device.index is None
+
+
+def test_small_host_floats_join_device_tensors_and_float_constant_of_shape_goes_to_the_graph():
+    """Seen on an H200: a Range limit computed on the host from a size (float) met a float
+    constant on the GPU, and ConstantOfShape made an LSTM's zero state on the host from a host
+    shape. Host floats of shape arithmetic are copied over; a float fill is data, made on the
+    default device (the graph's while a graph runs)."""
+    from sonnx.autograd.host_values import place_inputs
+
+    on_meta = torch.zeros(3, device="meta")
+    placed = place_inputs("Range", [on_meta, torch.tensor(4.0), torch.tensor([1.0, 2.0])])
+    assert {t.device.type for t in placed} == {"meta"}
+    with pytest.raises(BadInputError, match="one device"):
+        place_inputs("Add", [on_meta, torch.zeros(100)])  # data, not a host value
+    before = get_default_device()
+    set_default_device(META)
+    try:
+        shape = torch.tensor([2, 3])
+        zeros = autograd.ConstantOfShape()(Tensor(data=shape, requires_grad=False))
+        ones = autograd.ConstantOfShape(value=np.array([1], dtype=np.int64))(
+            Tensor(data=shape, requires_grad=False)
+        )
+    finally:
+        set_default_device(before)
+    assert zeros.data.device.type == "meta" and zeros.shape == (2, 3)
+    assert ones.data.device.type == "cpu"  # an integer fill from a host shape stays a host value

@@ -44,7 +44,8 @@ def constant_device(t: torch.Tensor, graph_device: torch.device) -> torch.device
 
 
 def place_inputs(op_type: str, inputs: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
-    """The inputs on one device: host values joining device tensors are copied over.
+    """The inputs on one device: host values (and small float tensors computed on the host from
+    sizes) joining device tensors are copied over.
 
     Returns ``inputs`` itself when they already share a device, else a new list. Any other mix
     (float data on the CPU with data on a GPU, two GPUs) is the caller's error.
@@ -61,7 +62,7 @@ def place_inputs(op_type: str, inputs: list[torch.Tensor | None]) -> list[torch.
     present = [(i, t) for i, t in enumerate(inputs) if t is not None]
     devices = {t.device for _, t in present}
     targets = {d for d in devices if d.type != "cpu"}
-    movable = all(t.device in targets or is_host_value(t) for _, t in present)
+    movable = all(t.device in targets or _movable(t) for _, t in present)
     if len(targets) != 1 or not movable:
         first, first_device = present[0][0], present[0][1].device
         position, other = next((i, t) for i, t in present if t.device != first_device)
@@ -78,6 +79,12 @@ def place_inputs(op_type: str, inputs: list[torch.Tensor | None]) -> list[torch.
             t = copy
         placed.append(t)
     return placed
+
+
+def _movable(t: torch.Tensor) -> bool:
+    """A host value, or a small float tensor on the host: shape arithmetic's floats (a Cast of
+    a size, a Range limit computed from one), which meet device tensors as host values do."""
+    return t.device.type == "cpu" and (_integral(t) or t.numel() <= HOST_CONSTANT_SIZE)
 
 
 def forget(placed: Sequence[torch.Tensor | None]) -> None:

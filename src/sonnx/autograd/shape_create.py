@@ -18,7 +18,7 @@ from sonnx.autograd.host_values import host
 from sonnx.autograd.memory_guard import check_elements, check_shape
 from sonnx.autograd.operator import Operator, host_ints
 from sonnx.autograd.shape_common import attrs_without, int64_input
-from sonnx.device import as_device
+from sonnx.device import as_device, get_default_device
 from sonnx.errors import BadInputError
 from sonnx.symbolic_sizes import SYMBOLIC_TYPES, has_symbols, symbolic
 from sonnx.tensor import Tensor
@@ -159,8 +159,18 @@ class ConstantOfShape(Operator):
             if value is None
             else array_to_torch("ConstantOfShape", value).reshape(-1)[:1].reshape(())
         )
-        check_shape("ConstantOfShape: output", dims, fill.dtype, shape.device)
-        return fill.to(shape.device).expand(dims).contiguous()
+        device = _output_device(shape, fill)
+        check_shape("ConstantOfShape: output", dims, fill.dtype, device)
+        return fill.to(device).expand(dims).contiguous()
+
+
+def _output_device(shape: torch.Tensor, fill: torch.Tensor) -> torch.device:
+    """Where ConstantOfShape's output lives: an integer fill makes a host value where the shape
+    is one (a shape built from sizes), but a float fill made from a host shape is data (an RNN's
+    zero initial state): it goes to the default device, the graph's while a graph runs."""
+    if shape.device.type == "cpu" and (fill.is_floating_point() or fill.is_complex()):
+        return get_default_device().torch_device
+    return shape.device
 
 
 class Range(Operator):

@@ -84,7 +84,8 @@ def compile_library(graph: GraphModule, example_inputs: Sequence[Any], library: 
     inductor's pattern rewrites (attention fusion) can reject a graph whose constants are
     tensors (a softmax scale computed from a shape); without them the graph still compiles.
     """
-    from torch._inductor.compile_fx import compile_fx_aot  # loads inductor (~2 s) on first use
+    from torch._inductor import config as inductor_config  # loads inductor (~2 s) on first use
+    from torch._inductor.compile_fx import compile_fx_aot
 
     for pattern_matcher in (True, False):
         options = {
@@ -94,6 +95,11 @@ def compile_library(graph: GraphModule, example_inputs: Sequence[Any], library: 
             "aot_inductor.output_path": str(library),
             "post_grad_custom_pre_pass": _weight_passes,
         }
+        if hasattr(inductor_config.aot_inductor, "embed_kernel_binary"):
+            # GPU kernels inside the library, not in cubin files beside it: the store moves
+            # the library out of the folder it was compiled in ("CUDA driver error: file not
+            # found" at the first run, seen on an H200).
+            options["aot_inductor.embed_kernel_binary"] = True
         try:
             compile_fx_aot(graph, list(example_inputs), config_patches=options)
             return
