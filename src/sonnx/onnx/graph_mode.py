@@ -168,10 +168,7 @@ class GraphRunner:
         #: Trace segments with symbolic sizes: one graph for every shape its guards admit
         #: (see :mod:`sonnx.onnx.symbolic_graphs`); a segment torch cannot trace or compile
         #: that way is compiled for each input shape. False compiles every segment per shape.
-        #: On a GPU every segment is compiled per shape: loading a library compiled with
-        #: symbolic sizes crashed the process (a segmentation fault in torch's CUDA runner,
-        #: torch 2.11 + CUDA 13 on an H200, 2026-11-26), where per-shape libraries ran.
-        self.dynamic = program.device.torch_device.type == "cpu"
+        self.dynamic = True
         #: Why the steps that run eagerly do, by step index.
         self.eager_steps: dict[int, str] = {
             i: f"it draws random numbers ({step.info.op_type})"
