@@ -36,9 +36,9 @@ def tune_process_for_serving() -> None:
     still frees the rest). A notebook, a library, or a training job that embeds sonnx beside
     other work should not call it.
 
-    When: once, after importing and preparing the models and before serving or timing (objects
-    created later are collected as usual; calling it again freezes them too). Idempotent
-    otherwise.
+    When: once, after importing and preparing the models and before serving or timing.
+    Objects created later are collected as usual; calling it again freezes them too, and sets
+    malloc's options only the first time.
     """
     keep_freed_memory()
     gc.freeze()

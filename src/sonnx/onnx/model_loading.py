@@ -74,9 +74,9 @@ def _undecodable_text(message: Message, path: str) -> tuple[str, bytes] | None:
     """The path and value of the first string field under ``message`` that came as bytes."""
     for name in _text_fields(message.DESCRIPTOR):
         value = getattr(message, name)
-        single = isinstance(value, (str, bytes, Message))
-        if single and isinstance(value, Message) and not message.HasField(name):
+        if isinstance(value, Message) and not message.HasField(name):
             continue
+        single = isinstance(value, (str, bytes, Message))
         for i, item in enumerate([value] if single else value):
             where = f"{path}.{name}" if single else f"{path}.{name}[{i}]"
             if isinstance(item, bytes):
