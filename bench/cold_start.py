@@ -33,6 +33,7 @@ def child(model: Path, feeds: Path, threads: int | None) -> None:
     import sonnx
 
     imported = time.perf_counter() - started
+    sonnx.tune_process_for_serving()  # as a server would, after its import
     import numpy as np
     import torch
 

@@ -42,6 +42,7 @@ def main() -> None:
     add_common_args(parser)
     args = parser.parse_args()
     pin_threads(args.threads)
+    sonnx.tune_process_for_serving()  # as a server would (both sides alike)
     autograd.training = False
     print(
         f"{'model':<12} {'shape':<14} {'batch':>5} {'new':>4} {'loaded':>6} {'seconds':>8} "

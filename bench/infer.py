@@ -405,6 +405,7 @@ def main() -> None:
     add_common_args(parser, repeats=9, warmup=2)
     args = parser.parse_args()
     threads = pin_threads(args.threads)
+    sonnx.tune_process_for_serving()  # as a server would (both sides alike)
     autograd.training = False
     rows: list[Row] = []
     model_notes: list[str] = []

@@ -56,6 +56,7 @@ def main() -> None:
     add_common_args(parser, repeats=51, warmup=10)
     args = parser.parse_args()
     threads = pin_threads(args.threads)
+    sonnx.tune_process_for_serving()  # as a server would (both sides alike)
     autograd.training = False
     model, constants = add_chain(args.nodes, args.size)
     data = model.SerializeToString()

@@ -284,6 +284,7 @@ def main() -> None:
     if args.warmup < 1:
         parser.error("--warmup must be at least 1 (the first step also checks the losses)")
     threads = pin_threads(args.threads)
+    sonnx.tune_process_for_serving()  # as a server would (both sides alike)
     rows: list[Row] = []
     for name in args.cases:
         case = build(name, args)

@@ -83,6 +83,7 @@ def main() -> None:
     add_common_args(parser, repeats=5, warmup=1)
     args = parser.parse_args()
     threads = pin_threads(args.threads)
+    sonnx.tune_process_for_serving()  # as a server would (both sides alike)
     autograd.training = False
     _missing_tracks_as_ints()
     x, value, label = _data(args.rows)

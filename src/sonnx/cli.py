@@ -5,6 +5,9 @@ sonnx info MODEL.onnx                                         layers, inputs, ou
 sonnx run MODEL.onnx INPUT.npy [...] [--last-layers K]        run a model on .npy inputs
 sonnx serve --model-repository DIR [--http-port 8000] [--grpc-port 8001]  KServe v2 server
 sonnx cache [--clear]                                         graph mode's stored graphs
+
+``demo`` and ``serve`` are whole programs that run models for their lifetime: they opt in to
+:func:`sonnx.tune_process_for_serving` (malloc and garbage-collector settings).
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from sonnx.errors import SonnxError
+from sonnx.process_tuning import tune_process_for_serving
 
 
 def _demo(args: argparse.Namespace) -> int:
     from sonnx.walkthrough import format_table, run_walkthrough
 
+    tune_process_for_serving()
     results = run_walkthrough(
         Path(args.out),
         epochs=args.epochs,
@@ -68,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from sonnx.serve import run_server
 
+    tune_process_for_serving()
     return run_server(
         args.model_repository,
         host=args.host,

@@ -11,8 +11,9 @@ batch or image, eager or compiled. onnxruntime avoids it with its arena.
 
 :func:`keep_freed_memory` asks glibc (``mallopt``) to serve every block from its heap and never
 to trim it, so a process keeps the memory of its largest run and reuses it: the arena's
-trade (resident memory stays at its peak). ``import sonnx`` calls it; set the environment
-variable ``SONNX_KEEP_HOST_MEMORY=0`` before the import to leave malloc as it is. Elsewhere
+trade (resident memory stays at its peak). It is process-wide, so ``import sonnx`` does not
+call it: :func:`sonnx.tune_process_for_serving` does, for programs that opt in; the
+environment variable ``SONNX_KEEP_HOST_MEMORY=0`` leaves malloc as it is even then. Elsewhere
 than glibc (macOS, musl, Windows) it does nothing.
 """
 

@@ -5,7 +5,8 @@ with a string is the same in every process and Python run), so a case found by t
 is reproduced by its id alone. Structural mutations edit the ``ModelProto`` of a seed (inputs,
 outputs, attributes, op types, initializers, Constant values, node order, opsets, graph
 inputs, cycles), possibly inside an If/Loop subgraph, 1 to 3 at a time; byte mutations flip,
-insert, cut or replace the serialized bytes; input mutations feed wrong shapes, dtypes or
+insert, cut or replace the serialized bytes, or make a name no longer UTF-8 (the file still
+parses: protobuf hands such a name over as bytes); input mutations feed wrong shapes, dtypes or
 values; external-data cases write the model to a directory and point its weights at files,
 among them escape attempts that must stay refused.
 """
@@ -84,7 +85,9 @@ def _seed(name: str) -> Seed:
 
 def mutate_bytes(rng: random.Random, data: bytes) -> tuple[bytes, str]:
     b = bytearray(data)
-    kind = rng.choice(["flip", "flip", "truncate", "insert", "garbage", "empty"])
+    kind = rng.choice(["flip", "flip", "name", "name", "truncate", "insert", "garbage", "empty"])
+    if kind == "name":
+        return _undecodable_name(rng, b)
     if kind == "flip":
         n = rng.randint(1, 8)
         for _ in range(n):
@@ -100,6 +103,53 @@ def mutate_bytes(rng: random.Random, data: bytes) -> tuple[bytes, str]:
     if kind == "garbage":
         return bytes(rng.randrange(256) for _ in range(rng.randint(1, 512))), "random bytes"
     return b"", "empty"
+
+
+#: Bytes that are never UTF-8 next to ASCII: continuation bytes without a lead, lead bytes
+#: without a continuation, and bytes UTF-8 never uses.
+NOT_UTF8 = [0x80, 0xBF, 0xC3, 0xE2, 0xF0, 0xFE, 0xFF]
+
+
+def _undecodable_name(rng: random.Random, data: bytearray) -> tuple[bytes, str]:
+    """One byte of a name (node, op type, domain, attribute, node input or output, graph
+    input or output, initializer; in subgraphs too) replaced by one that is not UTF-8, found
+    in the serialized model by its field tag and length so nothing else changes."""
+    model = onnx.load_from_string(bytes(data))
+    fields = _name_fields(model)
+    what, tag, name = rng.choice(fields)
+    encoded = name.encode()
+    needle = bytes([tag]) + _varint(len(encoded)) + encoded
+    starts, i = [], data.find(needle)
+    while i >= 0:
+        starts.append(i)
+        i = data.find(needle, i + 1)
+    at = rng.choice(starts) + len(needle) - len(encoded) + rng.randrange(len(encoded))
+    data[at] = rng.choice(NOT_UTF8)
+    return bytes(data), f"{what} {name!r}: byte {at} made {data[at]:#x}"
+
+
+def _name_fields(model: onnx.ModelProto) -> list[tuple[str, int, str]]:
+    """(what, protobuf field tag, text) of every non-empty name the importer reads."""
+    fields = []
+    for graph in _graphs(model.graph):
+        for v in [*graph.input, *graph.output]:
+            fields.append(("value", 0x0A, v.name))  # ValueInfoProto.name = 1
+        fields += [("initializer", 0x42, t.name) for t in graph.initializer]  # name = 8
+        for n in graph.node:
+            fields += [("node input", 0x0A, i) for i in n.input]  # NodeProto.input = 1
+            fields += [("node output", 0x12, o) for o in n.output]  # output = 2
+            fields += [("node name", 0x1A, n.name), ("op type", 0x22, n.op_type)]  # 3, 4
+            fields.append(("domain", 0x3A, n.domain))  # domain = 7
+            fields += [("attribute", 0x0A, a.name) for a in n.attribute]  # AttributeProto 1
+    return [f for f in fields if f[2]]
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes([*out, n])
 
 
 def mutate_feeds(rng: random.Random, feeds: dict[str, np.ndarray]) -> str:

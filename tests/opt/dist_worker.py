@@ -3,12 +3,15 @@
 Run as ``python -m tests.opt.dist_worker --mode fp32 --out DIR`` with torchrun's environment
 (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Each rank trains on its own slice of every global
 batch; rank 0 writes the final weights, per-step losses and communication counts to DIR.
+With ``--no-destroy`` it returns as SINGA's scripts do, leaving the group to sonnx's exit
+teardown, after rank 1 has lingered ``--linger`` seconds (so rank 0 exits first).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +55,8 @@ def run(
     die_after: int | None,
     out: Path | None,
     timeout: float,
+    destroy: bool = True,
+    linger: float = 0.0,
 ) -> None:
     device.set_seed(0)  # identical initial weights on every rank
     model = MLP()
@@ -74,7 +79,10 @@ def run(
         )
     if out is not None and dist.is_main():
         np.savez(out / "result.npz", losses=np.array(losses), sent=np.array(sent), **model.params())
-    dist.destroy()
+    if rank == 1:
+        time.sleep(linger)  # the slower rank's extra work
+    if destroy:
+        dist.destroy()
 
 
 def main() -> None:
@@ -86,8 +94,12 @@ def main() -> None:
     parser.add_argument("--die-after", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--no-destroy", action="store_true")
+    parser.add_argument("--linger", type=float, default=0.0)
     a = parser.parse_args()
-    run(a.mode, a.steps, a.batch, a.spars, a.die_after, a.out, a.timeout)
+    run(
+        a.mode, a.steps, a.batch, a.spars, a.die_after, a.out, a.timeout, not a.no_destroy, a.linger
+    )
 
 
 if __name__ == "__main__":

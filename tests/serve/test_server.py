@@ -81,13 +81,15 @@ def test_api_key_guards_everything_but_health(tmp_path: Path) -> None:
         client.close()
 
 
-def test_serve_command_reports_a_missing_repository(tmp_path: Path, capsys) -> None:
+def test_serve_command_reports_a_missing_repository(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(cli, "tune_process_for_serving", lambda: None)  # not in pytest's process
     code = cli.main(["serve", "--model-repository", str(tmp_path / "missing")])
     assert code == 2
     assert f"model repository {tmp_path / 'missing'} is not a directory" in capsys.readouterr().err
 
 
-def test_serve_command_reports_a_port_in_use(tmp_path: Path, capsys) -> None:
+def test_serve_command_reports_a_port_in_use(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(cli, "tune_process_for_serving", lambda: None)  # not in pytest's process
     taken = bind_socket("127.0.0.1", 0)
     port = taken.getsockname()[1]
     try:

@@ -1,6 +1,7 @@
 """Reading and validating an ONNX model before anything runs.
 
-Everything here raises :class:`~sonnx.errors.BadModelError` (malformed model),
+Everything here raises :class:`~sonnx.errors.BadModelError` (malformed model, among them one
+whose names are not UTF-8 text),
 :class:`~sonnx.errors.ResourceLimitError` (a tensor declaring more bytes than the memory
 limit) or :class:`~sonnx.errors.UnsupportedOperatorError` (all unsupported nodes at once),
 never a protobuf or KeyError traceback.
@@ -12,13 +13,15 @@ out through a symbolic link is refused before any file is opened.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import DecodeError, Message
 
 from sonnx.autograd.memory_guard import check_elements
 from sonnx.errors import BadModelError, UnsupportedOperatorError
@@ -30,10 +33,12 @@ ModelSource = onnx.ModelProto | str | os.PathLike | bytes
 def load_model(source: ModelSource) -> onnx.ModelProto:
     """A ModelProto from a ModelProto, a file path or serialized bytes."""
     if isinstance(source, onnx.ModelProto):
+        check_text(source)
         check_tensors(source)
         return source
     if isinstance(source, (bytes, bytearray)):
         model = _parse(bytes(source), "the given bytes")
+        check_text(model)
         check_tensors(model)
         return model
     if isinstance(source, (str, os.PathLike)):
@@ -41,12 +46,54 @@ def load_model(source: ModelSource) -> onnx.ModelProto:
         if not path.is_file():
             raise BadModelError(f"ONNX model file not found: {path}")
         model = _parse(path.read_bytes(), str(path))
+        check_text(model)
         check_tensors(model, external_base=path.parent)
         _load_external_data(model, path.parent)
         return model
     raise BadModelError(
         f"expected an onnx.ModelProto, a path or bytes, received {type(source).__name__}"
     )
+
+
+def check_text(model: onnx.ModelProto) -> None:
+    """Raise :class:`BadModelError` naming the first string field of the model (node, op type,
+    domain, attribute, input and output names, in subgraphs and functions too) that is not
+    UTF-8 text.
+
+    onnx.proto is proto2, whose parser does not validate strings: Python's protobuf hands a
+    string field that does not decode to Python as ``bytes``, so a byte-flipped name would
+    otherwise surface later as a ``TypeError`` wherever it is first compared with a str.
+    """
+    found = _undecodable_text(model, "model")
+    if found is not None:
+        field, value = found
+        raise BadModelError(f"{field} is not UTF-8 text; received the bytes {value!r}")
+
+
+def _undecodable_text(message: Message, path: str) -> tuple[str, bytes] | None:
+    """The path and value of the first string field under ``message`` that came as bytes."""
+    for name in _text_fields(message.DESCRIPTOR):
+        value = getattr(message, name)
+        if isinstance(value, Message) and not message.HasField(name):
+            continue
+        single = isinstance(value, (str, bytes, Message))
+        for i, item in enumerate([value] if single else value):
+            where = f"{path}.{name}" if single else f"{path}.{name}[{i}]"
+            if isinstance(item, bytes):
+                return where, item
+            if isinstance(item, Message):
+                found = _undecodable_text(item, where)
+                if found is not None:
+                    return found
+    return None
+
+
+@functools.cache
+def _text_fields(descriptor: Descriptor) -> tuple[str, ...]:
+    """The fields of a message type that are strings or messages: the only ones walked, so a
+    tensor's raw data (a bytes field) is never read, let alone copied."""
+    kinds = (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE)
+    return tuple(f.name for f in descriptor.fields if f.type in kinds)
 
 
 def check_tensors(model: onnx.ModelProto, external_base: Path | None = None) -> None:
