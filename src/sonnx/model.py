@@ -332,6 +332,7 @@ class Model(Layer):
         input_names: Sequence[str] | None = None,
         output_names: Sequence[str] | None = None,
         dynamic_axes: DynamicAxes | None = None,
+        dtype: str = "float32",
     ) -> onnx.ModelProto:
         """Export the model as ONNX: one eager forward in inference mode on
         ``example_inputs`` is recorded and written (saved to ``path`` when given).
@@ -339,7 +340,8 @@ class Model(Layer):
         Batch-norm layers export with their running statistics and dropout as identity, as
         inference needs; the model's training mode and graph mode are restored afterwards.
         An imported part (a :class:`~sonnx.SONNXModel`) is written as its own graph. The
-        names and ``dynamic_axes`` have :func:`sonnx.to_onnx`'s meaning.
+        names, ``dynamic_axes`` and ``dtype`` (``"float16"`` writes a float16 model) have
+        :func:`sonnx.to_onnx`'s meaning.
         """
         from sonnx.onnx.exporter import save, to_onnx
 
@@ -361,6 +363,7 @@ class Model(Layer):
             input_names=input_names,
             output_names=output_names,
             dynamic_axes=dynamic_axes,
+            dtype=dtype,
         )
         if path is not None:
             save(model, path)

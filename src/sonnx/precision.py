@@ -15,8 +15,7 @@ needed; float16 has five exponent bits, so ``"fp16"`` also scales the loss
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
-from typing import ContextManager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 
 import torch
 
@@ -48,7 +47,7 @@ def check_precision(precision: object, where: str) -> str:
     return precision
 
 
-def autocast(precision: str, device: Device) -> ContextManager[object]:
+def autocast(precision: str, device: Device) -> AbstractContextManager[object]:
     """The context a training step of ``precision`` runs in on ``device``."""
     dtype = PRECISIONS[precision]
     if dtype is None:

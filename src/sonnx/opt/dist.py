@@ -203,7 +203,8 @@ class DistOpt:
     # ---- communication --------------------------------------------------------------------
     def _gradients(self, loss: Tensor) -> list[tuple[Tensor, Tensor]]:
         params, grads = self.opt.backward(loss)
-        return [(p, Tensor(data=g, requires_grad=False)) for p, g in zip(params, grads, strict=True)]
+        pairs = zip(params, grads, strict=True)
+        return [(p, Tensor(data=g, requires_grad=False)) for p, g in pairs]
 
     def _apply(self, pairs: Sequence[tuple[Tensor, Tensor | torch.Tensor]]) -> None:
         params = [p for p, _ in pairs]

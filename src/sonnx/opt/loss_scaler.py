@@ -19,7 +19,7 @@ import torch
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
-__all__ = ["SCALE", "GROWTH_TRACKER", "LossScaler"]
+__all__ = ["GROWTH_TRACKER", "SCALE", "LossScaler"]
 
 #: the keys of the scaler's entries in ``Optimizer.get_states()``.
 SCALE = "loss_scale"
