@@ -168,3 +168,28 @@ def test_fp16_update_equals_the_unscaled_gradient_step() -> None:
         step = (before - to_numpy(net.get_params()[name])) / 0.1
         np.testing.assert_allclose(step, expected[name], rtol=1e-2, atol=1e-4)
     assert net.optimizer.loss_scaler.skipped_steps == 0
+
+
+class _OwnSetter(_Tiny):
+    """SINGA examples' pattern: ``set_optimizer`` overridden to assign the attribute."""
+
+    def set_optimizer(self, optimizer) -> None:
+        self.optimizer = optimizer
+
+
+@pytest.mark.parametrize("wrap", [False, True], ids=["optimizer", "DistOpt"])
+def test_fp16_scaler_reaches_overridden_setters_and_dist_opt(wrap: bool) -> None:
+    """The scaler reaches the optimizer at the training call whatever set it, and DistOpt's
+    modes (one process here) skip an overflowing step like the plain optimizer."""
+    net = _OwnSetter()
+    net.compile([PlaceHolder((4, 5))], is_train=True, precision="fp16")
+    sgd = opt.SGD(0.1)
+    net.set_optimizer(opt.DistOpt(sgd) if wrap else sgd)
+    sgd.set_states({"step_counter": 0, SCALE: 2.0**40, GROWTH_TRACKER: 0})
+    rng = np.random.default_rng(2)
+    x, y = _const(rng.standard_normal((4, 5)).astype(np.float32)), _const(np.arange(4) % 3)
+    w0 = to_numpy(net.fc.W).copy()
+    net(x, y)
+    assert sgd.loss_scaler is not None and sgd.loss_scaler.skipped_steps == 1
+    np.testing.assert_array_equal(to_numpy(net.fc.W), w0)
+    assert sgd.step_counter == 0

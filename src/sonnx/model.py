@@ -241,8 +241,7 @@ class Model(Layer):
         self._loss_scaler = (
             LossScaler(self._device.torch_device.type) if precision == "fp16" else None
         )
-        if self.optimizer is not None:
-            self.set_optimizer(self.optimizer)
+        self._attach_loss_scaler()
 
     def graph(self, mode: bool = True, sequential: bool = False) -> None:
         """Switch graph mode (``torch.compile``) on or off."""
@@ -265,8 +264,14 @@ class Model(Layer):
                 f"received {type(optimizer).__name__}"
             )
         self.optimizer = optimizer
-        inner = optimizer.opt if isinstance(optimizer, DistOpt) else optimizer
-        inner.loss_scaler = self._loss_scaler
+        self._attach_loss_scaler()
+
+    def _attach_loss_scaler(self) -> None:
+        """Hand the model's loss scaler (None unless fp16) to its optimizer; also done at
+        every training call, for subclasses that set ``self.optimizer`` themselves."""
+        optimizer = self.optimizer.opt if isinstance(self.optimizer, DistOpt) else self.optimizer
+        if isinstance(optimizer, Optimizer):
+            optimizer.loss_scaler = self._loss_scaler
 
     # ---- running --------------------------------------------------------------------------
     def train_one_batch(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -285,6 +290,7 @@ class Model(Layer):
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
         """``train_one_batch`` in training mode, ``forward`` in inference mode (as SINGA)."""
         if self.training:
+            self._attach_loss_scaler()
             with autocast(self.precision, self._device):
                 return self.train_one_batch(*inputs, **kwargs)
         return self.forward(*inputs, **kwargs)
