@@ -193,3 +193,22 @@ def test_fp16_scaler_reaches_overridden_setters_and_dist_opt(wrap: bool) -> None
     assert sgd.loss_scaler is not None and sgd.loss_scaler.skipped_steps == 1
     np.testing.assert_array_equal(to_numpy(net.fc.W), w0)
     assert sgd.step_counter == 0
+
+
+def test_bf16_graph_mode_traces_the_autocast_casts_like_eager() -> None:
+    """Graph mode traces the forward under the step's autocast (its graphs are keyed on the
+    autocast dtype), so its bf16 steps equal the eager ones (``aot_eager``: the trace, without
+    inductor's minute of compiling)."""
+    rng = np.random.default_rng(3)
+    x, y = _const(rng.standard_normal((4, 5)).astype(np.float32)), _const(np.arange(4) % 3)
+    runs = []
+    for use_graph in (False, True):
+        torch.manual_seed(0)
+        net = _Tiny()
+        net.graph_backend = "aot_eager"
+        net.set_optimizer(opt.SGD(0.1))
+        net.compile([PlaceHolder((4, 5))], is_train=True, use_graph=use_graph, precision="bf16")
+        outs = [net(x, y) for _ in range(3)]
+        assert all(out.data.dtype == torch.bfloat16 for out, _ in outs)
+        runs.append([float(to_numpy(loss)[0]) for _, loss in outs])
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-6)
