@@ -212,3 +212,14 @@ def test_bf16_graph_mode_traces_the_autocast_casts_like_eager() -> None:
         assert all(out.data.dtype == torch.bfloat16 for out, _ in outs)
         runs.append([float(to_numpy(loss)[0]) for _, loss in outs])
     np.testing.assert_allclose(runs[1], runs[0], rtol=1e-6)
+
+
+def test_fp16_refuses_float16_parameters() -> None:
+    net = _Tiny()
+    net.compile([PlaceHolder((4, 5))], is_train=True, precision="fp16")
+    net.set_optimizer(opt.SGD(0.1))
+    for p in net.get_params().values():
+        p.data = p.data.half().requires_grad_()
+    x = _const(np.ones((4, 5), np.float16))
+    with pytest.raises(BadInputError, match=r"parameter fc\.\w is float16; fp16 training keeps"):
+        net(x, _const(np.arange(4) % 3))

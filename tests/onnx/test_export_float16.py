@@ -13,8 +13,9 @@ from onnx import TensorProto, helper
 import sonnx
 from sonnx.errors import ExportError
 from sonnx.onnx.float16 import to_float16
-from sonnx.tensor import Tensor
+from sonnx.tensor import PlaceHolder, Tensor
 from sonnx.testing import zoo_audio, zoo_text, zoo_vision
+from sonnx.walkthrough import LayerCNN
 
 
 def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -120,3 +121,19 @@ def test_an_unknown_dtype_is_refused() -> None:
     x = Tensor(data=np.ones((2, 2), np.float32), requires_grad=False)
     with pytest.raises(ExportError, match=r"dtype must be one of \('float32', 'float16'\)"):
         sonnx.to_onnx([x], [x], dtype="bfloat16")
+
+
+def test_a_model_built_with_sonnx_exports_as_float16() -> None:
+    """Model.to_onnx(dtype="float16") of the walkthrough CNN (layer API)."""
+    torch.manual_seed(0)
+    net = LayerCNN()
+    net.compile([PlaceHolder((2, 1, 28, 28))], is_train=False)
+    x = np.random.default_rng(0).standard_normal((2, 1, 28, 28)).astype(np.float32)
+    example = [Tensor(data=x, requires_grad=False)]
+    full, half = (net.to_onnx(None, example, dtype=d) for d in ("float32", "float16"))
+    name = full.graph.input[0].name
+    (expected,) = _run(full, {name: x})
+    (got,) = _run(half, {name: x.astype(np.float16)})
+    assert got.dtype == np.float16
+    scale = max(1.0, float(np.abs(expected).max()))
+    assert float(np.abs(got.astype(np.float32) - expected).max()) <= 1e-2 * scale

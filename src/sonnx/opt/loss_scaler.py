@@ -91,6 +91,13 @@ class LossScaler:
         if not params:  # nothing to check: GradScaler needs at least one gradient
             apply()
             return True
+        for p, g in zip(params, grads, strict=True):
+            if g.dtype == torch.float16:
+                raise BadInputError(
+                    f"LossScaler: parameter {p.name or tuple(p.shape)} is float16; fp16 training "
+                    "keeps float32 parameters (autocast casts them per operation), so build or "
+                    "import the model in float32"
+                )
         data = [p.data for p in params]
         for p, g in zip(data, grads, strict=True):
             p.grad = g  # GradScaler reads the gradients from .grad
