@@ -94,9 +94,10 @@ def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
     half_nodes = {k for k, n in enumerate(graph.node) if _computes_in_half(n, types, opset)}
     wanted = _wanted_types(graph, types, half_nodes, opset)
     storage = _storage_types(graph, types, half_nodes, wanted)
-    _rename_float32_outputs(graph, storage)
-    _insert_casts(graph, types, storage, wanted, half_nodes, opset)
     _convert_constants(graph, storage, half_nodes)
+    # Both keep the original nodes' indices valid: the first appends, the second comes last.
+    _rename_float32_outputs(graph, storage)
+    _insert_casts(graph, storage, wanted, half_nodes)
     for value in (*graph.input, *graph.output):
         if value.type.tensor_type.elem_type == _FLOAT:
             value.type.tensor_type.elem_type = _HALF
@@ -228,11 +229,9 @@ def _rename_float32_outputs(graph: onnx.GraphProto, storage: dict[str, int]) -> 
 
 def _insert_casts(
     graph: onnx.GraphProto,
-    types: dict[str, int],
     storage: dict[str, int],
     wanted: dict[tuple[int, int], int],
     half_nodes: set[int],
-    opset: int,
 ) -> None:
     """Route every float input whose stored type differs from the type it computes in
     through a Cast (one per value and target type), placed before its first consumer."""
