@@ -18,6 +18,10 @@ Operators of other domains (ai.onnx.ml, com.microsoft) and those with a ``dtype`
 :class:`~sonnx.errors.ExportError`: control flow (If, Loop, Scan: their subgraphs would need the
 same rewrite), a value whose element type shape inference cannot tell, and a float32 constant
 beyond float16's range.
+
+onnxruntime 1.32 on the CPU crashes while optimizing some float16 models at its default level
+(``ORT_ENABLE_ALL``; the CRNN stand-in, with an LSTM, for this converter's output and for
+onnxruntime's own alike); ``ORT_ENABLE_EXTENDED`` runs them.
 """
 
 from __future__ import annotations
