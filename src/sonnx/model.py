@@ -11,6 +11,10 @@ tensors and compiled (see :class:`_CompiledGraph`); each call is recorded as one
 ``autograd.backward`` still finds the parameters and the optimizer works unchanged. Export
 walks the per-operator graph, so export a model in eager mode (``model.graph(False)``).
 
+``compile(..., precision="bf16" | "fp16")`` trains in mixed precision (see
+:mod:`sonnx.precision`): each training step runs under autocast, float16 with dynamic loss
+scaling by the optimizer.
+
 States are saved as a zip holding ``tensors.npz`` and ``manifest.json`` (format name and
 version, and per tensor its name, kind, dtype and shape); nothing is pickled, dtypes NumPy
 lacks (bfloat16, float8) are stored as their raw bits, and the file is written to a temporary
@@ -42,6 +46,8 @@ from sonnx.device import Device, get_default_device
 from sonnx.errors import BadInputError, ExportError
 from sonnx.layer import Layer, SoftMaxCrossEntropy
 from sonnx.opt import DistOpt, Optimizer
+from sonnx.opt.loss_scaler import LossScaler
+from sonnx.precision import autocast, check_precision
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -94,6 +100,13 @@ class CompiledForward(Operator):
             "node, which has no ONNX form; call model.graph(False) and run forward again to "
             "record the per-operator graph, then export"
         )
+
+
+def _autocast_state(device_type: str) -> torch.dtype | None:
+    """The autocast dtype in force on ``device_type`` (a traced graph bakes its casts in)."""
+    if not torch.is_autocast_enabled(device_type):
+        return None
+    return torch.get_autocast_dtype(device_type)
 
 
 def _signature(t: torch.Tensor) -> tuple[Any, ...]:
@@ -170,6 +183,8 @@ class Model(Layer):
         self.graph_mode = False
         self.sequential = False
         self.optimizer: Optimizer | None = None
+        self.precision = "fp32"
+        self._loss_scaler: LossScaler | None = None
         self.loss_fn: Layer = SoftMaxCrossEntropy()
         self._device: Device = get_default_device()
         self._graphs: dict[Any, _CompiledGraph] = {}
@@ -184,6 +199,7 @@ class Model(Layer):
         is_train: bool = True,
         use_graph: bool = False,
         sequential: bool = False,
+        precision: str = "fp32",
     ) -> None:
         """Create every parameter by running ``forward`` once on ``inputs`` (placeholders with
         the real shapes, dtypes and device), name the states, and set the mode.
@@ -191,7 +207,16 @@ class Model(Layer):
         The initialising pass runs in inference mode so it changes no running statistics.
         ``sequential`` is SINGA's request to run graph operations in order; ``torch.compile``
         schedules kernels itself, so it is recorded but changes nothing.
+
+        ``precision`` is ``"fp32"``, ``"bf16"`` or ``"fp16"``: a training call
+        (``model(x, y)``, i.e. ``train_one_batch``) of a lower precision runs under
+        ``torch.autocast`` with that dtype on the model's device, its parameters and optimizer
+        state staying float32; ``"fp16"`` also gives the optimizer a
+        :class:`~sonnx.opt.loss_scaler.LossScaler` (whether set before or after compiling),
+        used by ``optimizer(loss)`` and :class:`~sonnx.opt.DistOpt`'s modes. Inference
+        (``model(x)`` in eval mode) runs in float32.
         """
+        check_precision(precision, f"{type(self).__name__}.compile")
         if (
             not isinstance(inputs, (list, tuple))
             or not inputs
@@ -212,6 +237,11 @@ class Model(Layer):
         self.get_states()  # names every state after its attribute path
         self.train(is_train)
         self.graph(use_graph, sequential)
+        self.precision = precision
+        self._loss_scaler = (
+            LossScaler(self._device.torch_device.type) if precision == "fp16" else None
+        )
+        self._attach_loss_scaler()
 
     def graph(self, mode: bool = True, sequential: bool = False) -> None:
         """Switch graph mode (``torch.compile``) on or off."""
@@ -227,12 +257,21 @@ class Model(Layer):
             self.__dict__.pop("forward", None)
 
     def set_optimizer(self, optimizer: Optimizer | DistOpt) -> None:
+        """Train with ``optimizer``; it gets the model's loss scaler (None unless fp16)."""
         if not isinstance(optimizer, (Optimizer, DistOpt)):
             raise BadInputError(
                 f"{type(self).__name__}.set_optimizer: expected a sonnx.opt Optimizer, "
                 f"received {type(optimizer).__name__}"
             )
         self.optimizer = optimizer
+        self._attach_loss_scaler()
+
+    def _attach_loss_scaler(self) -> None:
+        """Hand the model's loss scaler (None unless fp16) to its optimizer; also done at
+        every training call, for subclasses that set ``self.optimizer`` themselves."""
+        optimizer = self.optimizer.opt if isinstance(self.optimizer, DistOpt) else self.optimizer
+        if isinstance(optimizer, Optimizer):
+            optimizer.loss_scaler = self._loss_scaler
 
     # ---- running --------------------------------------------------------------------------
     def train_one_batch(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -251,7 +290,9 @@ class Model(Layer):
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
         """``train_one_batch`` in training mode, ``forward`` in inference mode (as SINGA)."""
         if self.training:
-            return self.train_one_batch(*inputs, **kwargs)
+            self._attach_loss_scaler()
+            with autocast(self.precision, self._device):
+                return self.train_one_batch(*inputs, **kwargs)
         return self.forward(*inputs, **kwargs)
 
     def _graph_forward(self, *inputs: Tensor) -> Any:
@@ -260,6 +301,7 @@ class Model(Layer):
         states = self._graph_states
         key = (
             autograd.training,
+            _autocast_state(self._device.torch_device.type),
             tuple(_signature(x.data) for x in inputs),
             tuple(_signature(s.data) for s in states),
         )
@@ -296,6 +338,7 @@ class Model(Layer):
         input_names: Sequence[str] | None = None,
         output_names: Sequence[str] | None = None,
         dynamic_axes: DynamicAxes | None = None,
+        dtype: str = "float32",
     ) -> onnx.ModelProto:
         """Export the model as ONNX: one eager forward in inference mode on
         ``example_inputs`` is recorded and written (saved to ``path`` when given).
@@ -303,7 +346,8 @@ class Model(Layer):
         Batch-norm layers export with their running statistics and dropout as identity, as
         inference needs; the model's training mode and graph mode are restored afterwards.
         An imported part (a :class:`~sonnx.SONNXModel`) is written as its own graph. The
-        names and ``dynamic_axes`` have :func:`sonnx.to_onnx`'s meaning.
+        names, ``dynamic_axes`` and ``dtype`` (``"float16"`` writes a float16 model) have
+        :func:`sonnx.to_onnx`'s meaning.
         """
         from sonnx.onnx.exporter import save, to_onnx
 
@@ -325,6 +369,7 @@ class Model(Layer):
             input_names=input_names,
             output_names=output_names,
             dynamic_axes=dynamic_axes,
+            dtype=dtype,
         )
         if path is not None:
             save(model, path)

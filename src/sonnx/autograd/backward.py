@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import torch
 
 from sonnx.errors import BadInputError
+from sonnx.precision import outside_autocast
 from sonnx.tensor import Tensor
 
 
@@ -87,9 +88,10 @@ def parameter_gradients(
             raise BadInputError(
                 f"backward: dy must have the loss shape {y.shape}, received {tuple(grad_out.shape)}"
             )
-    grads = torch.autograd.grad(
-        y.data, [p.data for p in params], grad_outputs=grad_out, allow_unused=True
-    )
+    with outside_autocast():
+        grads = torch.autograd.grad(
+            y.data, [p.data for p in params], grad_outputs=grad_out, allow_unused=True
+        )
     used = [k for k, g in enumerate(grads) if g is not None]
     return [params[k] for k in used], [grads[k] for k in used]
 

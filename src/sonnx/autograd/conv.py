@@ -35,6 +35,7 @@ from sonnx.autograd.conv_sampling import Col2Im, DeformConv, col2im, deform_conv
 from sonnx.autograd.operator import Operator
 from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError
+from sonnx.precision import autocast_mixes
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -75,8 +76,9 @@ def _group(op: Operator) -> int:
 
 
 def _same_dtype(op_type: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> None:
-    types = [x.dtype, w.dtype] + ([] if b is None else [b.dtype])
-    if len(set(types)) > 1:
+    tensors = [x, w] if b is None else [x, w, b]
+    types = [t.dtype for t in tensors]
+    if len(set(types)) > 1 and not autocast_mixes(*tensors):
         shown = ", ".join(str(t) for t in types)
         raise BadInputError(
             f"{op_type}: inputs X, W and B must share one element type, received {shown}"

@@ -22,6 +22,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.errors import BadInputError
+from sonnx.precision import autocast_mixes
 from sonnx.symbolic_sizes import has_symbols
 
 WIDENED_UINTS = frozenset({torch.uint16, torch.uint32})
@@ -100,7 +101,7 @@ def same_dtype(op: str, names: Sequence[str], xs: Sequence[torch.Tensor]) -> Non
     """ONNX's single type variable ``T``: every input has the first input's element type."""
     first = xs[0].dtype
     for name, x in zip(names[1:], xs[1:], strict=False):
-        if x.dtype != first:
+        if x.dtype != first and not autocast_mixes(xs[0], x):
             raise BadInputError(
                 f"{op}: input {name} must have the element type of input {names[0]} ({first}), "
                 f"received {x.dtype}"

@@ -16,6 +16,7 @@ from sonnx.autograd.activations import StrictExport
 from sonnx.autograd.elementwise_base import broadcast_shapes
 from sonnx.autograd.operator import host_ints
 from sonnx.errors import BadInputError
+from sonnx.precision import autocast_mixes
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def _check_matmul(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
             f"{op}: the batch dimensions of A and B must broadcast, received shapes {_shape(a)} "
             f"and {_shape(b)}"
         ) from None
-    if a.dtype != b.dtype:
+    if a.dtype != b.dtype and not autocast_mixes(a, b):
         raise BadInputError(f"{op}: A and B must have one dtype, received {a.dtype} and {b.dtype}")
 
 
@@ -169,7 +170,7 @@ class Einsum(StrictExport):
         if not equation:
             raise BadInputError("Einsum: attribute equation is required, received none")
         equation = equation.replace(" ", "")
-        if not xs or any(x.dtype != xs[0].dtype for x in xs):
+        if not xs or (any(x.dtype != xs[0].dtype for x in xs) and not autocast_mixes(*xs)):
             raise BadInputError(
                 "Einsum: needs at least one input, all of one dtype, received dtypes "
                 f"{[x.dtype for x in xs]}"

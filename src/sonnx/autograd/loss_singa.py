@@ -137,6 +137,10 @@ class _CrossEntropyBase(_BatchLoss):
                     f"{tuple(x.shape)}, received shape {tuple(t.shape)}"
                 )
             loss = -(t.to(log_p.dtype) * log_p).sum(dim=1).mean()
+        if torch.is_autocast_enabled(x.device.type):
+            # autocast's rule for losses: computed and returned in float32, so the loss (and a
+            # float16 loss scale, 2**16 > float16's largest value) keeps its digits
+            return loss.reshape(1)
         return loss.to(x.dtype).reshape(1)
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:

@@ -19,6 +19,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.errors import BadInputError
+from sonnx.precision import autocast_mixes
 from sonnx.tensor import Tensor
 
 __all__ = ["Layer", "Sequential"]
@@ -188,7 +189,8 @@ class Sequential(Layer):
 def check_input(
     layer: Layer, x: Any, ranks: Sequence[int], layout: str, like: Tensor | None = None
 ) -> None:
-    """``x`` must be a Tensor of one of ``ranks`` (and match ``like``'s dtype and device)."""
+    """``x`` must be a Tensor of one of ``ranks`` (and match ``like``'s dtype and device;
+    under autocast any float dtype is accepted, as autocast chooses the one computed in)."""
     name = type(layer).__name__
     if not isinstance(x, Tensor):
         raise BadInputError(f"{name}: input must be a sonnx Tensor, received {type(x).__name__}")
@@ -201,7 +203,7 @@ def check_input(
             f"{name}: input must be {wanted} {layout}, received shape {tuple(x.data.shape)}"
         )
     if like is not None:
-        if x.data.dtype != like.data.dtype:
+        if x.data.dtype != like.data.dtype and not autocast_mixes(x.data, like.data):
             raise BadInputError(
                 f"{name}: input dtype must match the parameters' {like.data.dtype}, "
                 f"received {x.data.dtype}"

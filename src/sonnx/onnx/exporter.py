@@ -22,12 +22,14 @@ from sonnx import dtypes
 from sonnx.autograd.operator import Operator
 from sonnx.errors import ExportError, OpsetTooOldError
 from sonnx.onnx.export_names import DynamicAxes, GraphNames
+from sonnx.onnx.float16 import to_float16
 from sonnx.onnx.graph_builder import GraphBuilder, first_opset, tensor_proto
 from sonnx.onnx.imported_graph import GraphSource, ImportedExport, ImportedGraph
 from sonnx.tensor import Tensor
 
 # Below 2 GiB protobuf can hold the whole model; above it, weights go to external data.
 _PROTOBUF_LIMIT = 2**31 - 1
+_EXPORT_DTYPES = ("float32", "float16")
 #: ``save`` writes the weights to a ``<name>.data`` file beside the model when the model's
 #: serialized size reaches this many bytes (a module constant so tests can lower it).
 EXTERNAL_DATA_THRESHOLD = _PROTOBUF_LIMIT
@@ -150,6 +152,7 @@ def to_onnx(
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
     dynamic_axes: DynamicAxes | None = None,
+    dtype: str = "float32",
 ) -> onnx.ModelProto:
     """An ONNX model computing ``outputs`` from ``inputs``.
 
@@ -161,7 +164,13 @@ def to_onnx(
     (``{name: {axis: "dim_name"}}`` or ``{name: [axis, ...]}``, torch.onnx.export's meaning)
     declares which dims of which inputs and outputs are symbolic: all others are fixed. Without
     it, the batch dim (axis 0) of inputs built with sonnx is symbolic when ``dynamic_batch``.
+
+    ``dtype="float16"`` writes the model to compute in float16, keeping float32 where
+    onnxruntime's own float16 converter does plus normalizations, Softmax and reductions, with
+    Casts between (see :mod:`sonnx.onnx.float16`); its float inputs and outputs are float16.
     """
+    if dtype not in _EXPORT_DTYPES:
+        raise ExportError(f"to_onnx: dtype must be one of {_EXPORT_DTYPES}, received {dtype!r}")
     inputs, outputs = list(inputs), list(outputs)
     if not outputs:
         raise ExportError("to_onnx: no outputs given")
@@ -193,7 +202,7 @@ def to_onnx(
         onnx.checker.check_model(model if model.ByteSize() < _PROTOBUF_LIMIT else _stub(model))
     except onnx.checker.ValidationError as e:
         raise ExportError(f"to_onnx produced a model the ONNX checker rejects: {e}") from e
-    return model
+    return to_float16(model) if dtype == "float16" else model
 
 
 def _imported_sources(ops: list[Operator]) -> list[GraphSource]:

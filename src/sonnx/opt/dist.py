@@ -15,6 +15,12 @@ optimizer and synchronises before (or, for partial updates, after) applying it:
 
 With one process all of them reduce to plain local training. :attr:`DistOpt.last_step` counts
 what this process sent in the last step.
+
+The wrapped optimizer's ``loss_scaler`` (float16 training) applies in every mode: the loss is
+scaled, the exchanged gradients are unscaled before the update, and a step is skipped when one
+is inf or NaN. The all-reduce spreads an overflow to every process, so they all skip together
+(in the partial and sparse modes, whose updates are local or exchange only part, each process
+decides on its own gradients).
 """
 
 from __future__ import annotations
@@ -28,7 +34,6 @@ import torch
 import torch.distributed as tdist
 
 from sonnx import dist
-from sonnx.autograd.backward import gradients
 from sonnx.errors import BadInputError
 from sonnx.opt.optimizer import Optimizer
 from sonnx.tensor import Tensor
@@ -112,7 +117,7 @@ class DistOpt:
     # ---- the five modes -------------------------------------------------------------------
     def backward_and_update(self, loss: Tensor, threshold: int | None = None) -> None:
         """All-reduce (average) the gradients in fused buckets, then update."""
-        pairs = gradients(loss)
+        pairs = self._gradients(loss)
         self.last_step = CommStats(elements_total=sum(g.size() for _, g in pairs))
         self._all_reduce_mean([g.data for _, g in pairs], threshold or self.buff_size, None)
         self._apply(pairs)
@@ -126,19 +131,22 @@ class DistOpt:
     ) -> None:
         """As :meth:`backward_and_update` with float16 communication; float32 master weights.
 
-        ``clipping`` clamps each gradient to ``[-clip_value, clip_value]`` before the cast.
+        ``clipping`` clamps each gradient to ``[-clip_value, clip_value]`` before the cast
+        (scaled with the loss under float16 training).
         """
-        pairs = gradients(loss)
+        pairs = self._gradients(loss)
         grads = [g.data for _, g in pairs]
         if clipping:
-            grads = [g.clamp(-clip_value, clip_value) for g in grads]
+            scaler = self.opt.loss_scaler
+            bound = clip_value * (1.0 if scaler is None else scaler.scale)
+            grads = [g.clamp(-bound, bound) for g in grads]
         self.last_step = CommStats(elements_total=sum(g.numel() for g in grads))
         self._all_reduce_mean(grads, threshold or self.buff_size, torch.float16)
         self._apply([(p, g) for (p, _), g in zip(pairs, grads, strict=True)])
 
     def backward_and_partial_update(self, loss: Tensor, threshold: int | None = None) -> None:
         """Update locally, then average one rotating chunk of the parameters across processes."""
-        pairs = gradients(loss)
+        pairs = self._gradients(loss)
         self.last_step = CommStats(elements_total=sum(g.size() for _, g in pairs))
         self._apply(pairs)
         if self.world_size == 1 or not pairs:
@@ -170,7 +178,7 @@ class DistOpt:
                 f"backward_and_sparse_update: spars is the magnitude threshold "
                 f"and must be >= 0, received {spars}"
             )
-        pairs = gradients(loss)
+        pairs = self._gradients(loss)
         grads = [g.data for _, g in pairs]
         self.last_step = CommStats(elements_total=sum(g.numel() for g in grads))
         if self.world_size == 1:  # nothing to exchange: plain local training
@@ -193,10 +201,21 @@ class DistOpt:
         self._apply([(p, g) for (p, _), g in zip(pairs, grads, strict=True)])
 
     # ---- communication --------------------------------------------------------------------
+    def _gradients(self, loss: Tensor) -> list[tuple[Tensor, Tensor]]:
+        params, grads = self.opt.backward(loss)
+        pairs = zip(params, grads, strict=True)
+        return [(p, Tensor(data=g, requires_grad=False)) for p, g in pairs]
+
     def _apply(self, pairs: Sequence[tuple[Tensor, Tensor | torch.Tensor]]) -> None:
-        for p, g in pairs:
-            self.opt.update(p, g)
-        self.opt.step()
+        params = [p for p, _ in pairs]
+        grads = [g.data if isinstance(g, Tensor) else g for _, g in pairs]
+
+        def update() -> None:
+            for p, g in zip(params, grads, strict=True):
+                self.opt.update(p, g)
+            self.opt.step()
+
+        self.opt.guarded_update(params, grads, update)
 
     def _all_reduce_mean(
         self, grads: list[torch.Tensor], threshold: int, comm_dtype: torch.dtype | None

@@ -12,13 +12,14 @@ learning rate fails at ``SGD(-0.1)`` and not a hundred steps later.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
 from sonnx.errors import BadInputError
+from sonnx.opt.loss_scaler import GROWTH_TRACKER, SCALE, LossScaler
 from sonnx.opt.schedules import DecayScheduler, as_schedule
 from sonnx.tensor import Tensor
 
@@ -33,6 +34,10 @@ class Optimizer:
 
     ``lr`` is a number or a schedule (see :mod:`sonnx.opt.schedules`) evaluated at
     :attr:`step_counter`, the number of :meth:`step` calls so far.
+
+    :attr:`loss_scaler` (None unless float16 training attached one) scales the loss in
+    :meth:`backward_and_update` and skips the steps whose gradients overflow; a loop of your
+    own over ``autograd.backward(loss)`` and :meth:`update` does not scale.
     """
 
     def __init__(self, lr: float | DecayScheduler, **hyper: Any) -> None:
@@ -43,6 +48,7 @@ class Optimizer:
         self._states: dict[int, tuple[Tensor, State]] = {}
         # States loaded by set_states for parameters this optimizer has not updated yet.
         self._pending: dict[str, State] = {}
+        self.loss_scaler: LossScaler | None = None
 
     # ---- the part a subclass writes -------------------------------------------------------
     def validate(self, hp: dict[str, Any]) -> None:
@@ -150,11 +156,32 @@ class Optimizer:
 
         The gradients come straight from torch autograd (parameter shape, device and dtype), so
         they skip :meth:`update`'s checks, and the parameters without a param group of their
-        own are updated together by :meth:`update_tensors`.
+        own are updated together by :meth:`update_tensors`. With a :attr:`loss_scaler`, the
+        loss is scaled and a step whose gradients overflow changes nothing.
         """
+        params, grads = self.backward(loss)
+        self.guarded_update(params, grads, lambda: self._update_all(params, grads))
+
+    def backward(self, loss: Tensor) -> tuple[list[Tensor], list[torch.Tensor]]:
+        """The parameters ``loss`` depends on and their gradients (of the scaled loss when
+        there is a :attr:`loss_scaler`: pass them to :meth:`guarded_update`)."""
         from sonnx.autograd.backward import parameter_gradients
 
-        params, grads = parameter_gradients(loss)
+        if self.loss_scaler is None:
+            return parameter_gradients(loss)
+        return parameter_gradients(loss, self.loss_scaler.loss_gradient(loss.data))
+
+    def guarded_update(
+        self, params: list[Tensor], grads: list[torch.Tensor], apply: Callable[[], None]
+    ) -> None:
+        """Run ``apply`` (an update from ``grads``, ending in :meth:`step`): directly, or, with a
+        :attr:`loss_scaler`, after unscaling ``grads`` in place and only if all are finite."""
+        if self.loss_scaler is None:
+            apply()
+        else:
+            self.loss_scaler.step(params, grads, apply)
+
+    def _update_all(self, params: list[Tensor], grads: list[torch.Tensor]) -> None:
         shared: list[tuple[torch.Tensor, torch.Tensor, State]] = []
         with torch.no_grad():
             for param, grad in zip(params, grads, strict=True):
@@ -182,7 +209,8 @@ class Optimizer:
 
     # ---- checkpointing --------------------------------------------------------------------
     def get_states(self) -> dict[str, Tensor]:
-        """``{"step_counter": …, "<param name>:<slot>": …}`` as detached copies.
+        """``{"step_counter": …, "<param name>:<slot>": …}`` as detached copies, plus the
+        :attr:`loss_scaler`'s ``loss_scale`` and ``loss_scale_growth_tracker`` when there is one.
 
         Parameters are identified by name (a Model names its parameters ``conv1.W`` …), so the
         states can be restored into a fresh optimizer over a re-created model.
@@ -190,6 +218,8 @@ class Optimizer:
         # host: a checkpointed Python counter, read back with .item()
         counter = torch.tensor(self.step_counter, dtype=torch.int64)
         states = {_STEP_COUNTER: _as_tensor(counter)}
+        if self.loss_scaler is not None:
+            states |= {k: _as_tensor(v) for k, v in self.loss_scaler.get_states().items()}
         for name, slots in self._pending.items():
             for slot, value in slots.items():
                 states[f"{name}:{slot}"] = _as_tensor(value.clone())
@@ -206,7 +236,8 @@ class Optimizer:
 
     def set_states(self, states: Mapping[str, Tensor | torch.Tensor | np.ndarray]) -> None:
         """Restore what :meth:`get_states` returned; per-parameter states bind by name when
-        that parameter is next updated."""
+        that parameter is next updated. The loss scale is restored into a :attr:`loss_scaler`
+        (and ignored without one: training in a precision that needs no scaling)."""
         if _STEP_COUNTER not in states:
             raise BadInputError(
                 f"{type(self).__name__}.set_states: expected a '{_STEP_COUNTER}' entry, "
@@ -214,7 +245,7 @@ class Optimizer:
             )
         pending: dict[str, State] = {}
         for key, value in states.items():
-            if key == _STEP_COUNTER:
+            if key in (_STEP_COUNTER, SCALE, GROWTH_TRACKER):
                 continue
             name, sep, slot = key.rpartition(":")
             if not sep or not name or not slot:
@@ -224,6 +255,8 @@ class Optimizer:
                 )
             pending.setdefault(name, {})[slot] = _torch(value).clone()
         self.step_counter = int(_torch(states[_STEP_COUNTER]).item())
+        if self.loss_scaler is not None and SCALE in states:
+            self.loss_scaler.set_states(states)
         self._states = {}
         self._pending = pending
 
