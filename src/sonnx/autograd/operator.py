@@ -24,6 +24,7 @@ from sonnx import dtypes
 from sonnx.autograd.host_values import forget, host, place_inputs
 from sonnx.errors import BadInputError
 from sonnx.onnx.attributes import schema_defaults
+from sonnx.run_state import TRAINING
 from sonnx.strings import StringArray, run_on_strings
 from sonnx.symbolic_sizes import SYMBOLIC_TYPES, SymbolicInts, run_on_symbols
 from sonnx.tensor import (
@@ -51,10 +52,8 @@ def next_call_number() -> int:
 
 
 def is_training() -> bool:
-    """The module flag ``sonnx.autograd.training`` (read at call time, so users may set it)."""
-    import sonnx.autograd as autograd_module
-
-    return autograd_module.training
+    """``sonnx.autograd.training`` in this thread (see :mod:`sonnx.run_state`)."""
+    return TRAINING.get()
 
 
 class Operator:
