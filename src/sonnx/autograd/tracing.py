@@ -37,11 +37,11 @@ __all__ = [
     "value_checks",
 ]
 
-def value_checks() -> bool:
-    """Whether operators may read tensor values on the host to reject bad ones (an index out
-    of range). False while :func:`tracing` is on in this thread: the traced values are
-    placeholders."""
-    return VALUE_CHECKS.get()
+#: ``value_checks() -> bool``: whether operators may read tensor values on the host to reject
+#: bad ones (an index out of range). False while :func:`tracing` is on in this thread: the
+#: traced values are placeholders. The context variable's own ``get``: operators ask once per
+#: node, and a Python function around it would cost more than the read.
+value_checks = VALUE_CHECKS.get
 
 
 @contextmanager
