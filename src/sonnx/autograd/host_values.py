@@ -24,6 +24,7 @@ from sonnx.run_state import HOST_ORIGINALS
 #: Integer constants of an imported graph with at most this many elements stay on the host.
 HOST_CONSTANT_SIZE = 64
 
+
 def _integral(t: torch.Tensor) -> bool:
     return not (t.is_floating_point() or t.is_complex())
 

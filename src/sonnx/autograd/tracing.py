@@ -37,6 +37,7 @@ __all__ = [
     "value_checks",
 ]
 
+
 #: ``value_checks() -> bool``: whether operators may read tensor values on the host to reject
 #: bad ones (an index out of range). False while :func:`tracing` is on in this thread: the
 #: traced values are placeholders. The context variable's own ``get``: operators ask once per
