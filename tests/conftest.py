@@ -42,7 +42,10 @@ def _session_inductor_cache(tmp_path_factory):
 def _isolate_global_state(tmp_path_factory, monkeypatch):
     """Each test starts in inference mode with fixed seeds and leaves the flag as it found it,
     and compiles into an empty graph store: a graph another test (or an earlier run on this
-    machine) compiled is not loaded from disk, so compile counts are the test's own."""
+    machine) compiled is not loaded from disk, so compile counts are the test's own.
+
+    ``autograd.training`` is per thread (see :mod:`sonnx.run_state`): this sets and restores
+    the flag of the thread running the tests; a thread a test starts begins with False."""
     monkeypatch.setenv("SONNX_CACHE_DIR", str(tmp_path_factory.mktemp("sonnx")))
     previous = autograd.training
     autograd.training = False

@@ -7,11 +7,14 @@ random generator seed; every tensor operation runs wherever its torch data lives
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from sonnx.errors import BadInputError
+from sonnx.run_state import RUN_DEVICE
 
 
 class Device:
@@ -93,19 +96,33 @@ def create_cuda_gpu_on(device_id: int) -> Device:
 
 
 def get_default_device() -> Device:
-    """The device used when none is given (the CPU unless changed by set_default_device)."""
-    return _default
+    """The device used when none is given: inside a graph run in this thread, the graph's
+    (:func:`default_device_for_run`); else the CPU unless changed by set_default_device."""
+    run_device = RUN_DEVICE.get()
+    return _default if run_device is None else run_device
 
 
 def set_default_device(dev: Device) -> None:
+    """Make ``dev`` the default device of the process (every thread's)."""
     global _default
     _default = as_device(dev)
+
+
+@contextmanager
+def default_device_for_run(dev: Device) -> Iterator[None]:
+    """Make ``dev`` the default device of this thread for a while (a graph's run), leaving
+    the process's default and other threads' runs alone."""
+    token = RUN_DEVICE.set(dev)
+    try:
+        yield
+    finally:
+        RUN_DEVICE.reset(token)
 
 
 def as_device(dev: Device | torch.device | str | None) -> Device:
     """Normalise ``None`` (default device), a torch device or a string into a :class:`Device`."""
     if dev is None:
-        return _default
+        return get_default_device()
     if isinstance(dev, Device):
         return dev
     if isinstance(dev, (torch.device, str)):

@@ -3,7 +3,17 @@
 Set ``sonnx.autograd.training = True`` before a forward pass whose gradients you want; the
 gradients come from torch autograd. Each operation is an :class:`Operator` named as its ONNX
 operator, plus a lower-case function with SINGA's name (``relu``, ``conv2d``, …).
+
+``training`` is SINGA's module attribute, kept per thread like torch's grad mode (see
+:mod:`sonnx.run_state`): setting it changes it for the thread (the context) that sets it,
+from that point on. Another thread, or a server's worker, keeps its own value; a new thread
+starts with False, an asyncio task with its creator's value at the time it was created.
+``from sonnx.autograd import training`` copies the value at import, as it always did; read
+``autograd.training`` to see the flag.
 """
+
+import sys
+import types
 
 # ruff: noqa: F403
 from sonnx.autograd.activations import *
@@ -33,5 +43,19 @@ from sonnx.autograd.signal import *
 from sonnx.autograd.strings_ops import *
 from sonnx.autograd.text import *
 from sonnx.autograd.training_ops import *
+from sonnx.run_state import TRAINING
 
-training = False
+
+class _AutogradModule(types.ModuleType):
+    """This module, with ``training`` read from and written to this thread's run state."""
+
+    @property
+    def training(self) -> bool:
+        return TRAINING.get()
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        TRAINING.set(bool(value))
+
+
+sys.modules[__name__].__class__ = _AutogradModule

@@ -19,12 +19,10 @@ from collections.abc import Sequence
 import torch
 
 from sonnx.errors import BadInputError
+from sonnx.run_state import HOST_ORIGINALS
 
 #: Integer constants of an imported graph with at most this many elements stay on the host.
 HOST_CONSTANT_SIZE = 64
-
-# For the operator call in progress: id(device copy) -> host original.
-_originals: dict[int, torch.Tensor] = {}
 
 
 def _integral(t: torch.Tensor) -> bool:
@@ -72,12 +70,14 @@ def place_inputs(op_type: str, inputs: list[torch.Tensor | None]) -> list[torch.
         )
     (target,) = targets
     placed: list[torch.Tensor | None] = []
+    originals = dict(HOST_ORIGINALS.get() or {})  # this thread's table, replaced, not changed
     for t in inputs:
         if t is not None and t.device != target:
             copy = t.to(target, non_blocking=True)
-            _originals[id(copy)] = t
+            originals[id(copy)] = t
             t = copy
         placed.append(t)
+    HOST_ORIGINALS.set(originals)
     return placed
 
 
@@ -89,12 +89,15 @@ def _movable(t: torch.Tensor) -> bool:
 
 def forget(placed: Sequence[torch.Tensor | None]) -> None:
     """After the operator call that :func:`place_inputs` served: drop its device copies."""
-    for t in placed:
-        if t is not None:
-            _originals.pop(id(t), None)
+    originals = HOST_ORIGINALS.get()
+    if originals:
+        ids = {id(t) for t in placed if t is not None}
+        HOST_ORIGINALS.set({k: v for k, v in originals.items() if k not in ids} or None)
 
 
 def host(t: torch.Tensor) -> torch.Tensor:
-    """``t``, or the host original of an input copied to the device for this operator call:
-    what an operator reads when it needs values on the host (``.tolist()``, ``.item()``)."""
-    return _originals.get(id(t), t)
+    """``t``, or the host original of an input copied to the device for this operator call
+    (in this thread): what an operator reads when it needs values on the host (``.tolist()``,
+    ``.item()``)."""
+    originals = HOST_ORIGINALS.get()
+    return t if originals is None else originals.get(id(t), t)

@@ -24,6 +24,7 @@ from sonnx import dtypes
 from sonnx.autograd.host_values import forget, host, place_inputs
 from sonnx.errors import BadInputError
 from sonnx.onnx.attributes import schema_defaults
+from sonnx.run_state import TRAINING
 from sonnx.strings import StringArray, run_on_strings
 from sonnx.symbolic_sizes import SYMBOLIC_TYPES, SymbolicInts, run_on_symbols
 from sonnx.tensor import (
@@ -50,11 +51,9 @@ def next_call_number() -> int:
     return next(_call_order)
 
 
-def is_training() -> bool:
-    """The module flag ``sonnx.autograd.training`` (read at call time, so users may set it)."""
-    import sonnx.autograd as autograd_module
-
-    return autograd_module.training
+#: ``is_training() -> bool``: ``sonnx.autograd.training`` in this thread (see
+#: :mod:`sonnx.run_state`); the context variable's own ``get``, the cheapest read.
+is_training = TRAINING.get
 
 
 class Operator:

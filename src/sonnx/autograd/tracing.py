@@ -24,6 +24,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from sonnx.errors import BadInputError
+from sonnx.run_state import DEFERRED_CHECKS, VALUE_CHECKS
 from sonnx.symbolic_sizes import SYMBOLIC_TYPES
 
 __all__ = [
@@ -36,60 +37,56 @@ __all__ = [
     "value_checks",
 ]
 
-_value_checks = True
 
-
-def value_checks() -> bool:
-    """Whether operators may read tensor values on the host to reject bad ones (an index out
-    of range). False while :func:`tracing` is on: the traced values are placeholders."""
-    return _value_checks
+#: ``value_checks() -> bool``: whether operators may read tensor values on the host to reject
+#: bad ones (an index out of range). False while :func:`tracing` is on in this thread: the
+#: traced values are placeholders. The context variable's own ``get``: operators ask once per
+#: node, and a Python function around it would cost more than the read.
+value_checks = VALUE_CHECKS.get
 
 
 @contextmanager
 def tracing() -> Iterator[None]:
-    """Run operators for a graph tracer (``make_fx``): value checks off, restored after."""
-    global _value_checks
-    previous, _value_checks = _value_checks, False
+    """Run operators for a graph tracer (``make_fx``): value checks off in this thread (see
+    :mod:`sonnx.run_state`), restored after."""
+    token = VALUE_CHECKS.set(False)
     try:
         yield
     finally:
-        _value_checks = previous
-
-
-# Checks of device values deferred to the end of a graph run: (failed flag, message).
-_deferred: list[tuple[torch.Tensor, Callable[[], str]]] | None = None
+        VALUE_CHECKS.reset(token)
 
 
 def defers_checks_on(device: torch.device) -> bool:
     """Whether a check of values on ``device`` is deferred: inside a graph run, off the CPU
     (reading a GPU value waits for the GPU, so a run reads all its checks back at once)."""
-    return _deferred is not None and device.type != "cpu"
+    return device.type != "cpu" and DEFERRED_CHECKS.get() is not None
 
 
 def defer_check(failed: torch.Tensor, message: Callable[[], str]) -> None:
     """Record a 0-d boolean ``failed`` to read at the end of the run; ``message()`` names the
     problem if it is True."""
-    if _deferred is None:
+    deferred = DEFERRED_CHECKS.get()
+    if deferred is None:
         raise RuntimeError("defer_check outside deferred_checks()")
-    _deferred.append((failed, message))
+    deferred.append((failed, message))
 
 
 @contextmanager
 def deferred_checks() -> Iterator[None]:
     """Collect the deferred checks of a graph run and read them back once, at its end (an
-    enclosing run, if any, does it for nested subgraph runs). A failed check raises
-    :class:`BadInputError` with its message. Values on torch's ``meta`` device have no
+    enclosing run in this thread, if any, does it for nested subgraph runs). A failed check
+    raises :class:`BadInputError` with its message. Values on torch's ``meta`` device have no
     contents to read, so their checks are dropped."""
-    global _deferred
-    if _deferred is not None:
+    if DEFERRED_CHECKS.get() is not None:
         yield
         return
-    _deferred = []
+    deferred: list[tuple[torch.Tensor, Callable[[], str]]] = []
+    token = DEFERRED_CHECKS.set(deferred)
     try:
         yield
-        pending = [(flag, message) for flag, message in _deferred if flag.device.type != "meta"]
+        pending = [(flag, message) for flag, message in deferred if flag.device.type != "meta"]
     finally:
-        _deferred = None
+        DEFERRED_CHECKS.reset(token)
     if pending and bool(torch.stack([flag.to(pending[0][0].device) for flag, _ in pending]).any()):
         for flag, message in pending:
             if bool(flag):

@@ -132,7 +132,8 @@ class Layer:
     # ---- modes ----------------------------------------------------------------------------
     def train(self, mode: bool = True) -> Layer:
         """Training mode (dropout active, batch statistics) for every layer; sets
-        ``sonnx.autograd.training``, which the operators read."""
+        ``sonnx.autograd.training``, which the operators read, for this thread (a thread that
+        runs the model has its own flag: see :mod:`sonnx.run_state`)."""
         import sonnx.autograd as autograd
 
         autograd.training = bool(mode)

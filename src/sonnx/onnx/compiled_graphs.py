@@ -125,4 +125,13 @@ def load_library(library: Path, device: torch.device) -> Callable[..., list[torc
         runner = aoti.AOTIModelContainerRunnerCuda(str(library), 1, str(device))
     else:
         raise NotImplementedError(f"graph mode cannot load a compiled graph on {device}")
-    return lambda *inputs: runner.run(list(inputs))
+
+    def run(*inputs: torch.Tensor) -> list[torch.Tensor]:
+        # The library's OpenMP loops and oneDNN calls use the calling thread's OpenMP thread
+        # count, which in a thread that has not yet run a parallel torch op is OpenMP's
+        # default (every core), not torch's: asking torch for its count sets it (the
+        # thread's results then equal, bit for bit, those of the thread that compiled).
+        torch.get_num_threads()
+        return runner.run(list(inputs))
+
+    return run

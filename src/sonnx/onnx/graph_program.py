@@ -12,8 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -25,7 +24,7 @@ from sonnx import dtypes
 from sonnx.autograd.host_values import forget, place_inputs
 from sonnx.autograd.operator import Operator, is_training
 from sonnx.autograd.tracing import NotTraceableError, deferred_checks, value_checks
-from sonnx.device import Device, get_default_device, set_default_device
+from sonnx.device import Device, default_device_for_run
 from sonnx.errors import BadInputError, BadModelError, SonnxError
 from sonnx.onnx.fusions import Fusion, find_fusions
 from sonnx.onnx.gradient_graph import with_forward_graphs
@@ -141,22 +140,6 @@ def _plain(data: torch.Tensor | StringArray | SymbolicInts) -> Tensor:
     return computed_tensor(data)
 
 
-@contextmanager
-def _default_device(dev: Device) -> Iterator[None]:
-    """Make ``dev`` the default device for a while.
-
-    A node with no tensor input (RandomUniform, SequenceLength of an empty sequence, a Loop
-    without trip count and condition) creates its output on the default device; while a graph
-    runs that must be the graph's device, or such an output could not be combined with the rest.
-    """
-    previous = get_default_device()
-    set_default_device(dev)
-    try:
-        yield
-    finally:
-        set_default_device(previous)
-
-
 @dataclass
 class GraphProgram:
     """A compiled graph: constant tensors by name, the steps that compute the rest, and the
@@ -206,7 +189,10 @@ class GraphProgram:
         backward, torch holds what it saved), not until the end of the run.
         """
         grad = torch.set_grad_enabled(is_training())
-        with _default_device(self.device), deferred_checks(), grad:
+        # A node with no tensor input (RandomUniform, SequenceLength of an empty sequence, a
+        # Loop without trip count and condition) creates its output on the default device,
+        # which while a graph runs must be the graph's.
+        with default_device_for_run(self.device), deferred_checks(), grad:
             plan_runs = (
                 keep is not None
                 and computed is None

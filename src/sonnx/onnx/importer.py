@@ -28,7 +28,8 @@ import onnx.inliner
 import torch
 
 import sonnx.onnx.converters  # noqa: F401  (registers every converter)
-from sonnx import autograd, dtypes
+from sonnx import dtypes
+from sonnx.autograd.operator import is_training
 from sonnx.device import Device, as_device
 from sonnx.errors import BadInputError
 from sonnx.onnx.array_runs import ArrayRuns, is_plain_array
@@ -150,7 +151,7 @@ class SingaRep:
         tensors appended to the returned list.
         """
         whole = last_layers == -1 and output is None and not all_outputs and not aux_output
-        compiled_run = self.graph_runner is not None and whole and not autograd.training
+        compiled_run = self.graph_runner is not None and whole and not is_training()
         arrays = self.array_runs if compiled_run and type(inputs) in (list, dict) else None
         if arrays is not None:
             fast = arrays.run(inputs)

@@ -200,6 +200,10 @@ class ShapeValueCache:
         return self._by_signature.get(signature)
 
     def store(self, signature: tuple[Any, ...], values: dict[str, Any]) -> None:
-        if len(self._by_signature) >= self.LIMIT:
-            self._by_signature.pop(next(iter(self._by_signature)))
-        self._by_signature[signature] = values
+        # A new table replaces the old whole: a thread running the same graph may be reading
+        # it, or storing its own signature (dropping the oldest in place, both could pop it).
+        kept = dict(self._by_signature)
+        if len(kept) >= self.LIMIT:
+            kept.pop(next(iter(kept)))
+        kept[signature] = values
+        self._by_signature = kept

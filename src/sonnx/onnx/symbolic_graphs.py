@@ -29,6 +29,7 @@ contiguity checks do not pin a batch of one), and equal sizes are not merged int
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,6 +49,11 @@ from torch.fx.experimental.symbolic_shapes import (
 
 from sonnx.onnx.compiled_graphs import compile_library, freeze
 
+# One trace and compile at a time in the process: both swap torch functions and settings
+# process-wide (see _unguarded_kernel_choices), and inductor's config patches are global too.
+# Runs in other threads (eager, or of graphs compiled before) go on meanwhile.
+_COMPILING = threading.Lock()
+
 
 def compile_symbolic(
     pure: Callable[..., list[torch.Tensor]],
@@ -63,6 +69,17 @@ def compile_symbolic(
     ``declared`` holds each input's shape as the model declares it, if it does: an int for a
     fixed dimension, which is traced fixed; anything else is free, a symbol.
     """
+    with _COMPILING:
+        return _compile_symbolic(pure, params, xs, library, declared)
+
+
+def _compile_symbolic(
+    pure: Callable[..., list[torch.Tensor]],
+    params: list[torch.Tensor],
+    xs: list[torch.Tensor],
+    library: Path,
+    declared: Sequence[Sequence[Any] | None] | None,
+) -> str:
     env = ShapeEnv(specialize_zero_one=False, duck_shape=False)
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
     fake_params = [mode.from_tensor(p, static_shapes=True) for p in params]
