@@ -18,15 +18,16 @@ _BINARY = {_aten.add.Tensor, _aten.sub.Tensor, _aten.mul.Tensor, _aten.div.Tenso
 
 
 def _traced(
-    cin: int, cout: int, groups: int, after: Callable[[torch.Tensor], torch.Tensor]
+    cin: int, cout: int, groups: int, after: Callable[..., torch.Tensor]
 ) -> torch.fx.GraphModule:
-    """A transposed convolution of ``cin`` channels to ``cout`` (no bias) and ``after`` it, its
-    weight and constants captured as the module's attributes (as graph mode freezes them)."""
+    """A transposed convolution of ``cin`` channels of ``x`` to ``cout`` (no bias) and
+    ``after(y, x)`` of its output ``y``, its weight and constants captured as the module's
+    attributes (as graph mode freezes them)."""
     weight = torch.randn(cin, cout // groups, 2, 2)
 
     def model(x: torch.Tensor) -> torch.Tensor:
         y = F.conv_transpose2d(x, weight, None, stride=2, groups=groups)
-        return after(y)
+        return after(y, x)
 
     return make_fx(model)(torch.randn(1, cin, 3, 3))
 
@@ -43,12 +44,12 @@ ADD1, ADD3, MUL4, ADD4, SCALE4, SUB6 = (
 # (the shape inductor mis-sized), a square one scaled per channel (which inductor computed
 # wrong), and grouped ones.
 CASES = {
-    "add-one-channel": (24, 1, 1, lambda y: y + ADD1),
-    "bias-first": (6, 3, 1, lambda y: ADD3 + y),
-    "mul-square": (4, 4, 1, lambda y: y * MUL4),
-    "add-then-mul": (4, 4, 1, lambda y: (y + ADD4) * SCALE4),
-    "sub-grouped": (4, 6, 2, lambda y: y - SUB6),
-    "div-grouped-scalar": (4, 6, 2, lambda y: y / 3.0),
+    "add-one-channel": (24, 1, 1, lambda y, x: y + ADD1),
+    "bias-first": (6, 3, 1, lambda y, x: ADD3 + y),
+    "mul-square": (4, 4, 1, lambda y, x: y * MUL4),
+    "add-then-mul": (4, 4, 1, lambda y, x: (y + ADD4) * SCALE4),
+    "sub-grouped": (4, 6, 2, lambda y, x: y - SUB6),
+    "div-grouped-scalar": (4, 6, 2, lambda y, x: y / 3.0),
 }
 
 
@@ -65,10 +66,14 @@ def test_a_constant_per_channel_operation_is_folded_with_the_same_results(case: 
     torch.testing.assert_close(module(x), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_an_operation_that_is_not_per_channel_or_reads_the_output_twice_is_left_alone() -> None:
+def test_an_operation_not_of_a_per_channel_constant_is_left_alone() -> None:
     torch.manual_seed(0)
     per_pixel = torch.randn(1, 4, 6, 6)
-    for after in (lambda y: y + per_pixel, lambda y: y * y):
+    for after in (
+        lambda y, x: y + per_pixel,  # a constant, but not one value per channel
+        lambda y, x: y * x.mean((2, 3), keepdim=True),  # per channel, but computed
+        lambda y, x: y * y,
+    ):
         module = _traced(4, 4, 1, after)
         x = torch.randn(1, 4, 3, 3)
         expected = module(x)

@@ -51,9 +51,11 @@ def fold_into_transposed_convolutions(module: GraphModule) -> None:
     changed = True
     while changed:  # a convolution followed by an Add, then a Mul, folds twice
         changed = False
+        constants = _Constants(module)
         for node in list(graph.nodes):
-            if _transposed(node) and _fold_reader(module, node):
+            if _transposed(node) and _fold_reader(module, node, constants):
                 changed = True
+                constants = _Constants(module)
     erase_unused_constants(graph)
     graph.lint()
     module.recompile()
@@ -68,7 +70,7 @@ def _transposed(node: Any) -> bool:
     )
 
 
-def _fold_reader(module: GraphModule, conv: Node) -> bool:
+def _fold_reader(module: GraphModule, conv: Node, constants: _Constants) -> bool:
     """Fold the one reader of ``conv`` into it, if it is a foldable operation of a constant."""
     if len(conv.users) != 1:
         return False
@@ -82,8 +84,8 @@ def _fold_reader(module: GraphModule, conv: Node) -> bool:
         other = first
     else:
         return False
-    weight, bias = _constant(module, conv.args[1]), _constant(module, conv.args[2])
-    value = _constant(module, other)
+    weight, bias = constants.value(conv.args[1]), constants.value(conv.args[2])
+    value = constants.value(other)
     if not isinstance(weight, torch.Tensor) or (conv.args[2] is not None and bias is None):
         return False
     per_channel = _per_channel(value, weight, int(conv.args[8]))
@@ -100,25 +102,36 @@ def _fold_reader(module: GraphModule, conv: Node) -> bool:
     return True
 
 
-def _constant(module: GraphModule, arg: Any) -> Any:
-    """The value of ``arg`` if it is computed from the module's attributes and literals only
-    (a frozen weight, a captured initializer, a view of one), else None."""
-    if not isinstance(arg, Node):
-        return arg
-    if arg.op == "get_attr":
-        return getattr(module, str(arg.target), None)
-    if arg.op != "call_function":
-        return None
-    missing = False
+class _Constants:
+    """The values of a graph's nodes computed from the module's attributes and literals only
+    (a frozen weight, a captured initializer, a view of one), evaluated when asked for."""
 
-    def value(node: Node) -> Any:
-        nonlocal missing
-        found = _constant(module, node)
-        missing = missing or found is None
-        return found
+    def __init__(self, module: GraphModule) -> None:
+        self.module = module
+        self.nodes: set[Node] = set()
+        for node in module.graph.nodes:  # in order: a node's inputs come before it
+            if node.op == "get_attr" or (
+                node.op == "call_function"
+                and torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ())
+                and all(n in self.nodes for n in node.all_input_nodes)
+            ):
+                self.nodes.add(node)
+        self._values: dict[Node, Any] = {}
 
-    args, kwargs = map_arg((arg.args, arg.kwargs), value)
-    return None if missing else arg.target(*args, **kwargs)
+    def value(self, arg: Any) -> Any:
+        """``arg``'s value: a literal's own, a constant node's computed; None for others."""
+        if not isinstance(arg, Node):
+            return arg
+        if arg not in self.nodes:
+            return None
+        if arg not in self._values:
+            if arg.op == "get_attr":
+                found = getattr(self.module, str(arg.target), None)
+            else:
+                args, kwargs = map_arg((arg.args, arg.kwargs), self.value)
+                found = arg.target(*args, **kwargs)
+            self._values[arg] = found
+        return self._values[arg]
 
 
 def _per_channel(value: Any, weight: torch.Tensor, groups: int) -> torch.Tensor | None:
