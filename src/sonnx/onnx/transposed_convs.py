@@ -44,6 +44,8 @@ def fold_into_transposed_convolutions(module: GraphModule) -> None:
     """Fold every per-output-channel constant ``add``/``sub``/``mul``/``div`` that is the only
     reader of a transposed convolution with a constant weight into that convolution."""
     graph = module.graph
+    if not any(_transposed(node) for node in graph.nodes):
+        return
     for node in list(graph.nodes):  # inductor drops these before it folds, and so do we
         if node.target is _PAD and _transposed(node.args[0]) and not any(node.args[1]):
             node.replace_all_uses_with(node.args[0])
