@@ -257,3 +257,56 @@ def test_bad_input_met_while_compiling_is_reported_and_later_runs_still_compile(
     np.testing.assert_array_equal(to_numpy(y), np.full((2, 4), 3.0, np.float32))
     assert rep.graph_runner.fallback is None
     assert rep.graph_runner.compile_count == 1
+
+
+def _chain_with_a_tanh() -> onnx.ModelProto:
+    """Relu -> Mul by 2 -> Add x -> Tanh -> Mul -> Sigmoid: six elementwise steps."""
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Mul", ["a", "two"], ["b"], name="double"),
+        helper.make_node("Add", ["b", "x"], ["c"], name="skip"),
+        helper.make_node("Tanh", ["c"], ["d"], name="tanh"),
+        helper.make_node("Mul", ["d", "c"], ["e"], name="gate"),
+        helper.make_node("Sigmoid", ["e"], ["y"], name="squash"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [two],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_segment_inductor_rejects_is_split_at_the_step_it_fails_on(monkeypatch) -> None:
+    """A planted compiler failure on any graph holding a tanh: the Tanh step runs eagerly, and
+    the steps before and after it are compiled (not the whole rest of the model eager)."""
+    from sonnx.onnx import symbolic_graphs
+
+    compile_library = symbolic_graphs.compile_library
+
+    def no_tanh(graph: torch.fx.GraphModule, example_inputs, library) -> None:
+        if any(n.target is torch.ops.aten.tanh.default for n in graph.graph.nodes):
+            raise RuntimeError("planted: inductor cannot compile tanh")
+        compile_library(graph, example_inputs, library)
+
+    monkeypatch.setattr(symbolic_graphs, "compile_library", no_tanh)
+    model = _chain_with_a_tanh()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    runner = rep.graph_runner
+    assert [p.why_eager for p in runner.parts()] == ["not run yet"]
+    rng = np.random.default_rng(0)
+    with pytest.warns(RuntimeWarning, match="node 'tanh' .*planted"):
+        rep.run([rng.standard_normal((2, 3)).astype(np.float32)])
+    for n in (1, 4):
+        _same(rep, eager, [rng.standard_normal((n, 3)).astype(np.float32)])
+    parts = [(p.nodes, p.compiled) for p in runner.parts()]
+    assert parts == [
+        (("relu", "double", "skip"), True),
+        (("tanh",), False),
+        (("gate", "squash"), True),
+    ]
+    assert "inductor could not compile it: planted" in runner.fallback
+    assert runner.compile_count == 2  # the halves before and after the Tanh, for every batch

@@ -73,6 +73,10 @@ def dbnet() -> Case:
     return _detector(zoo_vision.DBNet(width=4, inner=16), spatial_outputs=True)
 
 
+def dbnet_paddle() -> Case:
+    return _detector(zoo_vision.PaddleDBHead(), spatial_outputs=True)
+
+
 def crnn() -> Case:
     module = zoo_text.CRNN(num_classes=11, width=4, hidden=8)
     rng = np.random.default_rng(0)
@@ -104,6 +108,7 @@ FAMILIES: dict[str, Callable[[], Case]] = {
     "mobilenetv3": mobilenetv3,
     "yolov8": yolov8,
     "dbnet": dbnet,
+    "dbnet_paddle": dbnet_paddle,
     "crnn": crnn,
     "bert_int8": bert_int8,
     "vad": vad,
@@ -116,6 +121,7 @@ FEATURES = {
     "yolov8": {"Split", "Sigmoid", "MaxPool", "Resize", "Shape", "Gather", "Range", "Expand",
                "ConstantOfShape", "Softmax"},
     "dbnet": {"HardSwish", "Shape", "Slice", "Resize", "ConvTranspose", "Sigmoid"},
+    "dbnet_paddle": {"ConvTranspose", "Add", "BatchNormalization", "Sigmoid"},
     "crnn": {"Squeeze", "Transpose", "LSTM", "Softmax"},
     "bert_int8": {"DequantizeLinear", "Cast", "Mul", "Range", "Gather", "MatMul", "Erf"},
     "vad": {"If", "Equal", "Pad", "Conv", "Sqrt", "LSTM"},
@@ -206,6 +212,19 @@ def test_dbnet_compiles_whole_in_graph_mode_and_matches_eager_at_both_shapes() -
     choice guarded the batch: one graph for a batch of one, one for the rest (issue #11). One
     graph serves batch 1 at 64x64 and batch 2 at 96x128 now."""
     runner = _graph_mode_matches_eager("dbnet")
+    assert runner.fallback is None
+    assert runner.compile_count == 1
+
+
+def test_paddle_dbnet_head_compiles_whole_in_graph_mode_and_matches_eager() -> None:
+    """paddle2onnx's transposed convolutions without a bias input, each followed by the Add
+    of its bias: inductor's binary folding sized the one-channel one's bias by its input
+    channels (24), the graph failed to compile and the whole model ran eagerly (issue #32)."""
+    transposed = [n for n in case("dbnet_paddle").model.graph.node if n.op_type == "ConvTranspose"]
+    assert [len(n.input) for n in transposed] == [2, 2]  # no bias input
+    runner = _graph_mode_matches_eager("dbnet_paddle")
+    (part,) = runner.parts()
+    assert part.compiled and part.steps == range(len(runner.program.steps))
     assert runner.fallback is None
     assert runner.compile_count == 1
 

@@ -258,12 +258,12 @@ class ConvTranspose(Operator):
         ]
         begins, ends = self._pads(n, sizes, strides, full, extra)
         after = [e - p for e, p in zip(extra, ends, strict=True)]
-        # B inside the convolution where the output only crops the full one: a separate add
-        # after a one-channel ConvTranspose makes inductor's freezing (binary folding) fold a
-        # mis-sized bias, and the graph fails to compile.
+        # B inside the convolution where the output only crops the full one: one kernel, and
+        # no separate add for inductor's binary folding (see sonnx.onnx.transposed_convs).
         inside = b is not None and all(p >= 0 for p in begins) and all(a <= 0 for a in after)
         y = CONV_TRANSPOSE[n](x, w, b if inside else None, strides, 0, 0, group, dilations)
-        y = F.pad(y, torch_pad([-p for p in begins], after))
+        if any(begins) or any(after):  # F.pad copies the output even when it pads nothing
+            y = F.pad(y, torch_pad([-p for p in begins], after))
         if b is not None and not inside:
             y = y + b.reshape(1, -1, *([1] * n))
         return y

@@ -25,6 +25,7 @@ from torch.fx import GraphModule
 
 from sonnx.onnx.conv_prepack import prepack_convolution_weights
 from sonnx.onnx.plain_linears import keep_linears_plain
+from sonnx.onnx.transposed_convs import fold_into_transposed_convolutions
 
 
 @dataclass
@@ -83,10 +84,13 @@ def compile_library(graph: GraphModule, example_inputs: Sequence[Any], library: 
 
     inductor's pattern rewrites (attention fusion) can reject a graph whose constants are
     tensors (a softmax scale computed from a shape); without them the graph still compiles.
+    Constant operations after a transposed convolution are folded into it first, as inductor's
+    own folding would get them wrong (:mod:`~sonnx.onnx.transposed_convs`).
     """
     from torch._inductor import config as inductor_config  # loads inductor (~2 s) on first use
     from torch._inductor.compile_fx import compile_fx_aot
 
+    fold_into_transposed_convolutions(graph)
     for pattern_matcher in (True, False):
         options = {
             "freezing": True,

@@ -17,8 +17,11 @@ A step whose control flow or output shapes depend on input values (NonZero, Uniq
 on a computed condition, a host read of a computed value), or that draws random numbers, cannot
 be part of a static graph. Such a step runs eagerly, *there*: the steps between such steps form
 segments, each traced and compiled on its own, so the rest of the model stays compiled. A
-segment that inductor fails to compile runs eagerly too. Each case is warned about once, with
-the node's name; the steps found to run eagerly are stored with the model's compiled graphs.
+segment that inductor fails to compile is split in halves, and the halves compiled, until the
+step it fails on is found: that step runs eagerly, and the steps before and after it are
+compiled again as the segments around it. Each case is warned about once, with the node's
+name; the steps found to run eagerly are stored with the model's compiled graphs.
+:meth:`GraphRunner.parts` lists what ran compiled and what eagerly.
 An ``If`` whose condition comes from a one-value integer input (Silero-VAD's sample rate) is
 no such step: that input is baked into the graph like a shape value, and each of its values
 gets a graph holding the branch it takes.
@@ -26,11 +29,9 @@ gets a graph holding the branch it takes.
 
 from __future__ import annotations
 
-import itertools
 import operator
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,14 @@ from sonnx.compiler_warnings import torch_deprecations_ignored
 from sonnx.errors import BadInputError
 from sonnx.onnx.compiled_graphs import CompiledGraph
 from sonnx.onnx.graph_program import GraphProgram, reads_of
+from sonnx.onnx.graph_segments import (
+    Choice,
+    RunPart,
+    Segment,
+    plan_segments,
+    segment_reads,
+    whole_graph,
+)
 from sonnx.onnx.graph_store import GraphStore, WeightDigests, digest
 from sonnx.symbolic_sizes import SymbolicInts, materialize, viewable
 from sonnx.tensor import Tensor, computed_tensor
@@ -92,39 +101,9 @@ def _is_control_value(t: torch.Tensor) -> bool:
     return is_host_value(t) and t.numel() == 1
 
 
-@dataclass
-class Choice:
-    """What a segment does with inputs of one set of layouts: which inputs are baked in and
-    which traced (by position), and the graph chosen for each tuple of baked values."""
-
-    baked: tuple[int, ...]
-    traced: tuple[int, ...]
-    graphs: dict[tuple[Any, ...], CompiledGraph] = field(default_factory=dict)
-
-
-@dataclass
-class Segment:
-    """Steps ``[start, stop)`` compiled together: what they read from before and what later
-    steps (or the graph's outputs) read from them; compiled graphs by the inputs' ranks,
-    dtypes and devices and the baked shape values, each serving the shapes its guards admit."""
-
-    start: int
-    stop: int
-    inputs: list[str]
-    outputs: list[str]
-    compiled: dict[tuple[Any, ...], list[CompiledGraph]] = field(default_factory=dict)
-    #: The choices made for each exact set of input layouts (see :func:`layout`) seen under
-    #: the current weight versions: a repeated shape skips the bake tests, key and guards.
-    recent: dict[tuple[Any, ...], Choice] = field(default_factory=dict)
-    #: For each input, the test saying whether its value is baked in (None: never is).
-    bake_tests: list[Callable[[torch.Tensor], bool] | None] | None = None
-    eager: bool = False
-    #: Why the segment is compiled for each input shape (no symbolic trace), if it is.
-    per_shape: str | None = None
-
-
 class _ReplanError(Exception):
-    """A step turned out not to be traceable: the segments change, and the run starts over."""
+    """The segments changed (a step turned out not to be traceable, or inductor failed on a
+    segment, which is split): the run starts over."""
 
 
 class GraphRunner:
@@ -176,6 +155,12 @@ class GraphRunner:
             if step.info.op_type in RANDOM_OP_TYPES
         }
         self._segments: list[Segment | int] | None = None
+        #: Where segments inductor failed on were split (the first step of each second half)
+        #: while the step it fails on is searched for, in this process.
+        self._splits: set[int] = set()
+        #: The segments of the plan before the last change, kept by their steps: a new plan
+        #: takes over the ones it still has, with their graphs.
+        self._previous: dict[tuple[int, int], Segment] = {}
         #: The segment computing the whole graph when it is the only part (no step runs
         #: eagerly), with the positions of the graph's outputs among the segment's.
         self._whole: tuple[Segment, list[int]] | None = None
@@ -193,12 +178,26 @@ class GraphRunner:
             f"node {self.program.steps[i].info.name!r} runs eagerly: {why}"
             for i, why in sorted(self.eager_steps.items())
         ]
-        parts += [
-            f"steps {s.start}-{s.stop - 1} run eagerly: inductor could not compile them"
-            for s in self.segments
-            if isinstance(s, Segment) and s.eager
-        ]
         return "; ".join(parts) or None
+
+    def parts(self) -> list[RunPart]:
+        """What a run does, part by part: each compiled segment and each step run eagerly,
+        as of the runs so far (before the first, no segment is compiled yet)."""
+        names = [step.info.name for step in self.program.steps]
+        found: list[RunPart] = []
+        for part in self.segments:
+            if isinstance(part, int):
+                steps = range(part, part + 1)
+                found.append(RunPart(steps, (names[part],), False, self.eager_steps[part]))
+                continue
+            steps = range(part.start, part.stop)
+            compiled = any(part.compiled.values())
+            why = None
+            if not compiled:
+                constant = any(not c.traced for c in part.recent.values())
+                why = "it reads only constants and shape values" if constant else "not run yet"
+            found.append(RunPart(steps, tuple(names[i] for i in steps), compiled, why))
+        return found
 
     @property
     def compile_count(self) -> int:
@@ -224,9 +223,24 @@ class GraphRunner:
     def segments(self) -> list[Segment | int]:
         """Compiled segments, and the indices of the steps run eagerly between them."""
         if self._segments is None:
-            self._segments = _plan(self.program, set(self.eager_steps))
-            self._whole = _whole_graph(self._segments, self.output_names)
+            parts = plan_segments(self.program, set(self.eager_steps), self._splits)
+            self._segments = [
+                self._previous.get((p.start, p.stop), p) if isinstance(p, Segment) else p
+                for p in parts
+            ]
+            self._previous = {}
+            self._whole = whole_graph(self._segments, self.output_names)
         return self._segments
+
+    def _replan(self) -> None:
+        """The segments change at the next run (a step runs eagerly, a segment is split);
+        those that stay keep their graphs."""
+        if self._segments is not None:
+            self._previous = {
+                (s.start, s.stop): s for s in self._segments if isinstance(s, Segment)
+            }
+        self._segments = None
+        self._whole = None
 
     def run(self, inputs: dict[str, Tensor]) -> list[torch.Tensor] | None:
         """The outputs' values of a compiled run, or None when an input or an output is not a
@@ -239,7 +253,9 @@ class GraphRunner:
             outs = self._chosen_outputs(whole, [inputs[n].data for n in whole.inputs])
             if outs is not None:
                 return [outs[i] for i in positions]
-        for _ in range(len(self.program.steps) + 1):
+        # Each new plan runs another step eagerly, or splits a segment further while the
+        # search for one goes on: a bounded number of plans.
+        for _ in range((len(self.program.steps) + 1) ** 2):
             values: dict[str, Any] = dict(self.constants)
             values.update(inputs)
             try:
@@ -290,7 +306,7 @@ class GraphRunner:
         self, segment: Segment, values: dict[str, Any], versions: tuple[Any, ...]
     ) -> None:
         args = [values.get(n) for n in segment.inputs]
-        if segment.eager or not all(isinstance(a, Tensor) for a in args):
+        if not all(isinstance(a, Tensor) for a in args):
             self._execute(values, segment.start, segment.stop)
             return
         datas = [a.data for a in args]
@@ -312,7 +328,8 @@ class GraphRunner:
         versions: tuple[Any, ...],
     ) -> list[Any] | None:
         """The segment's outputs from the graph for these inputs, chosen now (and remembered);
-        None when the segment has nothing to compile or inductor failed on it."""
+        None when the segment has nothing to compile (its steps read only constants and shape
+        values)."""
         # A shape value (fixed by the input shapes) computed outside the segment is baked in,
         # and so is a one-value graph input an If's condition is computed from (a sample rate):
         # the graph then holds the branch taken, one graph per value. Other graph inputs (token
@@ -338,8 +355,6 @@ class GraphRunner:
         traced = [datas[i] for i in choice.traced]
         with torch.no_grad():
             entry = self._graph_for(segment, args, baked, traced, versions)
-        if entry is None:  # inductor failed: the segment runs eagerly from now on
-            return None
         key = _baked_values(datas, choice.baked)
         if len(choice.graphs) >= RECENT_SIGNATURES:
             choice.graphs.clear()
@@ -359,9 +374,10 @@ class GraphRunner:
         baked: list[bool],
         traced: list[torch.Tensor],
         versions: tuple[Any, ...],
-    ) -> CompiledGraph | None:
+    ) -> CompiledGraph:
         """The segment's graph whose guards admit ``traced``: compiled before, loaded from the
-        store or compiled now; None when inductor cannot compile the segment."""
+        store or compiled now. When inductor cannot compile the segment, it is split (see
+        :meth:`_split`) and the run starts over."""
         key = tuple(
             (_kind(a.data), _values(a.data)) if bake else _kind(a.data)
             for a, bake in zip(args, baked, strict=True)
@@ -383,11 +399,9 @@ class GraphRunner:
             raise _ReplanError from e
         except BadInputError:  # the caller's inputs, not the compiler: nothing to remember
             raise
-        except Exception as e:  # inductor's own failure: this segment runs eagerly
-            segment.eager = True
-            first = self.program.steps[segment.start].info.name
-            self._warn(f"steps from node {first!r} on ({_reason(e)})")
-            return None
+        except Exception as e:  # inductor's own failure
+            self._split(segment, e)
+            raise _ReplanError from e
         graphs.append(entry)
         return entry
 
@@ -435,7 +449,7 @@ class GraphRunner:
     def _store_key(self, segment: Segment, key: tuple[Any, ...]) -> str:
         """The on-disk key of a segment's graphs for inputs of ``key`` (see
         :mod:`sonnx.onnx.graph_store`)."""
-        reads = _segment_reads(self.program, segment.start, segment.stop)
+        reads = segment_reads(self.program, segment.start, segment.stop)
         weights = [
             (n, self._weight_digests.of(self.constants[n].data))
             for n in reads
@@ -446,10 +460,25 @@ class GraphRunner:
             [self.identity, segment.start, segment.stop, self.dynamic, key, declared, weights]
         )
 
+    def _split(self, segment: Segment, error: Exception) -> None:
+        """After inductor failed on ``segment``: its one step runs eagerly, or it is split in
+        halves, each compiled on its own, to find the step inductor fails on. Once found,
+        the search's other splits around it go: the steps before it and after it are
+        segments again (the halves were a way to find it)."""
+        if segment.stop - segment.start > 1:
+            self._splits.add((segment.start + segment.stop) // 2)
+            self._replan()
+            return
+        index = segment.start
+        eager = [i for i in self.eager_steps if i != index]
+        before = max((i for i in eager if i < index), default=-1)
+        after = min((i for i in eager if i > index), default=len(self.program.steps))
+        self._splits = {i for i in self._splits if not before < i <= after}
+        self._run_eagerly(index, f"inductor could not compile it: {_reason(error)}")
+
     def _run_eagerly(self, index: int, reason: str) -> None:
         self.eager_steps[index] = reason
-        self._segments = None
-        self._whole = None
+        self._replan()
         self._warn(f"node {self.program.steps[index].info.name!r} ({reason})")
         if self.identity:
             self.store.save_plan(self.identity, self.eager_steps)
@@ -471,7 +500,7 @@ class GraphRunner:
         versions: tuple[Any, ...],
         stored: str,
     ) -> CompiledGraph:
-        reads = _segment_reads(self.program, segment.start, segment.stop)
+        reads = segment_reads(self.program, segment.start, segment.stop)
         names = [n for n in reads if n in self.constants and self.constants[n].stores_grad]
         fixed = {n: a for n, a, bake in zip(segment.inputs, args, baked, strict=True) if bake}
         traced_names = [n for n, bake in zip(segment.inputs, baked, strict=True) if not bake]
@@ -533,56 +562,3 @@ class GraphRunner:
 def _reason(error: Exception) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-def _segment_reads(program: GraphProgram, start: int, stop: int) -> list[str]:
-    """The names steps ``[start, stop)`` read, subgraph reads and fused inputs included."""
-    names: list[str] = []
-    for index in range(start, stop):
-        names.extend(reads_of(program.steps[index]))
-        fusion = program.fusions.get(index)
-        if fusion is not None:
-            names.extend(fusion.inputs)
-    return list(dict.fromkeys(names))
-
-
-def _plan(program: GraphProgram, eager: set[int]) -> list[Segment | int]:
-    """Segments between the eager steps, each with its inputs and the outputs read later."""
-    parts: list[Segment | int] = []
-    bounds = [-1, *sorted(eager), len(program.steps)]
-    for before, after in itertools.pairwise(bounds):
-        if after - before > 1:
-            parts.append(_segment(program, before + 1, after))
-        if after < len(program.steps):
-            parts.append(after)
-    return parts
-
-
-def _whole_graph(
-    parts: list[Segment | int], outputs: list[str]
-) -> tuple[Segment, list[int]] | None:
-    """The only part, if it is a segment computing every output, with the outputs' positions
-    among the segment's."""
-    if len(parts) != 1 or isinstance(parts[0], int):
-        return None
-    segment = parts[0]
-    if not set(outputs) <= set(segment.outputs):  # an output is a graph input or a constant
-        return None
-    return segment, [segment.outputs.index(n) for n in outputs]
-
-
-def _segment(program: GraphProgram, start: int, stop: int) -> Segment:
-    produced = {o for i in range(start, stop) for o in program.steps[i].outputs if o}
-    inputs = [
-        n
-        for n in _segment_reads(program, start, stop)
-        if n not in produced and n not in program.constants
-    ]
-    later = set(program.output_names)
-    for index in range(stop, len(program.steps)):
-        later.update(reads_of(program.steps[index]))
-        fusion = program.fusions.get(index)
-        if fusion is not None:
-            later.update(fusion.inputs)
-    outputs = [o for i in range(start, stop) for o in program.steps[i].outputs if o in later]
-    return Segment(start, stop, inputs, list(dict.fromkeys(outputs)))

@@ -15,6 +15,9 @@ ONNX files people deploy, exported with torch's TorchScript-based exporter.
   an FPN whose upsampling ``Resize`` takes its ``sizes`` from other feature maps' shapes
   (nearest top-down, bilinear for the fusion), and a head with two ``ConvTranspose`` and a
   sigmoid probability map.
+- :class:`PaddleDBHead` imitates the head of a DB text detector as paddle2onnx writes it: each
+  ``ConvTranspose`` without its bias input, followed by an ``Add`` of the bias, the last one
+  from 24 channels to one.
 
 YOLOv8 and DBNet take any height and width that are multiples of 32 (export them with
 :func:`dynamic_image_axes`).
@@ -385,3 +388,26 @@ class DBNet(nn.Module):
             F.interpolate(p, size=size, mode="bilinear", align_corners=False) for p in fused[1:]
         ]
         return torch.sigmoid(self.head(torch.cat(fused[::-1], 1)))
+
+
+class PaddleDBHead(nn.Module):
+    """A small Conv-BatchNorm-ReLU backbone and DB's probability head, its transposed
+    convolutions' biases added separately as paddle2onnx exports them: ``ConvTranspose``
+    (no bias) + ``Add`` + ``BatchNormalization`` + ``Relu``, then ``ConvTranspose`` to one
+    channel (weight [channels, 1, 2, 2]) + ``Add`` + ``Sigmoid``."""
+
+    def __init__(self, channels: int = 24) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(
+            *_conv_bn(3, channels, 3, 2), nn.ReLU(), *_conv_bn(channels, channels, 3, 2), nn.ReLU()
+        )
+        self.up = nn.ConvTranspose2d(channels, channels, 2, 2, bias=False)
+        self.up_bias = nn.Parameter(torch.randn(channels))
+        self.norm = nn.BatchNorm2d(channels)
+        self.out = nn.ConvTranspose2d(channels, 1, 2, 2, bias=False)
+        self.out_bias = nn.Parameter(torch.randn(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.up(self.backbone(x)) + self.up_bias.reshape(1, -1, 1, 1)
+        y = torch.relu(self.norm(y))
+        return torch.sigmoid(self.out(y) + self.out_bias.reshape(1, -1, 1, 1))
