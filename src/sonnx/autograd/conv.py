@@ -32,7 +32,7 @@ from sonnx.autograd.conv_common import (
     user_pads,
 )
 from sonnx.autograd.conv_sampling import Col2Im, DeformConv, col2im, deform_conv2d
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
@@ -171,6 +171,7 @@ class Conv(Operator):
     """ONNX Conv: X (N, C, spatial...), W (M, C/group, kernel...), optional B (M,)."""
 
     op_type = "Conv"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(
         self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None
@@ -185,6 +186,8 @@ class ConvInteger(Operator):
     """
 
     op_type = "ConvInteger"
+    output_shape = OutputShape.FROM_SHAPES
+    parameterising_inputs = frozenset({2, 3})
 
     def forward(
         self,
@@ -230,6 +233,7 @@ class ConvTranspose(Operator):
     """
 
     op_type = "ConvTranspose"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(
         self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None

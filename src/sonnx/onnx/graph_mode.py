@@ -38,13 +38,14 @@ from typing import Any
 import torch
 
 from sonnx.autograd.host_values import HOST_CONSTANT_SIZE, is_host_value
-from sonnx.autograd.random_ops import RANDOM_OP_TYPES
+from sonnx.autograd.operator import Randomness
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.compiler_warnings import torch_deprecations_ignored
 from sonnx.errors import BadInputError
 from sonnx.onnx.compiled_graphs import CompiledGraph
 from sonnx.onnx.graph_program import GraphProgram, reads_of
 from sonnx.onnx.graph_store import GraphStore, WeightDigests, digest
+from sonnx.onnx.registry import operator_class
 from sonnx.symbolic_sizes import SymbolicInts, materialize, viewable
 from sonnx.tensor import Tensor, computed_tensor
 
@@ -173,7 +174,7 @@ class GraphRunner:
         self.eager_steps: dict[int, str] = {
             i: f"it draws random numbers ({step.info.op_type})"
             for i, step in enumerate(program.steps)
-            if step.info.op_type in RANDOM_OP_TYPES
+            if operator_class(step.info).random is Randomness.ALWAYS
         }
         self._segments: list[Segment | int] | None = None
         #: The segment computing the whole graph when it is the only part (no step runs
