@@ -329,6 +329,8 @@ class TensorScatter(Operator):
 
     op_type = "TensorScatter"
     output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: only numeric caches are written.
+    moves_elements_only = False
     # The write positions are data of each call.
     parameterising_inputs = frozenset()
 

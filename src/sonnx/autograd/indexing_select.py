@@ -93,6 +93,8 @@ class Unique(Operator):
 
     op_type = "Unique"
     output_shape = OutputShape.VALUE_SIZED
+    # Strings, which ONNX lets in, are refused: sorting them has no torch form.
+    moves_elements_only = False
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         axis = self.attr("axis")

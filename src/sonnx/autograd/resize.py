@@ -322,6 +322,8 @@ class Resize(Operator):
 
     op_type = "Resize"
     output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: interpolation computes on numbers.
+    moves_elements_only = False
     # roi, scales and sizes (Resize-10's and Upsample's scales are input 1).
     shape_inputs = frozenset({1, 2, 3})
     size_inputs = frozenset({3})

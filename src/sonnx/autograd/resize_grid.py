@@ -40,6 +40,8 @@ class GridSample(Operator):
 
     op_type = "GridSample"
     output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: sampling computes on numbers.
+    moves_elements_only = False
 
     def forward(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
         mode = self.attr("mode")

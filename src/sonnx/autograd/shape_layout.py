@@ -252,9 +252,10 @@ class Tile(Operator):
     op_type = "Tile"
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
-    shape_inputs = frozenset({1})
+    # The repeats (Tile-1: the tiles and the axis, inputs 1 and 2).
+    shape_inputs = frozenset({1, 2})
     size_inputs = frozenset({1})
-    parameterising_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1, 2})
 
     def forward(self, x: torch.Tensor, repeats: torch.Tensor) -> torch.Tensor:
         reps = host_ints(repeats)

@@ -343,6 +343,8 @@ class Pad(Operator):
 
     op_type = "Pad"
     output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: a constant pad needs a string constant.
+    moves_elements_only = False
     shape_inputs = frozenset({1, 3})
     # pads, the constant value and axes.
     parameterising_inputs = frozenset({1, 2, 3})
@@ -503,6 +505,8 @@ class Trilu(Operator):
 
     op_type = "Trilu"
     output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: the zeroed part needs a string zero.
+    moves_elements_only = False
     parameterising_inputs = frozenset({1})
 
     def forward(self, x: torch.Tensor, k: torch.Tensor | None = None) -> torch.Tensor:

@@ -122,6 +122,10 @@ class Registry:
     def versions(self, op_type: str, domain: str = "") -> list[int]:
         return list(self._versions.get((_domain_key(domain), op_type), []))
 
+    def operators(self) -> list[tuple[str, str]]:
+        """Every registered (domain, op type), sorted (the default domain as ``""``)."""
+        return sorted(self._versions)
+
     def op_types(self, domain: str = "") -> list[str]:
         d = _domain_key(domain)
         return sorted(op for dom, op in self._versions if dom == d)
