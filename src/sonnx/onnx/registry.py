@@ -12,10 +12,11 @@ Most operators register their :class:`~sonnx.autograd.operator.Operator` class d
 written as functions with :func:`converter`.
 
 An operator's traits (:class:`~sonnx.autograd.operator.Operator`: output shape, parameterising
-inputs, randomness, ...) are read from its class: :func:`operator_class` answers it for a node,
-also where a function converter builds it (``converter(..., operator=Split)``), and answers
-:class:`~sonnx.autograd.operator.Operator` itself, whose defaults are the safe ones, for an
-operator no class stands for (If, the sequence operators).
+inputs, randomness, ...) are read from its class, which :func:`operator_class` finds for a node:
+the class registered for any version of its operator, or the one a function converter names
+(``converter(..., operator=Split)``), or :class:`~sonnx.autograd.operator.Operator` itself,
+whose defaults are the safe ones, for an operator no class stands for (If, the sequence
+operators).
 
 Before a converter is ever called, :func:`check_node` holds the node to its ``onnx.defs``
 schema: input and output counts (variadic included), required inputs present, attributes

@@ -14,8 +14,8 @@ computed shape, a Resize by constant scales — when those values are fixed or c
 than trainable weights). Anything else — a subgraph, a random draw, an output sized by values
 (NonZero), an operator that does not declare how its shape is decided — is neither, and so is
 everything after it that depends on it. What an operator is comes from its class's traits
-(:class:`~sonnx.autograd.operator.Operator`). The cache keeps its
-values while the constants they were computed from are unchanged (:func:`shape_value_sources`).
+(:class:`~sonnx.autograd.operator.Operator`). The cache keeps its values while the constants
+they were computed from are unchanged (:func:`shape_value_sources`).
 """
 
 from __future__ import annotations
