@@ -80,8 +80,9 @@ def _shape_inputs(step: Step) -> list[str]:
 
 
 def _sizing_constant(name: str, constants: dict[str, Tensor]) -> bool:
-    """A constant whose values may fix a shape: not a trainable weight (an LSTM's weights,
-    read where its sizes would be, change at every training step)."""
+    """A constant whose values may fix a shape: not a trainable weight, whose values change
+    at every training step (a float initializer read only as a shape input, a Resize's
+    scales, is a constant: see :mod:`sonnx.onnx.graph_constants`)."""
     return name in constants and not constants[name].is_param
 
 
