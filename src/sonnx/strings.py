@@ -9,11 +9,12 @@ from them move to the GPU.
 
 Operators meet strings in one of three ways (:func:`run_on_strings`):
 
-* operators that only move elements (Reshape, Transpose, Gather, Concat, Slice, Where, ...)
-  run their ordinary torch code on int64 *positions* standing in for the strings, and the
-  strings at the positions that come out are picked afterwards, so every layout operator the
-  ONNX spec lets take strings does so with no string code of its own;
-* Shape and Size read only the shape;
+* operators that only move elements (Reshape, Transpose, Gather, Concat, Slice, Where, ...:
+  their class declares ``moves_elements_only``) run their ordinary torch code on int64
+  *positions* standing in for the strings, and the strings at the positions that come out are
+  picked afterwards, so every layout operator the ONNX spec lets take strings does so with no
+  string code of its own;
+* Shape and Size read only the shape (``reads_shape_only``);
 * operators that read the characters (Equal, Cast, StringConcat, LabelEncoder, ...) set
   ``takes_strings = True`` and receive the :class:`StringArray` itself.
 """
@@ -37,38 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["StringArray", "as_string_array", "is_string_array", "object_array", "run_on_strings"]
 
-# Operators whose every output is made of their inputs' elements, moved (the ONNX spec lets
-# each of them take strings).
-LAYOUT_OPS = frozenset(
-    {
-        "ArrayFeatureExtractor",
-        "CenterCropPad",
-        "Compress",
-        "Concat",
-        "DepthToSpace",
-        "Expand",
-        "Flatten",
-        "Gather",
-        "GatherElements",
-        "GatherND",
-        "Identity",
-        "Reshape",
-        "ReverseSequence",
-        "Scatter",
-        "ScatterElements",
-        "ScatterND",
-        "Slice",
-        "SpaceToDepth",
-        "Split",
-        "Squeeze",
-        "Tile",
-        "Transpose",
-        "Unsqueeze",
-        "Where",
-    }
-)
-# Operators that read only their input's shape.
-SHAPE_OPS = frozenset({"Shape", "Size"})
 _CPU = torch.device("cpu")
 
 
@@ -206,11 +175,11 @@ def equal(a: Any, b: Any) -> torch.Tensor:
 
 def run_on_strings(op: Operator, raw: Sequence[Any]) -> Any:
     """Run ``op`` on inputs of which at least one is a :class:`StringArray`."""
-    if getattr(op, "takes_strings", False):
+    if op.takes_strings:
         return op.forward(*raw)
-    if op.op_type in SHAPE_OPS:  # a zero-stride stand-in of the same shape allocates nothing
+    if op.reads_shape_only:  # a zero-stride stand-in of the same shape allocates nothing
         return op.forward(*(torch.zeros(()).expand(r.shape) if _is_strings(r) else r for r in raw))
-    if op.op_type not in LAYOUT_OPS:
+    if not op.moves_elements_only:
         which = [i for i, r in enumerate(raw) if _is_strings(r)]
         raise BadInputError(
             f"{op.op_type}: input(s) {which} are strings, which {op.op_type} does not take"

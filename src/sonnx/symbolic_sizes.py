@@ -19,8 +19,8 @@ Operators meet such values in one of four ways:
 * operators that only move elements (Gather, Concat, Slice, Unsqueeze, ...) run their torch code
   on int64 positions and pick the elements at the positions that come out, as string tensors do
   (:mod:`sonnx.strings`);
-* operators that read a size input on the host (the inputs :data:`SIZE_INPUTS` names) receive
-  the :class:`SymbolicInts` itself;
+* operators that read a size input on the host (the inputs their class declares
+  ``size_inputs``) receive the :class:`SymbolicInts` itself;
 * anything else gets it as a traced int64 tensor (:func:`materialize`): still correct, and a
   later host read of it makes the step run eagerly, as any data-dependent step does.
 
@@ -41,7 +41,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from sonnx import dtypes
 from sonnx.host_arrays import HostArray
-from sonnx.strings import LAYOUT_OPS, SHAPE_OPS, object_array
+from sonnx.strings import object_array
 
 if TYPE_CHECKING:
     from sonnx.autograd.operator import Operator
@@ -57,23 +57,6 @@ __all__ = [
 ]
 
 SYMBOLIC_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
-
-#: Inputs that operators read as sizes on the host (through ``host_ints`` and friends), by
-#: operator: a symbolic value there goes in as it is.
-SIZE_INPUTS: dict[str, frozenset[int]] = {
-    "ConstantOfShape": frozenset({0}),
-    "Expand": frozenset({1}),
-    "Range": frozenset({0, 1, 2}),
-    "Reshape": frozenset({1}),
-    "Resize": frozenset({3}),
-    "Slice": frozenset({1, 2, 3, 4}),
-    "Squeeze": frozenset({1}),
-    "Tile": frozenset({1}),
-    "Unsqueeze": frozenset({1}),
-}
-# Where each layout operator's moved elements come from; the rest are indices, conditions,
-# shapes.
-_DATA_INPUTS: dict[str, tuple[int, ...] | None] = {"Concat": None, "Where": (1, 2)}
 
 
 class SymbolicInts(HostArray):
@@ -146,7 +129,7 @@ def viewable(x: torch.Tensor) -> torch.Tensor:
 def run_on_symbols(op: Operator, raw: Sequence[Any]) -> Any:
     """Run ``op`` on inputs of which at least one is a :class:`SymbolicInts`."""
     positions = [i for i, r in enumerate(raw) if type(r) is SymbolicInts]
-    if op.op_type in SHAPE_OPS:
+    if op.reads_shape_only:
         return op.forward(*(torch.zeros(()).expand(r.shape) if i in positions else r
                             for i, r in enumerate(raw)))  # fmt: skip
     elementwise = _ELEMENTWISE.get(op.op_type)
@@ -154,9 +137,9 @@ def run_on_symbols(op: Operator, raw: Sequence[Any]) -> Any:
         dtype = _result_dtype(op, raw)
         if isinstance(dtype, torch.dtype):  # not a Cast to strings
             return elementwise(op, [_as_array(r) for r in raw], dtype)
-    if set(positions) <= SIZE_INPUTS.get(op.op_type, frozenset()):
+    if set(positions) <= op.size_inputs:
         return op.forward(*raw)
-    if op.op_type in LAYOUT_OPS and all(_readable(r) for r in _data_inputs(op, raw)):
+    if op.moves_elements_only and all(_readable(r) for r in _data_inputs(op, raw)):
         return _moved(op, raw)
     return op.forward(*(materialize(r) if type(r) is SymbolicInts else r for r in raw))
 
@@ -179,13 +162,13 @@ def _as_array(value: Any) -> np.ndarray | None:
 
 
 def _data_inputs(op: Operator, raw: Sequence[Any]) -> list[Any]:
-    which = _DATA_INPUTS.get(op.op_type, (0,))
+    which = op.moved_inputs
     return [r for i, r in enumerate(raw) if which is None or i in which]
 
 
 def _moved(op: Operator, raw: Sequence[Any]) -> Any:
     """A layout operator on int64 positions standing for its data inputs' elements."""
-    which = _DATA_INPUTS.get(op.op_type, (0,))
+    which = op.moved_inputs
     pools, stand_ins, offset = [], [], 0
     dtype = torch.int64
     for i, r in enumerate(raw):

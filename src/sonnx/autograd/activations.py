@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 from sonnx import dtypes
 from sonnx.autograd.elementwise_base import broadcast_shapes
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.onnx.attributes import schema_defaults
 from sonnx.onnx.graph_builder import first_opset
@@ -127,6 +127,8 @@ class _Activation(StrictExport):
     ``since`` is the opset that introduced the operator; below it :meth:`decompose` writes an
     equivalent graph of older operators (or the export fails with a clear message).
     """
+
+    output_shape = OutputShape.FROM_SHAPES
 
     since = 1
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from sonnx.autograd.activations import require_float
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
@@ -31,6 +31,8 @@ class _AxisNormalizer(Operator):
     row of that matrix; since opset 13 they normalise along ``axis`` alone. ``self.version``
     says which meaning applies (None: the newest).
     """
+
+    output_shape = OutputShape.FROM_SHAPES
 
     def along(self, x: torch.Tensor, dim: int) -> torch.Tensor:
         raise NotImplementedError

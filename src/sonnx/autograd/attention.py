@@ -22,7 +22,7 @@ from sonnx.autograd.attention_linear import (
     causal_conv_with_state,
     linear_attention,
 )
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.tensor import Tensor
 
@@ -100,6 +100,9 @@ class Attention(Operator):
     """
 
     op_type = "Attention"
+    output_shape = OutputShape.FROM_SHAPES
+    # The mask and the key lengths are data of each call.
+    parameterising_inputs = frozenset()
 
     def forward(
         self,
@@ -370,6 +373,9 @@ class RotaryEmbedding(Operator):
     """
 
     op_type = "RotaryEmbedding"
+    output_shape = OutputShape.FROM_SHAPES
+    # The cos and sin caches are fixed tables; position_ids are data.
+    parameterising_inputs = frozenset({1, 2})
 
     def forward(
         self,

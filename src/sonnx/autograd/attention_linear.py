@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
@@ -46,6 +46,7 @@ class LinearAttention(Operator):
     """
 
     op_type = "LinearAttention"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(
         self,
@@ -135,6 +136,7 @@ class CausalConvWithState(Operator):
     """
 
     op_type = "CausalConvWithState"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(
         self,

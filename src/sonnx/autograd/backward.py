@@ -41,7 +41,8 @@ def trainable_tensors(y: Tensor) -> list[Tensor]:
 
 
 def inference_only_operators(y: Tensor) -> list[str]:
-    """The ai.onnx.ml operators ``y`` was computed with (inside imported runs too), named."""
+    """The inference-only operators (the ai.onnx.ml ones) ``y`` was computed with (inside
+    imported runs too), named."""
     found: list[str] = []
     seen: set[int] = set()
     stack = [y]
@@ -53,7 +54,7 @@ def inference_only_operators(y: Tensor) -> list[str]:
         nodes = getattr(op, "node_descriptions", None)
         if nodes is not None:
             found += nodes(domain="ai.onnx.ml")
-        elif op.domain == "ai.onnx.ml":
+        elif op.inference_only:
             found.append(op.op_type)
         stack.extend(x for x in op.inputs if x is not None)
     return found

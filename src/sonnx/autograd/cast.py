@@ -21,7 +21,7 @@ import torch
 from onnx import TensorProto
 
 from sonnx import dtypes
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.dtypes import STRING, ElementType
 from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.onnx.graph_builder import GraphBuilder
@@ -285,6 +285,7 @@ class Cast(Operator):
 
     op_type = "Cast"
     takes_strings = True
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor | StringArray) -> torch.Tensor | StringArray:
         target = onnx_dtype(self.op_type, self.attr("to"), "target type (attribute to)")
@@ -314,6 +315,9 @@ class CastLike(Operator):
 
     op_type = "CastLike"
     takes_strings = True
+    output_shape = OutputShape.FROM_SHAPES
+    # Only target_type's element type is read.
+    parameterising_inputs = frozenset({1})
 
     def forward(
         self, x: torch.Tensor | StringArray, target_type: torch.Tensor | StringArray
@@ -337,6 +341,7 @@ class BitCast(Operator):
     """Reinterpret the bits as type ``to`` (same element width; little-endian, as torch)."""
 
     op_type = "BitCast"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         target = onnx_dtype(self.op_type, self.attr("to"), "target type (attribute to)")

@@ -32,7 +32,7 @@ from sonnx.autograd.conv_common import (
     user_pads,
 )
 from sonnx.autograd.conv_sampling import Col2Im, DeformConv, col2im, deform_conv2d
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError
 from sonnx.precision import autocast_mixes
@@ -173,6 +173,7 @@ class Conv(Operator):
     """ONNX Conv: X (N, C, spatial...), W (M, C/group, kernel...), optional B (M,)."""
 
     op_type = "Conv"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(
         self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None
@@ -187,6 +188,8 @@ class ConvInteger(Operator):
     """
 
     op_type = "ConvInteger"
+    output_shape = OutputShape.FROM_SHAPES
+    parameterising_inputs = frozenset({2, 3})
 
     def forward(
         self,
@@ -232,6 +235,7 @@ class ConvTranspose(Operator):
     """
 
     op_type = "ConvTranspose"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(
         self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None

@@ -16,7 +16,7 @@ import torch
 
 from sonnx.autograd.conv import conv_forward
 from sonnx.autograd.conv_common import require_opset, user_ints, user_pads
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
@@ -63,6 +63,8 @@ class QLinearConv(Operator):
     """
 
     op_type = "QLinearConv"
+    output_shape = OutputShape.FROM_SHAPES
+    parameterising_inputs = frozenset({1, 2, 4, 5, 6, 7})
 
     def forward(
         self,

@@ -18,7 +18,7 @@ from sonnx.autograd.conv_common import (
     user_ints,
     user_pads,
 )
-from sonnx.autograd.operator import Operator, host_ints
+from sonnx.autograd.operator import Operator, OutputShape, host_ints
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
@@ -60,6 +60,7 @@ class DeformConv(Operator):
     """
 
     op_type = "DeformConv"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(
         self,
@@ -148,6 +149,11 @@ class Col2Im(Operator):
     """
 
     op_type = "Col2Im"
+    output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: overlapping blocks are summed.
+    moves_elements_only = False
+    shape_inputs = frozenset({1, 2})
+    parameterising_inputs = frozenset({1, 2})
 
     def forward(
         self, x: torch.Tensor, image_shape: torch.Tensor, block_shape: torch.Tensor

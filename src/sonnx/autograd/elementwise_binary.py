@@ -24,7 +24,7 @@ from sonnx.autograd.elementwise_base import (
     require,
     same_dtype,
 )
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError, ExportError
 from sonnx.onnx.graph_builder import GraphBuilder
@@ -35,6 +35,8 @@ __all__ = ["Add", "Div", "Mod", "Mul", "Pow", "Sub", "add", "div", "mod", "mul",
 
 class BinaryOp(Operator):
     """Two inputs ``A`` and ``B`` of one element type, broadcast NumPy-style."""
+
+    output_shape = OutputShape.FROM_SHAPES
 
     input_names = ("A", "B")
     # The last input signature that passed the checks: an imported graph runs one operator
@@ -153,6 +155,8 @@ class Pow(BinaryOp):
     """``X ** Y``; since opset 12 Y may have another numeric type. The result has X's type."""
 
     op_type = "Pow"
+    # The exponent.
+    parameterising_inputs = frozenset({1})
     input_names = ("X", "Y")
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ from sonnx.autograd.elementwise_base import (
 )
 from sonnx.autograd.elementwise_binary import Add
 from sonnx.autograd.host_values import host
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.errors import BadInputError, OpsetTooOldError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
@@ -50,6 +50,8 @@ __all__ = [
 
 class VariadicOp(Operator):
     """One or more inputs ``data_0, data_1, …`` of one numeric type, broadcast together."""
+
+    output_shape = OutputShape.FROM_SHAPES
 
     def check(self, xs: tuple[torch.Tensor, ...]) -> None:
         if not xs:
@@ -103,6 +105,9 @@ class Where(Operator):
     """``Where(condition, X, Y)``: X where condition holds, else Y (all three broadcast)."""
 
     op_type = "Where"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    moved_inputs = frozenset({1, 2})
 
     def forward(self, condition: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         require(
@@ -143,6 +148,8 @@ class Clip(Operator):
     """
 
     op_type = "Clip"
+    output_shape = OutputShape.FROM_SHAPES
+    parameterising_inputs = frozenset({1, 2})
 
     def forward(
         self, x: torch.Tensor, lo: torch.Tensor | None = None, hi: torch.Tensor | None = None

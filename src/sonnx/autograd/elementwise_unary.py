@@ -16,7 +16,7 @@ from sonnx.autograd.elementwise_base import (
     require,
     require_float,
 )
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.tensor import Tensor
 
 __all__ = [
@@ -78,6 +78,8 @@ __all__ = [
 
 class FloatUnary(Operator):
     """A float-only ONNX function, computed by the torch function ``fn`` (differentiable)."""
+
+    output_shape = OutputShape.FROM_SHAPES
 
     fn: ClassVar[Callable[[torch.Tensor], torch.Tensor]]
 
@@ -192,6 +194,7 @@ def _float_for_test(op: str, x: torch.Tensor) -> torch.Tensor:
 
 class IsNaN(Operator):
     op_type = "IsNaN"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.isnan(_float_for_test(self.op_type, x))
@@ -201,6 +204,7 @@ class IsInf(Operator):
     """Attributes ``detect_negative`` and ``detect_positive`` select which infinities count."""
 
     op_type = "IsInf"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = _float_for_test(self.op_type, x)
@@ -216,6 +220,7 @@ class IsInf(Operator):
 
 class Abs(Operator):
     op_type = "Abs"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require(self.op_type, "X", x, "a numeric tensor", x.dtype != torch.bool)
@@ -224,6 +229,7 @@ class Abs(Operator):
 
 class Neg(Operator):
     op_type = "Neg"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ok = x.dtype != torch.bool and x.dtype not in UNSIGNED
@@ -233,6 +239,7 @@ class Neg(Operator):
 
 class Sign(Operator):
     op_type = "Sign"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require(self.op_type, "input", x, "a numeric tensor", x.dtype != torch.bool)
@@ -243,6 +250,7 @@ class Sign(Operator):
 
 class Not(Operator):
     op_type = "Not"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require(self.op_type, "X", x, "a bool tensor", x.dtype == torch.bool)
@@ -251,6 +259,7 @@ class Not(Operator):
 
 class BitwiseNot(Operator):
     op_type = "BitwiseNot"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require(self.op_type, "X", x, "an integer tensor", is_integer(x.dtype))

@@ -12,7 +12,7 @@ import io
 import numpy as np
 import torch
 
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 from sonnx.tensor import Tensor
 
@@ -26,6 +26,7 @@ class ImageDecoder(Operator):
     ``pixel_format`` RGB or BGR, 1 for Grayscale. Not differentiable."""
 
     op_type = "ImageDecoder"
+    output_shape = OutputShape.VALUE_SIZED
 
     def forward(self, encoded: torch.Tensor) -> torch.Tensor:
         pixel_format = str(self.attr("pixel_format"))

@@ -40,7 +40,7 @@ from sonnx.autograd.indexing_select import (
     unique,
 )
 from sonnx.autograd.memory_guard import check_shape
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.autograd.tracing import defers_checks_on, value_checks
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
@@ -94,6 +94,10 @@ class Gather(Operator):
     """``output = data`` indexed along ``axis`` by ``indices`` (any shape; negative wrap)."""
 
     op_type = "Gather"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    # Indices are data.
+    parameterising_inputs = frozenset()
     # The last indices checked and wrapped, with what they were found for: (indices tensor,
     # its version, the axis size, the wrapped indices). A constant index (a model taking the
     # last step of a sequence) is the same tensor at every run of an imported graph.
@@ -133,6 +137,9 @@ class GatherElements(Operator):
     """``output[i][j][k] = data[index[i][j][k]][j][k]`` for axis 0 (``torch.gather``)."""
 
     op_type = "GatherElements"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    parameterising_inputs = frozenset()
 
     def forward(self, data: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         require_int(self.op_type, "indices", indices)
@@ -172,6 +179,9 @@ class GatherND(Operator):
     the first ``batch_dims`` axes of both are batch axes gathered in lock-step."""
 
     op_type = "GatherND"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    parameterising_inputs = frozenset()
 
     def forward(self, data: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         b = self.attr("batch_dims") or 0
@@ -240,6 +250,10 @@ class ScatterElements(Operator):
     positions ``indices`` gives along ``axis``: the inverse of GatherElements."""
 
     op_type = "ScatterElements"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    moved_inputs = frozenset({0, 2})
+    parameterising_inputs = frozenset()
 
     def forward(
         self, data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
@@ -272,6 +286,10 @@ class ScatterND(Operator):
     ``indices`` replaced by (or combined by ``reduction`` with) ``updates``."""
 
     op_type = "ScatterND"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    moved_inputs = frozenset({0, 2})
+    parameterising_inputs = frozenset()
 
     def forward(
         self, data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
@@ -310,6 +328,11 @@ class TensorScatter(Operator):
     per batch row at ``write_indices`` (0 when absent); ``mode="circular"`` wraps around."""
 
     op_type = "TensorScatter"
+    output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: only numeric caches are written.
+    moves_elements_only = False
+    # The write positions are data of each call.
+    parameterising_inputs = frozenset()
 
     def forward(
         self,
@@ -356,6 +379,10 @@ class OneHot(Operator):
     position and ``values[0]`` elsewhere; out-of-range indices give an all-off row."""
 
     op_type = "OneHot"
+    output_shape = OutputShape.FROM_SHAPES
+    shape_inputs = frozenset({1})
+    # depth, and the (off, on) values.
+    parameterising_inputs = frozenset({1, 2})
 
     def forward(
         self, indices: torch.Tensor, depth: torch.Tensor, values: torch.Tensor
@@ -382,6 +409,7 @@ class NonZero(Operator):
     """The indices of the non-zero elements, as an int64 ``(rank, count)`` tensor."""
 
     op_type = "NonZero"
+    output_shape = OutputShape.VALUE_SIZED
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # A 0-d input is treated as 1-D, as numpy.nonzero (ONNX's reference) does.
@@ -394,6 +422,8 @@ class Compress(Operator):
     ``condition`` is true (``numpy.compress``: a shorter condition selects a prefix)."""
 
     op_type = "Compress"
+    output_shape = OutputShape.VALUE_SIZED
+    moves_elements_only = True
 
     def forward(self, x: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
         axis = self.attr("axis")

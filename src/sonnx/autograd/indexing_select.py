@@ -19,7 +19,7 @@ from sonnx.autograd.indexing_common import (
     restore_bits,
     signed_bits,
 )
-from sonnx.autograd.operator import Operator, host_ints
+from sonnx.autograd.operator import Operator, OutputShape, host_ints
 from sonnx.errors import BadInputError, OpsetTooOldError
 from sonnx.tensor import Tensor
 
@@ -53,6 +53,9 @@ class TopK(Operator):
     """
 
     op_type = "TopK"
+    output_shape = OutputShape.FROM_SHAPES
+    shape_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1})
 
     def forward(self, x: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if x.dim() == 0:
@@ -89,6 +92,9 @@ class Unique(Operator):
     indices and counts; sorted ascending, or in order of first occurrence when ``sorted=0``."""
 
     op_type = "Unique"
+    output_shape = OutputShape.VALUE_SIZED
+    # Strings, which ONNX lets in, are refused: sorting them has no torch form.
+    moves_elements_only = False
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         axis = self.attr("axis")
@@ -117,6 +123,8 @@ class Unique(Operator):
 
 class _ArgReduce(Operator):
     """ArgMax/ArgMin: int64 index of the extreme along ``axis`` (first, or last if asked)."""
+
+    output_shape = OutputShape.FROM_SHAPES
 
     largest: ClassVar[bool]
 
@@ -198,6 +206,9 @@ class NonMaxSuppression(Operator):
     ``[batch, class, box]``."""
 
     op_type = "NonMaxSuppression"
+    output_shape = OutputShape.VALUE_SIZED
+    # The box count per class and the two thresholds.
+    parameterising_inputs = frozenset({2, 3, 4})
 
     def forward(
         self,

@@ -14,7 +14,7 @@ import torch
 from sonnx import dtypes
 from sonnx.autograd.activations import StrictExport
 from sonnx.autograd.elementwise_base import broadcast_shapes
-from sonnx.autograd.operator import host_ints
+from sonnx.autograd.operator import OutputShape, host_ints
 from sonnx.errors import BadInputError
 from sonnx.precision import autocast_mixes
 from sonnx.tensor import Tensor
@@ -98,6 +98,7 @@ class MatMul(StrictExport):
     """``numpy.matmul``: 1-D operands are promoted and batch dimensions broadcast."""
 
     op_type = "MatMul"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return _matmul("MatMul", a, b)
@@ -107,6 +108,7 @@ class Gemm(StrictExport):
     """``alpha * A' @ B' + beta * C`` with optional transposes; C broadcasts to (M, N)."""
 
     op_type = "Gemm"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(
         self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None
@@ -164,6 +166,7 @@ class Einsum(StrictExport):
     """Einstein summation as ``torch.einsum`` (explicit, implicit and ellipsis forms)."""
 
     op_type = "Einsum"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         equation = self.attr("equation")
@@ -188,6 +191,7 @@ class Det(StrictExport):
     """Determinants of the square matrices in the last two dimensions."""
 
     op_type = "Det"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 2 or x.shape[-1] != x.shape[-2] or not dtypes.is_float(x.dtype):
@@ -202,6 +206,10 @@ class Det(StrictExport):
 
 class _Scan(StrictExport):
     """CumSum and CumProd: an inclusive/exclusive, forward/reverse scan along one axis."""
+
+    output_shape = OutputShape.FROM_SHAPES
+    # The axis.
+    parameterising_inputs = frozenset({1})
 
     identity = 0
 
@@ -270,6 +278,8 @@ class MatMulInteger(StrictExport):
     """``(A - a_zero_point) @ (B - b_zero_point)`` on 8-bit integers, accumulated in int32."""
 
     op_type = "MatMulInteger"
+    output_shape = OutputShape.FROM_SHAPES
+    parameterising_inputs = frozenset({2, 3})
 
     def forward(
         self,
@@ -312,6 +322,8 @@ class QLinearMatMul(StrictExport):
     """
 
     op_type = "QLinearMatMul"
+    output_shape = OutputShape.FROM_SHAPES
+    parameterising_inputs = frozenset({1, 2, 4, 5, 6, 7})
 
     def forward(
         self,

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from sonnx.autograd.normalization_common import attrs_at_opset, check_float, compute_dtype
-from sonnx.autograd.operator import Operator, TorchOutputs
+from sonnx.autograd.operator import Operator, OutputShape, TorchOutputs
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
@@ -107,6 +107,9 @@ class NegativeLogLikelihoodLoss(Operator):
     """ONNX NegativeLogLikelihoodLoss (versions 12, 13, 22: one semantics)."""
 
     op_type = "NegativeLogLikelihoodLoss"
+    output_shape = OutputShape.FROM_SHAPES
+    # Targets are data; the class weights are fixed, not trained.
+    parameterising_inputs = frozenset({2})
 
     def forward(self, x, target, weight=None) -> torch.Tensor:  # type: ignore[override]
         return negative_log_likelihood(
@@ -126,6 +129,9 @@ class SoftmaxCrossEntropyLoss(Operator):
     """
 
     op_type = "SoftmaxCrossEntropyLoss"
+    output_shape = OutputShape.FROM_SHAPES
+    # Labels are data; the class weights are fixed, not trained.
+    parameterising_inputs = frozenset({2})
 
     def forward(self, scores, labels, weights=None) -> TorchOutputs:  # type: ignore[override]
         op = self.op_type

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
-from sonnx.autograd.ml_common import FEATURE_TYPES, ML_DOMAIN, post_transform
+from sonnx.autograd.ml_common import FEATURE_TYPES, MLOperator, post_transform
 from sonnx.autograd.ml_tree_engine import MEMBER, TreeEngine, TreeNodes, compare_dtype
 from sonnx.autograd.operator import Operator
 from sonnx.errors import BadInputError
@@ -36,12 +36,11 @@ AGGREGATES = {0: "AVERAGE", 1: "SUM", 2: "MIN", 3: "MAX"}
 POST_TRANSFORMS = {0: "NONE", 1: "SOFTMAX", 2: "LOGISTIC", 3: "SOFTMAX_ZERO", 4: "PROBIT"}
 
 
-class Binarizer(Operator):
+class Binarizer(MLOperator):
     """ai.onnx.ml Binarizer: 1 where ``x > threshold``, else 0, in x's type (a step function:
     its gradient is zero wherever it exists, so none is recorded)."""
 
     op_type = "Binarizer"
-    domain = ML_DOMAIN
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in FEATURE_TYPES:
@@ -51,7 +50,7 @@ class Binarizer(Operator):
         return (x > float(self.attr("threshold"))).to(x.dtype)
 
 
-class ArrayFeatureExtractor(Operator):
+class ArrayFeatureExtractor(MLOperator):
     """ai.onnx.ml ArrayFeatureExtractor: the last-axis elements of X at the flattened indices Y.
 
     The result has shape ``X.shape[:-1] + (len(Y),)``; a 1-D X gives one row ``(1, len(Y))``,
@@ -59,7 +58,9 @@ class ArrayFeatureExtractor(Operator):
     """
 
     op_type = "ArrayFeatureExtractor"
-    domain = ML_DOMAIN
+    moves_elements_only = True
+    # The indices are data, as Gather's are.
+    parameterising_inputs = frozenset()
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if x.dim() == 0:
@@ -79,7 +80,7 @@ class ArrayFeatureExtractor(Operator):
         return picked.reshape(1, -1) if x.dim() == 1 else picked
 
 
-class TreeEnsemble(Operator):
+class TreeEnsemble(MLOperator):
     """ai.onnx.ml TreeEnsemble (opset 5): X (N, F) -> (N, n_targets) in X's type.
 
     Interior nodes compare feature ``nodes_featureids`` with ``nodes_splits`` by
@@ -94,7 +95,6 @@ class TreeEnsemble(Operator):
     """
 
     op_type = "TreeEnsemble"
-    domain = ML_DOMAIN
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in _TREE_TYPES:

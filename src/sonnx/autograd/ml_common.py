@@ -17,11 +17,20 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.errors import BadInputError
 from sonnx.strings import StringArray, object_array
 
 ML_DOMAIN = "ai.onnx.ml"
+
+
+class MLOperator(Operator):
+    """Base of the ai.onnx.ml operators: classical models that run and export, but carry no
+    gradient and have no trainable weights."""
+
+    domain = ML_DOMAIN
+    output_shape = OutputShape.FROM_SHAPES
+    inference_only = True
 POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 FEATURE_TYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 LabelTable = torch.Tensor | StringArray

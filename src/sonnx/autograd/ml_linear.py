@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from sonnx.autograd.ml_common import (
-    ML_DOMAIN,
     POST_TRANSFORMS,
+    MLOperator,
     binary_scores,
     choice,
     feature_matrix,
@@ -52,12 +52,11 @@ def _matrix(op: Operator, name: str, columns: int, device: torch.device) -> torc
     return torch.as_tensor(values.reshape(-1, columns), device=device)
 
 
-class LinearRegressor(Operator):
+class LinearRegressor(MLOperator):
     """ai.onnx.ml LinearRegressor: ``Y = X @ coefficients.reshape(targets, F).T + intercepts``
     (float32, (N, targets)), then ``post_transform``."""
 
     op_type = "LinearRegressor"
-    domain = ML_DOMAIN
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = feature_matrix(self, x)
@@ -77,7 +76,7 @@ class LinearRegressor(Operator):
         return post_transform(scores, name).to(torch.float32)
 
 
-class LinearClassifier(Operator):
+class LinearClassifier(MLOperator):
     """ai.onnx.ml LinearClassifier: labels Y (N,) int64 and scores Z (N, classes) float32.
 
     Scores are ``X @ coefficients.T + intercepts``. With several score columns the label is
@@ -89,7 +88,6 @@ class LinearClassifier(Operator):
     """
 
     op_type = "LinearClassifier"
-    domain = ML_DOMAIN
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = feature_matrix(self, x)
@@ -124,12 +122,11 @@ class LinearClassifier(Operator):
         return label, post_transform(scores, name).to(torch.float32)
 
 
-class Scaler(Operator):
+class Scaler(MLOperator):
     """ai.onnx.ml Scaler: ``(X - offset) * scale`` in float32; offset and scale hold one value
     for every feature or one per feature."""
 
     op_type = "Scaler"
-    domain = ML_DOMAIN
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = feature_matrix(self, x)
@@ -150,12 +147,11 @@ class Scaler(Operator):
         return y.to(torch.float32)
 
 
-class Normalizer(Operator):
+class Normalizer(MLOperator):
     """ai.onnx.ml Normalizer: each row divided by its MAX, L1 or L2 norm (float32); a row
     whose norm is 0 is left as it is."""
 
     op_type = "Normalizer"
-    domain = ML_DOMAIN
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = feature_matrix(self, x).to(torch.float64)
@@ -170,12 +166,11 @@ class Normalizer(Operator):
         return (x / safe).to(torch.float32)
 
 
-class Imputer(Operator):
+class Imputer(MLOperator):
     """ai.onnx.ml Imputer: replace ``replaced_value_*`` (NaN matches NaN) by the imputed value
     of its feature (or the one value for all), keeping X's type and shape."""
 
     op_type = "Imputer"
-    domain = ML_DOMAIN
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32):
@@ -200,12 +195,11 @@ class Imputer(Operator):
         return torch.where(match, fill, x)
 
 
-class FeatureVectorizer(Operator):
+class FeatureVectorizer(MLOperator):
     """ai.onnx.ml FeatureVectorizer: the inputs' columns side by side (float32), each input
     cut or zero-padded to its ``inputdimensions`` entry."""
 
     op_type = "FeatureVectorizer"
-    domain = ML_DOMAIN
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         widths = ints(self, "inputdimensions")
@@ -227,14 +221,13 @@ class FeatureVectorizer(Operator):
         return torch.cat(parts, dim=1)
 
 
-class OneHotEncoder(Operator):
+class OneHotEncoder(MLOperator):
     """ai.onnx.ml OneHotEncoder: X (...) -> (..., categories) float32, 1 at each value's
     category (``cats_strings`` for string X, ``cats_int64s`` for numbers). A value in no
     category gives a zero row, or an error when ``zeros`` is 0. Float inputs are truncated to
     integers first, as onnxruntime does."""
 
     op_type = "OneHotEncoder"
-    domain = ML_DOMAIN
     takes_strings = True
 
     def forward(self, x: torch.Tensor | StringArray) -> torch.Tensor:

@@ -15,8 +15,7 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
-from sonnx.autograd.ml_common import ML_DOMAIN
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.ml_common import MLOperator
 from sonnx.errors import BadInputError
 from sonnx.strings import StringArray, numbers, object_array
 
@@ -67,7 +66,7 @@ def _strings(values: Any) -> np.ndarray:
     return object_array([v.decode() if isinstance(v, bytes) else str(v) for v in values])
 
 
-class LabelEncoder(Operator):
+class LabelEncoder(MLOperator):
     """ai.onnx.ml LabelEncoder: each element of X replaced by its value in the key -> value
     table (``default_*`` when absent).
 
@@ -77,7 +76,6 @@ class LabelEncoder(Operator):
     """
 
     op_type = "LabelEncoder"
-    domain = ML_DOMAIN
     takes_strings = True
 
     def forward(self, x: Any) -> StringArray | torch.Tensor:
@@ -135,13 +133,12 @@ class LabelEncoder(Operator):
         return int(self.attr("default_int64"))
 
 
-class CategoryMapper(Operator):
+class CategoryMapper(MLOperator):
     """ai.onnx.ml CategoryMapper: strings to int64 through the pairs (``cats_strings[i]``,
     ``cats_int64s[i]``) or int64 back to strings; ``default_int64`` / ``default_string`` for
     values not in the table."""
 
     op_type = "CategoryMapper"
-    domain = ML_DOMAIN
     takes_strings = True
 
     def forward(self, x: Any) -> StringArray | torch.Tensor:

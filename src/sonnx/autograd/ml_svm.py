@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from sonnx.autograd.ml_common import (
-    ML_DOMAIN,
     POST_TRANSFORMS,
+    MLOperator,
     binary_scores,
     choice,
     feature_matrix,
@@ -60,7 +60,7 @@ def _vectors(op: Operator, count: int, x: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(values.reshape(count, x.shape[1]), device=x.device)
 
 
-class SVMClassifier(Operator):
+class SVMClassifier(MLOperator):
     """ai.onnx.ml SVMClassifier: labels Y (N,) int64 and scores Z float32.
 
     With support vectors (libsvm): one-vs-one decision values (N, pairs) for classes i < j,
@@ -71,7 +71,6 @@ class SVMClassifier(Operator):
     """
 
     op_type = "SVMClassifier"
-    domain = ML_DOMAIN
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = feature_matrix(self, x).to(torch.float64)
@@ -219,13 +218,12 @@ def _couple(
     return p
 
 
-class SVMRegressor(Operator):
+class SVMRegressor(MLOperator):
     """ai.onnx.ml SVMRegressor: ``kernel(X, support_vectors) @ coefficients + rho[0]`` (or
     ``X @ coefficients + rho[0]`` without support vectors), float32 (N, 1); with
     ``one_class`` the sign of it as 1 or -1."""
 
     op_type = "SVMRegressor"
-    domain = ML_DOMAIN
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = feature_matrix(self, x).to(torch.float64)

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from sonnx.autograd.ml_common import (
-    ML_DOMAIN,
     POST_TRANSFORMS,
+    MLOperator,
     binary_scores,
     choice,
     feature_matrix,
@@ -135,11 +135,10 @@ def _leaf_weights(op, prefix, outputs, tree_ids, position, nodes) -> tuple[np.nd
     return values, has
 
 
-class _TreeEnsembleBase(Operator):
+class _TreeEnsembleBase(MLOperator):
     """The forest's engine, built on first use per device and compare type and kept (the
     attributes do not change)."""
 
-    domain = ML_DOMAIN
     prefix = ""
 
     def forest(self, outputs: int, x: torch.Tensor) -> TreeEngine:

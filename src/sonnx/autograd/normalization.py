@@ -28,7 +28,7 @@ from sonnx.autograd.normalization_dropout import *  # noqa: F403
 from sonnx.autograd.normalization_dropout import __all__ as _dropout_all
 from sonnx.autograd.normalization_layer import *  # noqa: F403
 from sonnx.autograd.normalization_layer import __all__ as _layer_all
-from sonnx.autograd.operator import Operator, TorchOutputs, is_training
+from sonnx.autograd.operator import Operator, OutputShape, TorchOutputs, is_training
 from sonnx.errors import BadInputError, ExportError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
@@ -70,6 +70,7 @@ class BatchNormalization(Operator):
     """
 
     op_type = "BatchNormalization"
+    output_shape = OutputShape.FROM_SHAPES
 
     def is_training_mode(self) -> bool:
         v = self.version
@@ -186,6 +187,7 @@ class InstanceNormalization(Operator):
     """Normalize each (instance, channel) over its spatial axes, then scale and shift."""
 
     op_type = "InstanceNormalization"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x, scale, b) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type
@@ -217,6 +219,7 @@ class GroupNormalization(Operator):
     """
 
     op_type = "GroupNormalization"
+    output_shape = OutputShape.FROM_SHAPES
 
     def per_group_affine(self) -> bool:
         return self.version is not None and self.version < 21

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from sonnx.autograd.normalization_common import check_float
-from sonnx.autograd.operator import Operator, TorchOutputs, is_training
+from sonnx.autograd.operator import Operator, OutputShape, Randomness, TorchOutputs, is_training
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
@@ -32,6 +32,10 @@ class Dropout(Operator):
     """
 
     op_type = "Dropout"
+    output_shape = OutputShape.FROM_SHAPES
+    # The ratio and the training mode.
+    parameterising_inputs = frozenset({1, 2})
+    random = Randomness.WHILE_TRAINING
 
     def forward(self, x, ratio=None, training_mode=None) -> TorchOutputs:  # type: ignore[override]
         op = self.op_type

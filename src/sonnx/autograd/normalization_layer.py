@@ -21,7 +21,7 @@ from sonnx.autograd.normalization_common import (
     normalize_axis,
     stash_dtype,
 )
-from sonnx.autograd.operator import Operator, TorchOutputs
+from sonnx.autograd.operator import Operator, OutputShape, TorchOutputs
 from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError, ExportError
 from sonnx.onnx.graph_builder import GraphBuilder
@@ -96,6 +96,7 @@ class LayerNormalization(Operator):
     """
 
     op_type = "LayerNormalization"
+    output_shape = OutputShape.FROM_SHAPES
     # The last input signature found to take torch's fused kernel, with the normalized shape
     # and epsilon: an imported transformer runs one operator object on the same shapes at
     # every call, and its checks cost more than the kernel at small sizes.
@@ -181,6 +182,7 @@ class RMSNormalization(Operator):
     """``X / sqrt(mean(X^2 over axes axis..last) + epsilon) * scale``; output in scale's type."""
 
     op_type = "RMSNormalization"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x, scale) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type
@@ -221,6 +223,7 @@ class LpNormalization(Operator):
     """Divide by the L1 or L2 norm along ``axis``; a zero-norm slice stays zero."""
 
     op_type = "LpNormalization"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type
@@ -243,6 +246,7 @@ class MeanVarianceNormalization(Operator):
     """``(X - mean) / (std + 1e-9)`` over ``axes`` (the epsilon is ONNX's function body's)."""
 
     op_type = "MeanVarianceNormalization"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type
@@ -270,6 +274,7 @@ class LRN(Operator):
     """
 
     op_type = "LRN"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type

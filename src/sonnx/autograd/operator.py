@@ -9,10 +9,18 @@ that :func:`sonnx.to_onnx` can later walk from outputs back to inputs and call
 
 ``version`` is the ONNX since-version whose semantics the instance follows (``None``: the newest);
 the importer passes the version it matched, framework code leaves it unset.
+
+What an operator *is* — how its output shape is decided, which inputs parameterise it, whether
+it only moves elements, draws random numbers or trains — is declared as class attributes (its
+*traits*, see :class:`Operator`) on the class or its family's base class, and read from there by
+the importer's passes (shape values, constant folding, graph mode, string and symbolic inputs).
+Each default is the safe answer: an operator that declares nothing is value-sized, moves no
+elements, has no size or parameterising inputs, is deterministic and trains.
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -46,6 +54,25 @@ KEPT_VALUE_SIZE = 64
 _call_order = itertools.count()
 
 
+class OutputShape(enum.Enum):
+    """How an operator's output shape is decided: what a run may know before computing it."""
+
+    #: By the values of its inputs (NonZero, Unique): known only once computed. The default.
+    VALUE_SIZED = "value-sized"
+    #: By its inputs' shapes, its attributes and the values of its ``shape_inputs`` alone.
+    FROM_SHAPES = "from shapes"
+
+
+class Randomness(enum.Enum):
+    """Whether an operator's results differ from run to run with the same inputs."""
+
+    NONE = "deterministic"
+    #: Draws random numbers on every call (RandomNormal, Bernoulli).
+    ALWAYS = "random"
+    #: Draws only while training (Dropout).
+    WHILE_TRAINING = "random while training"
+
+
 def next_call_number() -> int:
     """The next position in the order of operator calls (see :attr:`Operator.sequence`)."""
     return next(_call_order)
@@ -66,6 +93,40 @@ class Operator:
 
     op_type: ClassVar[str] = ""
     domain: ClassVar[str] = ""
+
+    # ---- traits: what the operator is (safe defaults; declared by the class or its family) ----
+    #: How the output's shape is decided. Not declared FROM_SHAPES, an operator is value-sized:
+    #: nothing computed from its output's shape is reused from one run to the next.
+    output_shape: ClassVar[OutputShape] = OutputShape.VALUE_SIZED
+    #: Inputs whose values, not only their shapes, decide the output's shape (Reshape's target,
+    #: Resize's scales and sizes, TopK's k). The output's shape is known before the run only
+    #: where these are constants.
+    shape_inputs: ClassVar[frozenset[int]] = frozenset()
+    #: Inputs read on the host as sizes (through :func:`host_ints`): in a trace with symbolic
+    #: sizes a symbolic value goes in as it is (see :mod:`sonnx.symbolic_sizes`).
+    size_inputs: ClassVar[frozenset[int]] = frozenset()
+    #: Inputs that parameterise the operation rather than carry data or weights (a shape, axes,
+    #: pads, scales, an exponent, a bound, a quantization scale): a float initializer read
+    #: only at such inputs is a constant, never a trainable weight.
+    parameterising_inputs: ClassVar[frozenset[int]] = frozenset()
+    #: Every output is made of elements of the inputs, moved (Reshape, Gather, Concat): such an
+    #: operator runs on strings and on symbolic sizes through int64 positions standing in for
+    #: the elements (see :mod:`sonnx.strings`).
+    moves_elements_only: ClassVar[bool] = False
+    #: The inputs whose elements a moves-elements-only operator moves (None: every input); the
+    #: others are indices, conditions or shapes.
+    moved_inputs: ClassVar[frozenset[int] | None] = frozenset({0})
+    #: Reads only its input's shape, never its values (Shape, Size).
+    reads_shape_only: ClassVar[bool] = False
+    #: Reads the characters of string inputs itself (Equal, Cast, StringConcat): it receives
+    #: the :class:`~sonnx.strings.StringArray`; other operators refuse strings unless they
+    #: move elements only.
+    takes_strings: ClassVar[bool] = False
+    #: Whether its results differ from run to run with the same inputs.
+    random: ClassVar[Randomness] = Randomness.NONE
+    #: Carries no gradient and has no trainable weights (the ai.onnx.ml operators): a loss
+    #: computed with it cannot train.
+    inference_only: ClassVar[bool] = False
 
     def __init__(self, version: int | None = None, **attrs: Any) -> None:
         self.version = version

@@ -38,7 +38,7 @@ from sonnx.autograd.conv_common import (
     user_ints,
     user_pads,
 )
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.autograd.pooling_global import (
     GlobalAveragePool,
     GlobalLpPool,
@@ -267,6 +267,7 @@ class MaxPool(Operator):
     """
 
     op_type = "MaxPool"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         win = _window(self, x)
@@ -327,6 +328,7 @@ class AveragePool(Operator):
     """ONNX AveragePool; count_include_pad=0 divides by the number of input elements only."""
 
     op_type = "AveragePool"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         win = _window(self, x)
@@ -351,6 +353,7 @@ class LpPool(Operator):
     """ONNX LpPool: the p-norm of each window (zero padding; p is a float before version 2)."""
 
     op_type = "LpPool"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         win = _window(self, x)

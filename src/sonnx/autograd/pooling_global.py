@@ -16,7 +16,7 @@ from sonnx.autograd.conv_common import (
     user_ints,
     user_pads,
 )
-from sonnx.autograd.operator import Operator, host_ints
+from sonnx.autograd.operator import Operator, OutputShape, host_ints
 from sonnx.errors import BadInputError, ExportError
 from sonnx.tensor import Tensor
 
@@ -37,6 +37,7 @@ class GlobalAveragePool(Operator):
     """Mean over every spatial axis, keeping them as size 1."""
 
     op_type = "GlobalAveragePool"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=_spatial_axes(self.op_type, x), keepdim=True)
@@ -46,6 +47,7 @@ class GlobalMaxPool(Operator):
     """Maximum over every spatial axis, keeping them as size 1."""
 
     op_type = "GlobalMaxPool"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.amax(dim=_spatial_axes(self.op_type, x), keepdim=True)
@@ -65,6 +67,7 @@ class GlobalLpPool(Operator):
     """The p-norm over every spatial axis, keeping them as size 1 (p a float before v2)."""
 
     op_type = "GlobalLpPool"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = float(self.attr("p"))
@@ -83,6 +86,10 @@ class MaxUnpool(Operator):
     """
 
     op_type = "MaxUnpool"
+    output_shape = OutputShape.FROM_SHAPES
+    shape_inputs = frozenset({2})
+    # The pooled indices are data; output_shape sizes the result.
+    parameterising_inputs = frozenset({2})
 
     def forward(
         self, x: torch.Tensor, indices: torch.Tensor, output_shape: torch.Tensor | None = None

@@ -24,6 +24,7 @@ from sonnx.autograd.cast import (
     encode_sub_byte,
     sub_byte_range,
 )
+from sonnx.autograd.operator import OutputShape
 from sonnx.errors import BadInputError, OpsetTooOldError
 from sonnx.tensor import Tensor
 
@@ -119,6 +120,8 @@ class QuantizeLinear(StrictExport):
     """
 
     op_type = "QuantizeLinear"
+    output_shape = OutputShape.FROM_SHAPES
+    parameterising_inputs = frozenset({1, 2})
 
     def _target(self, zero_point: torch.Tensor | None) -> torch.dtype:
         code = self.attr("output_dtype") or 0
@@ -180,6 +183,8 @@ class DequantizeLinear(StrictExport):
     """
 
     op_type = "DequantizeLinear"
+    output_shape = OutputShape.FROM_SHAPES
+    parameterising_inputs = frozenset({1, 2})
 
     def forward(
         self, x: torch.Tensor, x_scale: torch.Tensor, x_zero_point: torch.Tensor | None = None
@@ -227,6 +232,7 @@ class DynamicQuantizeLinear(StrictExport):
     """
 
     op_type = "DynamicQuantizeLinear"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if x.dtype != torch.float32 or x.numel() == 0:

@@ -18,7 +18,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.autograd.memory_guard import check_shape
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape, Randomness
 from sonnx.device import Device, as_device
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
@@ -60,6 +60,9 @@ def _numpy_state(seed: Any) -> np.random.RandomState:
 
 class _Distribution(Operator):
     """Uniform or normal draws of a shape; subclasses say where shape and dtype come from."""
+
+    output_shape = OutputShape.FROM_SHAPES
+    random = Randomness.ALWAYS
 
     def draw(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         op = self.op_type
@@ -140,6 +143,8 @@ class Bernoulli(Operator):
     (default: the input's)."""
 
     op_type = "Bernoulli"
+    output_shape = OutputShape.FROM_SHAPES
+    random = Randomness.ALWAYS
 
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type
@@ -161,6 +166,8 @@ class Multinomial(Operator):
     whose values are unnormalized log-probabilities; drawn with replacement."""
 
     op_type = "Multinomial"
+    output_shape = OutputShape.FROM_SHAPES
+    random = Randomness.ALWAYS
 
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type
@@ -249,10 +256,3 @@ def multinomial(
     attrs["sample_size"] = int(sample_size)
     return Multinomial(**attrs)(x)
 
-
-#: The ONNX op types whose results differ from run to run.
-RANDOM_OP_TYPES = frozenset(
-    cls.op_type
-    for cls in (Bernoulli, Multinomial, RandomNormal, RandomNormalLike, RandomUniform,
-                RandomUniformLike)
-)  # fmt: skip

@@ -30,7 +30,7 @@ from sonnx.autograd.indexing_common import (
     restore_bits,
     signed_bits,
 )
-from sonnx.autograd.operator import Operator, host_ints
+from sonnx.autograd.operator import Operator, OutputShape, host_ints
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
@@ -85,6 +85,11 @@ class Reduction(Operator):
 
     A subclass implements :meth:`reduce` for the (non-empty) list of axes to reduce.
     """
+
+    output_shape = OutputShape.FROM_SHAPES
+    shape_inputs = frozenset({1})
+    # The axes (an input from ReduceSum-13 and the others' 18).
+    parameterising_inputs = frozenset({1})
 
     input_axes_since: ClassVar[int] = 18
 

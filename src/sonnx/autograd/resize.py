@@ -24,7 +24,7 @@ import torch
 from sonnx import dtypes
 from sonnx.autograd.host_values import host
 from sonnx.autograd.memory_guard import check_shape
-from sonnx.autograd.operator import Operator, host_ints
+from sonnx.autograd.operator import Operator, OutputShape, host_ints
 from sonnx.autograd.resize_grid import (
     AffineGrid,
     GridSample,
@@ -321,6 +321,13 @@ class Resize(Operator):
     """
 
     op_type = "Resize"
+    output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: interpolation computes on numbers.
+    moves_elements_only = False
+    # roi, scales and sizes (Resize-10's and Upsample's scales are input 1).
+    shape_inputs = frozenset({1, 2, 3})
+    size_inputs = frozenset({3})
+    parameterising_inputs = frozenset({1, 2, 3})
 
     def forward(
         self,

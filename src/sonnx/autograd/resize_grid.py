@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sonnx.autograd.operator import Operator, host_ints
+from sonnx.autograd.operator import Operator, OutputShape, host_ints
 from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.tensor import Tensor
 
@@ -39,6 +39,9 @@ class GridSample(Operator):
     """
 
     op_type = "GridSample"
+    output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: sampling computes on numbers.
+    moves_elements_only = False
 
     def forward(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
         mode = self.attr("mode")
@@ -142,6 +145,9 @@ class AffineGrid(Operator):
     """ONNX AffineGrid (20): sampling grid for ``theta`` (N, 2, 3) or (N, 3, 4) and ``size``."""
 
     op_type = "AffineGrid"
+    output_shape = OutputShape.FROM_SHAPES
+    shape_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1})
 
     def forward(self, theta: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
         shape = host_ints(size)
@@ -190,6 +196,9 @@ class RoiAlign(Operator):
     """
 
     op_type = "RoiAlign"
+    output_shape = OutputShape.FROM_SHAPES
+    # The boxes and their batch indices are data.
+    parameterising_inputs = frozenset()
 
     def forward(
         self, x: torch.Tensor, rois: torch.Tensor, batch_indices: torch.Tensor

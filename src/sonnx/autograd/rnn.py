@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from sonnx.autograd.normalization_common import check_float
-from sonnx.autograd.operator import Operator, TorchOutputs
+from sonnx.autograd.operator import Operator, OutputShape, TorchOutputs
 from sonnx.autograd.tracing import NotTraceableError, value_checks
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_builder import GraphBuilder
@@ -55,6 +55,10 @@ def _bind(fn: Callable[..., torch.Tensor], alpha: Any, beta: Any, clip: float | 
 
 class _Recurrent(Operator):
     """What RNN, GRU and LSTM share; a subclass defines its gates and one time step."""
+
+    output_shape = OutputShape.FROM_SHAPES
+    # The sequence lengths and initial states are data.
+    parameterising_inputs = frozenset()
 
     gates: ClassVar[int] = 1
     default_activations: ClassVar[tuple[str, ...]] = ()

@@ -16,7 +16,7 @@ import torch
 from sonnx import dtypes
 from sonnx.autograd.host_values import host
 from sonnx.autograd.memory_guard import check_elements, check_shape
-from sonnx.autograd.operator import Operator, host_ints
+from sonnx.autograd.operator import Operator, OutputShape, host_ints
 from sonnx.autograd.shape_common import attrs_without, int64_input
 from sonnx.device import as_device, get_default_device
 from sonnx.errors import BadInputError
@@ -66,6 +66,8 @@ class Shape(Operator):
     """The input's shape as an int64 vector, optionally only dims ``start:end`` (opset 15)."""
 
     op_type = "Shape"
+    output_shape = OutputShape.FROM_SHAPES
+    reads_shape_only = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         start = self.attr("start") or 0
@@ -97,6 +99,8 @@ class Size(Operator):
     """The number of elements, as an int64 scalar."""
 
     op_type = "Size"
+    output_shape = OutputShape.FROM_SHAPES
+    reads_shape_only = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         count = x.numel()
@@ -110,6 +114,7 @@ class Constant(Operator):
     importer), ``value_float(s)`` or ``value_int(s)``."""
 
     op_type = "Constant"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self) -> torch.Tensor:
         given = {k: v for k, v in self.attrs.items() if v is not None}
@@ -146,6 +151,10 @@ class ConstantOfShape(Operator):
     zero)."""
 
     op_type = "ConstantOfShape"
+    output_shape = OutputShape.FROM_SHAPES
+    shape_inputs = frozenset({0})
+    size_inputs = frozenset({0})
+    parameterising_inputs = frozenset({0})
 
     def forward(self, shape: torch.Tensor) -> torch.Tensor:
         dims = host_ints(shape)
@@ -180,6 +189,10 @@ class Range(Operator):
     """
 
     op_type = "Range"
+    output_shape = OutputShape.FROM_SHAPES
+    shape_inputs = frozenset({0, 1, 2})
+    size_inputs = frozenset({0, 1, 2})
+    parameterising_inputs = frozenset({0, 1, 2})
 
     def forward(
         self, start: torch.Tensor, limit: torch.Tensor, delta: torch.Tensor
@@ -234,6 +247,7 @@ class EyeLike(Operator):
     (an ONNX type code) or the input's."""
 
     op_type = "EyeLike"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2:

@@ -15,7 +15,7 @@ import torch
 
 from sonnx.autograd.elementwise_base import broadcast_shapes
 from sonnx.autograd.memory_guard import check_shape
-from sonnx.autograd.operator import Operator, host_ints
+from sonnx.autograd.operator import Operator, OutputShape, host_ints
 from sonnx.autograd.shape_common import (
     as_int_list,
     attrs_without,
@@ -60,6 +60,11 @@ class Reshape(Operator):
     ``allowzero=1``, opset 14+)."""
 
     op_type = "Reshape"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    shape_inputs = frozenset({1})
+    size_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1})
     # The last target resolved, with what it was resolved from: (the input's sizes, the shape
     # tensor, its version, the target). An imported graph hands a Reshape the same shape
     # tensor (a constant, or a shape value of the input signature) at every run.
@@ -128,6 +133,8 @@ class Flatten(Operator):
     """2-D result: dims before ``axis`` form the rows, the rest the columns."""
 
     op_type = "Flatten"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         axis = self.attr("axis")
@@ -145,6 +152,8 @@ class Transpose(Operator):
     """Permute the axes by ``perm`` (default: reverse them)."""
 
     op_type = "Transpose"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         perm = self.attr("perm")
@@ -163,6 +172,11 @@ class Squeeze(Operator):
     """Remove size-1 axes: those listed in ``axes`` (an input from opset 13), else all."""
 
     op_type = "Squeeze"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    shape_inputs = frozenset({1})
+    size_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1})
 
     def forward(self, x: torch.Tensor, axes: torch.Tensor | None = None) -> torch.Tensor:
         listed = host_ints(axes)
@@ -188,6 +202,11 @@ class Unsqueeze(Operator):
     """Insert size-1 axes at ``axes`` (positions in the output; an input from opset 13)."""
 
     op_type = "Unsqueeze"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    shape_inputs = frozenset({1})
+    size_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1})
 
     def forward(self, x: torch.Tensor, axes: torch.Tensor) -> torch.Tensor:
         listed = host_ints(axes)
@@ -208,6 +227,11 @@ class Expand(Operator):
     """Broadcast ``x`` and ``shape`` against each other (a dim of 1 in ``shape`` keeps x's)."""
 
     op_type = "Expand"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    shape_inputs = frozenset({1})
+    size_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1})
 
     def forward(self, x: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
         target = host_ints(shape)
@@ -226,6 +250,12 @@ class Tile(Operator):
     """Repeat ``x`` ``repeats[i]`` times along axis i (one repeat count per axis)."""
 
     op_type = "Tile"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    # The repeats (Tile-1: the tiles and the axis, inputs 1 and 2).
+    shape_inputs = frozenset({1, 2})
+    size_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1, 2})
 
     def forward(self, x: torch.Tensor, repeats: torch.Tensor) -> torch.Tensor:
         reps = host_ints(repeats)
@@ -245,6 +275,8 @@ class Identity(Operator):
     """The input itself (a new autograd view, so gradients pass through)."""
 
     op_type = "Identity"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.view_as(x)
@@ -270,6 +302,8 @@ class DepthToSpace(Operator):
     """Move ``blocksize**2`` channel groups into spatial blocks (DCR or CRD channel order)."""
 
     op_type = "DepthToSpace"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bs = self.attr("blocksize")
@@ -295,6 +329,8 @@ class SpaceToDepth(Operator):
     DepthToSpace; ``mode`` from opset 28)."""
 
     op_type = "SpaceToDepth"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bs = self.attr("blocksize")

@@ -18,7 +18,7 @@ from torch.nn import functional
 
 from sonnx.autograd.host_values import host
 from sonnx.autograd.memory_guard import check_shape
-from sonnx.autograd.operator import Operator, host_ints
+from sonnx.autograd.operator import Operator, OutputShape, host_ints
 from sonnx.autograd.shape_common import (
     as_int_list,
     attrs_without,
@@ -59,6 +59,9 @@ class Concat(Operator):
     """Join the inputs along ``axis``."""
 
     op_type = "Concat"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    moved_inputs = None
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         if not xs:
@@ -97,6 +100,10 @@ class Split(Operator):
     else into ``num_outputs`` (opset 18) or as many pieces as the node has outputs."""
 
     op_type = "Split"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    shape_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1})
 
     def forward(self, x: torch.Tensor, split: torch.Tensor | None = None) -> tuple[torch.Tensor]:
         axis = normalize_axis("Split", self.attr("axis"), x.dim())
@@ -163,6 +170,11 @@ class Slice(Operator):
     backwards)."""
 
     op_type = "Slice"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    shape_inputs = frozenset({1, 2, 3, 4})
+    size_inputs = frozenset({1, 2, 3, 4})
+    parameterising_inputs = frozenset({1, 2, 3, 4})
     # The last index resolved, with what it was resolved from: (the input's sizes, the
     # starts/ends/axes/steps tensors and their versions, the index and the axes to flip). An
     # imported graph hands a Slice the same constant bounds at every run.
@@ -330,6 +342,12 @@ class Pad(Operator):
     """Pad (or crop, for negative pads) every axis; modes constant, reflect, edge, wrap."""
 
     op_type = "Pad"
+    output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: a constant pad needs a string constant.
+    moves_elements_only = False
+    shape_inputs = frozenset({1, 3})
+    # pads, the constant value and axes.
+    parameterising_inputs = frozenset({1, 2, 3})
 
     def forward(
         self,
@@ -417,6 +435,10 @@ class CenterCropPad(Operator):
     """Crop or zero-pad ``axes`` (default all) to ``shape`` around the centre."""
 
     op_type = "CenterCropPad"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    shape_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1})
 
     def forward(self, x: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
         target = host_ints(shape)
@@ -444,6 +466,10 @@ class ReverseSequence(Operator):
     """Reverse the first ``sequence_lens[b]`` time steps of every batch entry b."""
 
     op_type = "ReverseSequence"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    # The sequence lengths are data of each call.
+    parameterising_inputs = frozenset()
 
     def forward(self, x: torch.Tensor, sequence_lens: torch.Tensor) -> torch.Tensor:
         if x.dim() < 2:
@@ -478,6 +504,10 @@ class Trilu(Operator):
     """Keep the upper (``upper=1``) or lower triangle of the last two axes, from diagonal k."""
 
     op_type = "Trilu"
+    output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: the zeroed part needs a string zero.
+    moves_elements_only = False
+    parameterising_inputs = frozenset({1})
 
     def forward(self, x: torch.Tensor, k: torch.Tensor | None = None) -> torch.Tensor:
         if x.dim() < 2:

@@ -16,7 +16,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.autograd.normalization_common import check_float
-from sonnx.autograd.operator import Operator, host_ints
+from sonnx.autograd.operator import Operator, OutputShape, host_ints
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
@@ -73,6 +73,9 @@ class DFT(Operator):
     reads such a half spectrum and returns the real signal (an inverse real FFT)."""
 
     op_type = "DFT"
+    output_shape = OutputShape.FROM_SHAPES
+    shape_inputs = frozenset({1, 2})
+    parameterising_inputs = frozenset({1, 2})
 
     def forward(self, x, dft_length=None, axis=None) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type
@@ -129,6 +132,10 @@ class STFT(Operator):
     multiplied by ``window`` and transformed; output (batch, frames, bins, 2)."""
 
     op_type = "STFT"
+    output_shape = OutputShape.FROM_SHAPES
+    # frame_step, window and frame_length.
+    shape_inputs = frozenset({1, 2, 3})
+    parameterising_inputs = frozenset({1, 2, 3})
 
     def forward(self, signal, frame_step, window=None, frame_length=None) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type
@@ -164,6 +171,9 @@ class STFT(Operator):
 class _Window(Operator):
     """A generalized cosine window ``sum_k (-1)^k a_k cos(2 pi k n / N)``; ``N`` is the size
     when ``periodic`` (the default), else size - 1. A symmetric window of size 1 is ``[1]``."""
+    output_shape = OutputShape.FROM_SHAPES
+    shape_inputs = frozenset({0})
+    parameterising_inputs = frozenset({0})
 
     coefficients: ClassVar[tuple[float, ...]] = ()
 
@@ -224,6 +234,9 @@ class MelWeightMatrix(Operator):
     """
 
     op_type = "MelWeightMatrix"
+    output_shape = OutputShape.FROM_SHAPES
+    shape_inputs = frozenset({0, 1, 2, 3, 4})
+    parameterising_inputs = frozenset({0, 1, 2, 3, 4})
 
     def forward(  # type: ignore[override]
         self, num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from sonnx.autograd.conv_common import require_opset
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.errors import BadInputError
 from sonnx.onnx.graph_builder import GraphBuilder
 from sonnx.strings import StringArray, numbers, object_array
@@ -64,6 +64,7 @@ class StringConcat(_StringOp):
     """ONNX StringConcat: ``X + Y`` elementwise, broadcasting NumPy-style."""
 
     op_type = "StringConcat"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: StringArray, y: StringArray) -> StringArray:
         a = string_input(self.op_type, 0, "X", x)
@@ -85,6 +86,7 @@ class StringSplit(_StringOp):
     """
 
     op_type = "StringSplit"
+    output_shape = OutputShape.VALUE_SIZED
 
     def forward(self, x: StringArray) -> tuple[StringArray, torch.Tensor]:
         values = string_input(self.op_type, 0, "X", x)
@@ -114,6 +116,7 @@ class StringNormalizer(_StringOp):
     """
 
     op_type = "StringNormalizer"
+    output_shape = OutputShape.VALUE_SIZED
     since = 10
 
     def forward(self, x: StringArray) -> StringArray:
@@ -200,6 +203,7 @@ class RegexFullMatch(_StringOp):
     :func:`compile_re2` for how RE2 syntax is read)."""
 
     op_type = "RegexFullMatch"
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: StringArray) -> torch.Tensor:
         values = string_input(self.op_type, 0, "X", x)

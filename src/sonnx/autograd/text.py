@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from sonnx.autograd.conv_common import require_opset
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.autograd.strings_ops import compile_re2, string_input
 from sonnx.errors import BadInputError
 from sonnx.strings import StringArray, numbers, object_array
@@ -48,6 +48,7 @@ class TfIdfVectorizer(Operator):
 
     op_type = "TfIdfVectorizer"
     takes_strings = True
+    output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor | StringArray) -> torch.Tensor:
         x, pool = self._tokens_and_pool(x)
@@ -206,6 +207,7 @@ class Tokenizer(Operator):
     op_type = "Tokenizer"
     domain = "com.microsoft"
     takes_strings = True
+    output_shape = OutputShape.VALUE_SIZED
 
     def forward(self, x: StringArray) -> StringArray:
         values = string_input(self.op_type, 0, "X", x)

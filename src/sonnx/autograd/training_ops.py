@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import torch
 
 from sonnx import dtypes
-from sonnx.autograd.operator import Operator
+from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.device import as_device
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
@@ -30,6 +30,9 @@ class _Update(Operator):
     """Splits the variadic inputs into groups and applies :meth:`update` tensor by tensor."""
 
     domain = TRAINING_DOMAIN
+    output_shape = OutputShape.FROM_SHAPES
+    # The learning rate and the update count.
+    parameterising_inputs = frozenset({0, 1})
     #: The names of the per-tensor groups after X and G, e.g. ("V", "H") for Adam.
     states: ClassVar[tuple[str, ...]] = ()
 

@@ -1,6 +1,7 @@
 """What an imported graph's constants are: initializers decoded onto the device, float ones
 made trainable weights, except those that parameterise an operation (an exponent, a
-quantization scale) and BatchNorm running statistics, which are constants and buffers."""
+quantization scale, a Resize's scales: the inputs its operator class declares
+``parameterising_inputs``) and BatchNorm running statistics, which are constants and buffers."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sonnx.autograd.host_values import constant_device
 from sonnx.device import Device
 from sonnx.errors import BadModelError
 from sonnx.onnx.attributes import densify
+from sonnx.onnx.registry import operator_class
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -58,27 +60,18 @@ STATISTICS_SUFFIX = "/statistics"
 _STATISTICS_INPUTS = {"BatchNormalization": (3, 4)}
 
 
-# Inputs that parameterise an operation rather than hold weights: (op type, input positions).
-_PARAMETERISING_INPUTS = {
-    "Pow": (1,),
-    "Clip": (1, 2),
-    "DequantizeLinear": (1, 2),
-    "QuantizeLinear": (1, 2),
-}
-
-
 def mark_parameterising_constants(steps: list[Step], constants: dict[str, Tensor]) -> None:
-    """Float initializers read only as exponents, bounds or quantization parameters are
-    constants: training them is never meant (a trained exponent's gradient is NaN for
-    negative bases)."""
-    readers: dict[str, list[tuple[str, int]]] = {}
+    """Float initializers read only where they parameterise an operation (exponents, bounds,
+    quantization parameters, a Resize's scales) are constants: training them is never meant (a
+    trained exponent's gradient is NaN for negative bases), and graph mode may read a
+    constant on the host where it could not read a weight."""
+    parameter_use: dict[str, bool] = {}
     for step in steps:
+        positions = operator_class(step.info).parameterising_inputs
         for position, name in enumerate(step.inputs):
-            readers.setdefault(name, []).append((step.info.op_type, position))
-    for name, uses in readers.items():
-        if name in constants and all(
-            position in _PARAMETERISING_INPUTS.get(op_type, ()) for op_type, position in uses
-        ):
+            parameter_use[name] = parameter_use.get(name, True) and position in positions
+    for name, only_parameterising in parameter_use.items():
+        if name in constants and only_parameterising:
             constants[name].stores_grad = False
             constants[name].requires_grad = False
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sonnx.autograd.operator import is_training
-from sonnx.autograd.random_ops import RANDOM_OP_TYPES
+from sonnx.autograd.operator import Randomness, is_training
 from sonnx.autograd.tracing import value_checks
+from sonnx.onnx.registry import operator_class
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def mark_foldable(steps: Sequence[Step], constants: dict[str, Tensor]) -> None:
         if (
             reads
             and not step.has_subgraphs
-            and step.info.op_type not in RANDOM_OP_TYPES
+            and operator_class(step.info).random is not Randomness.ALWAYS
             and all(n in known for n in reads)
         ):
             step.foldable = True

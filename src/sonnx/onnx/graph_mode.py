@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from sonnx.autograd.host_values import HOST_CONSTANT_SIZE, is_host_value
-from sonnx.autograd.random_ops import RANDOM_OP_TYPES
+from sonnx.autograd.operator import Randomness
 from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.compiler_warnings import torch_deprecations_ignored
 from sonnx.errors import BadInputError
@@ -54,6 +54,7 @@ from sonnx.onnx.graph_segments import (
     whole_graph,
 )
 from sonnx.onnx.graph_store import GraphStore, WeightDigests, digest
+from sonnx.onnx.registry import operator_class
 from sonnx.symbolic_sizes import SymbolicInts, materialize, viewable
 from sonnx.tensor import Tensor, computed_tensor
 
@@ -152,7 +153,7 @@ class GraphRunner:
         self.eager_steps: dict[int, str] = {
             i: f"it draws random numbers ({step.info.op_type})"
             for i, step in enumerate(program.steps)
-            if step.info.op_type in RANDOM_OP_TYPES
+            if operator_class(step.info).random is Randomness.ALWAYS
         }
         self._segments: list[Segment | int] | None = None
         #: Where segments inductor failed on were split (the first step of each second half)

@@ -11,6 +11,13 @@ Most operators register their :class:`~sonnx.autograd.operator.Operator` class d
 :func:`register_operator`; version adapters (an attribute that later became an input, …) are
 written as functions with :func:`converter`.
 
+An operator's traits (:class:`~sonnx.autograd.operator.Operator`: output shape, parameterising
+inputs, randomness, ...) are read from its class, which :func:`operator_class` finds for a node:
+the class registered for any version of its operator, or the one a function converter names
+(``converter(..., operator=Split)``), or :class:`~sonnx.autograd.operator.Operator` itself,
+whose defaults are the safe ones, for an operator no class stands for (If, the sequence
+operators).
+
 Before a converter is ever called, :func:`check_node` holds the node to its ``onnx.defs``
 schema: input and output counts (variadic included), required inputs present, attributes
 known, of the declared type and present when required. Converters and operators may thus
@@ -69,15 +76,37 @@ class Registry:
     def __init__(self) -> None:
         self._versions: dict[tuple[str, str], list[int]] = {}
         self._converters: dict[tuple[str, str, int], Converter] = {}
+        self._classes: dict[tuple[str, str], type[Operator]] = {}
 
-    def register(self, op_type: str, since_version: int, fn: Converter, domain: str = "") -> None:
+    def register(
+        self,
+        op_type: str,
+        since_version: int,
+        fn: Converter,
+        domain: str = "",
+        operator: type[Operator] | None = None,
+    ) -> None:
+        """Register ``fn`` for ``op_type``-``since_version``; ``operator`` is the class whose
+        traits the operator has (one class per operator, whatever its version)."""
         key = (_domain_key(domain), op_type, since_version)
         if key in self._converters:
             raise SonnxError(
                 f"converter for {op_type}-{since_version} (domain {domain!r}) is registered twice"
             )
+        if operator is not None:
+            known = self._classes.setdefault(key[:2], operator)
+            if known is not operator:
+                raise SonnxError(
+                    f"{op_type} (domain {domain!r}) is registered with two operator classes: "
+                    f"{known.__qualname__} and {operator.__qualname__}"
+                )
         self._converters[key] = fn
         bisect.insort(self._versions.setdefault(key[:2], []), since_version)
+
+    def operator_class(self, domain: str, op_type: str) -> type[Operator]:
+        """The class declaring ``op_type``'s traits; :class:`Operator` (the safe defaults) for
+        an operator no class stands for."""
+        return self._classes.get((_domain_key(domain), op_type), Operator)
 
     def lookup(self, domain: str, op_type: str, opset: int) -> tuple[int, Converter] | None:
         """The converter with the newest since-version ≤ ``opset``, or None."""
@@ -94,6 +123,10 @@ class Registry:
     def versions(self, op_type: str, domain: str = "") -> list[int]:
         return list(self._versions.get((_domain_key(domain), op_type), []))
 
+    def operators(self) -> list[tuple[str, str]]:
+        """Every registered (domain, op type), sorted (the default domain as ``""``)."""
+        return sorted(self._versions)
+
     def op_types(self, domain: str = "") -> list[str]:
         d = _domain_key(domain)
         return sorted(op for dom, op in self._versions if dom == d)
@@ -103,13 +136,17 @@ REGISTRY = Registry()
 
 
 def converter(
-    op_type: str, *since_versions: int, domain: str = ""
+    op_type: str,
+    *since_versions: int,
+    domain: str = "",
+    operator: type[Operator] | None = None,
 ) -> Callable[[Converter], Converter]:
-    """Register the decorated function as the converter for the given since-versions."""
+    """Register the decorated function as the converter for the given since-versions;
+    ``operator`` names the class it builds, whose traits the operator has."""
 
     def decorate(fn: Converter) -> Converter:
         for v in since_versions:
-            REGISTRY.register(op_type, v, fn, domain)
+            REGISTRY.register(op_type, v, fn, domain, operator)
         return fn
 
     return decorate
@@ -143,7 +180,13 @@ def register_operator(cls: type[Operator], *since_versions: int, domain: str = "
     """Register an Operator class as its own converter: ``cls(version=v, **attrs)(*inputs)``."""
     convert = OperatorConverter(cls)
     for v in since_versions:
-        REGISTRY.register(cls.op_type, v, convert, domain or cls.domain)
+        REGISTRY.register(cls.op_type, v, convert, domain or cls.domain, cls)
+
+
+def operator_class(node: NodeInfo) -> type[Operator]:
+    """The class declaring the traits of ``node``'s operator (see
+    :meth:`Registry.operator_class`)."""
+    return REGISTRY.operator_class(node.domain, node.op_type)
 
 
 def node_attributes(node: onnx.NodeProto, since_version: int) -> dict[str, Any]:

@@ -9,11 +9,13 @@ input signature (:class:`ShapeValueCache`) and skip those nodes.
 a tensor's *value* is fixed by the input signature (constants; ``Shape``/``Size`` of a tensor
 whose shape is fixed; any deterministic operation on such values), and a tensor's *shape* is
 fixed by it (graph inputs; the outputs of operations whose output shape follows from their
-inputs' shapes — elementwise, MatMul, Conv, ...; of any operation whose other inputs have fixed
-values or are constants other than trainable weights — a Reshape to a computed shape, a Resize
-by constant scales). Anything else — a subgraph, a random draw, an output sized by values
-(NonZero) — is neither, and so is everything after it that depends on it. The cache keeps its
-values while the constants they were computed from are unchanged (:func:`shape_value_sources`).
+inputs' shapes and the values of its shape inputs — elementwise, MatMul, Conv; a Reshape to a
+computed shape, a Resize by constant scales — when those values are fixed or constants other
+than trainable weights). Anything else — a subgraph, a random draw, an output sized by values
+(NonZero), an operator that does not declare how its shape is decided — is neither, and so is
+everything after it that depends on it. What an operator is comes from its class's traits
+(:class:`~sonnx.autograd.operator.Operator`). The cache keeps its values while the constants
+they were computed from are unchanged (:func:`shape_value_sources`).
 """
 
 from __future__ import annotations
@@ -23,49 +25,12 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from sonnx import dtypes
-from sonnx.autograd.random_ops import RANDOM_OP_TYPES
+from sonnx.autograd.operator import OutputShape, Randomness
+from sonnx.onnx.registry import operator_class
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.onnx.graph_program import Step
-
-#: Operations whose output shape follows from their inputs' shapes and attributes alone.
-# fmt: off
-SHAPE_FROM_SHAPES = frozenset({
-    "Abs", "Acos", "Acosh", "Add", "And", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
-    "BatchNormalization", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor",
-    "Cast", "CastLike", "Ceil", "Celu", "Clip", "Concat", "Conv", "ConvTranspose", "Cos",
-    "Cosh", "DequantizeLinear", "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp",
-    "Flatten", "Floor", "Gather", "GatherElements", "Gelu", "Gemm", "GlobalAveragePool",
-    "GlobalMaxPool", "Greater", "GreaterOrEqual", "GroupNormalization", "HardSigmoid",
-    "HardSwish", "Identity", "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization",
-    "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "LpNormalization", "MatMul",
-    "Max", "MaxPool", "Mean", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "PRelu", "Pow",
-    "QuantizeLinear", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign",
-    "Sin", "Sinh", "Softmax", "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "Tan", "Tanh",
-    "ThresholdedRelu", "Transpose", "Trilu", "Where", "Xor",
-})
-# fmt: on
-#: Operations whose output shape depends on the values of their data input.
-VALUE_SIZED = frozenset(
-    {
-        "NonZero",
-        "Unique",
-        "Compress",
-        "NonMaxSuppression",
-        "StringSplit",
-        "StringNormalizer",
-        "ImageDecoder",
-    }
-)  # fmt: skip
-#: Operations sized by the values of every input, the first included.
-SIZED_BY_VALUES = frozenset(
-    {"ConstantOfShape", "Range", "MelWeightMatrix", "BlackmanWindow", "HannWindow",
-     "HammingWindow"}
-)  # fmt: skip
-#: Values that change from run to run with the same inputs.
-NONDETERMINISTIC = RANDOM_OP_TYPES | {"Dropout"}
-
 
 def shape_value_steps(
     steps: Sequence[Step], constants: dict[str, Tensor], inputs: set[str]
@@ -86,13 +51,13 @@ def shape_value_steps(
     found: set[int] = set()
     for index, step in enumerate(steps):
         reads = [n for n in step.inputs if n]
-        op = step.info.op_type
+        traits = operator_class(step.info)
         if step.has_subgraphs or step.info.domain not in ("", "ai.onnx") or not reads:
             continue
-        if op in ("Shape", "Size"):
+        if traits.reads_shape_only:
             values = reads[0] in fixed_shape
         else:
-            values = op not in NONDETERMINISTIC and all(n in fixed_value for n in reads)
+            values = traits.random is Randomness.NONE and all(n in fixed_value for n in reads)
         if values:
             fixed_value.update(o for o in step.outputs if o)
             fixed_shape.update(o for o in step.outputs if o)
@@ -100,26 +65,24 @@ def shape_value_steps(
                 found.add(index)
             continue
         shapes_known = all(n in fixed_shape for n in reads)
-        follows = op in SHAPE_FROM_SHAPES or (
-            op not in VALUE_SIZED
-            and all(
-                n in fixed_value or _sizing_constant(n, constants) for n in _sizing_inputs(step)
-            )
+        follows = traits.output_shape is OutputShape.FROM_SHAPES and all(
+            n in fixed_value or _sizing_constant(n, constants) for n in _shape_inputs(step)
         )
         if shapes_known and follows:
             fixed_shape.update(o for o in step.outputs if o)
     return found
 
 
-def _sizing_inputs(step: Step) -> list[str]:
+def _shape_inputs(step: Step) -> list[str]:
     """The inputs whose values decide the output's shape (besides the inputs' shapes)."""
-    reads = [n for n in step.inputs if n]
-    return reads if step.info.op_type in SIZED_BY_VALUES else reads[1:]
+    positions = operator_class(step.info).shape_inputs
+    return [n for i, n in enumerate(step.inputs) if n and i in positions]
 
 
 def _sizing_constant(name: str, constants: dict[str, Tensor]) -> bool:
-    """A constant whose values may fix a shape: not a trainable weight (an LSTM's weights,
-    read where its sizes would be, change at every training step)."""
+    """A constant whose values may fix a shape: not a trainable weight, whose values change
+    at every training step (a float initializer read only as a shape input, a Resize's
+    scales, is a constant: see :mod:`sonnx.onnx.graph_constants`)."""
     return name in constants and not constants[name].is_param
 
 
@@ -133,13 +96,7 @@ def shape_value_sources(
     unchanged."""
     producer = {o: i for i, step in enumerate(steps) for o in step.outputs if o}
     pending = [n for i in shape_steps for n in steps[i].inputs if n]
-    pending += [
-        n
-        for step in steps
-        if step.info.op_type not in SHAPE_FROM_SHAPES
-        for n in _sizing_inputs(step)
-        if _sizing_constant(n, constants)
-    ]
+    pending += [n for step in steps for n in _shape_inputs(step) if _sizing_constant(n, constants)]
     seen: set[str] = set()
     found: list[str] = []
     while pending:

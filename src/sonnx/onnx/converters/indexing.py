@@ -45,7 +45,7 @@ register_operator(ArgMin, 1, 11, 12, 13)
 register_operator(NonMaxSuppression, 10, 11)
 
 
-@converter("Scatter", 9, 11)
+@converter("Scatter", 9, 11, operator=ScatterElements)
 def convert_scatter(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
     """Scatter is ScatterElements without a reduction."""
     op = ScatterElements(version=11, axis=attrs["axis"])

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from sonnx import dtypes
-from sonnx.autograd.ml import ML_DOMAIN, ArrayFeatureExtractor, Binarizer, TreeEnsemble
+from sonnx.autograd.ml import ArrayFeatureExtractor, Binarizer, TreeEnsemble
+from sonnx.autograd.ml_common import ML_DOMAIN
 from sonnx.autograd.ml_linear import (
     FeatureVectorizer,
     Imputer,

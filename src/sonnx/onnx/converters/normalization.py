@@ -38,7 +38,7 @@ register_operator(MeanVarianceNormalization, 9, 13)
 register_operator(Dropout, 12, 13, 22)
 
 
-@converter("BatchNormalization", 1, 6, 7, 9, 14, 15)
+@converter("BatchNormalization", 1, 6, 7, 9, 14, 15, operator=BatchNormalization)
 def convert_batch_normalization(
     node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]
 ) -> Any:

@@ -42,13 +42,13 @@ def resize_10(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]
     return _legacy_resize(x, scales, attrs["mode"], node)
 
 
-@converter("Upsample", 9)
+@converter("Upsample", 9, operator=Resize)
 def upsample_9(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
     x, scales = inputs
     return _legacy_resize(x, scales, attrs["mode"], node)
 
 
-@converter("Upsample", 7)
+@converter("Upsample", 7, operator=Resize)
 def upsample_7(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
     (x,) = inputs
     if attrs.get("scales") is None:
@@ -56,7 +56,7 @@ def upsample_7(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any
     return _legacy_resize(x, _scales_constant(x, list(attrs["scales"])), attrs["mode"], node)
 
 
-@converter("Upsample", 1)
+@converter("Upsample", 1, operator=Resize)
 def upsample_1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) -> Tensor:
     """Upsample-1 scales the last two axes of a 4-D input by height_scale and width_scale."""
     (x,) = inputs

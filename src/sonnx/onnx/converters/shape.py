@@ -144,7 +144,7 @@ def tile_v1(node: NodeInfo, inputs: list[Tensor | None], attrs: dict[str, Any]) 
     return bind_node(Tile(), node)(x, _ints(repeats, x))
 
 
-@converter("Identity", 1, 13, 14, 16, 19, 21, 23, 24, 25)
+@converter("Identity", 1, 13, 14, 16, 19, 21, 23, 24, 25, operator=Identity)
 def convert_identity(node: NodeInfo, inputs: list, attrs: dict[str, Any]) -> Any:
     """Identity of a tensor is recorded; of a sequence or an optional (14+, 16+) passes it on."""
     value = inputs[0]
