@@ -113,10 +113,11 @@ class LossScaler:
     def get_states(self) -> dict[str, torch.Tensor]:
         """The scale and the count of finite steps since it last changed."""
         state = self._scaler.state_dict()
-        return {
-            SCALE: torch.tensor(state["scale"], dtype=torch.float32),
-            GROWTH_TRACKER: torch.tensor(state["_growth_tracker"], dtype=torch.int64),
-        }
+        # host: a number saved with the optimizer's states, not one a device computes with
+        scale = torch.tensor(state["scale"], dtype=torch.float32)
+        # host: likewise
+        tracker = torch.tensor(state["_growth_tracker"], dtype=torch.int64)
+        return {SCALE: scale, GROWTH_TRACKER: tracker}
 
     def set_states(self, states: Mapping[str, Any]) -> None:
         """Restore what :meth:`get_states` returned (values as tensors or numbers)."""
