@@ -9,8 +9,6 @@ enclosing scope's values when the node runs, so converters only call ``branch.ru
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +47,7 @@ from sonnx.onnx.registry import (
     check_node,
     node_attributes,
 )
+from sonnx.onnx.run_paths import debugging, report, step_loop_reason
 from sonnx.onnx.shape_values import (
     ShapeValueCache,
     input_signature,
@@ -193,17 +192,33 @@ class GraphProgram:
         # Loop without trip count and condition) creates its output on the default device,
         # which while a graph runs must be the graph's.
         with default_device_for_run(self.device), deferred_checks(), grad:
-            plan_runs = (
-                keep is not None
-                and computed is None
-                and start == 0
-                and (stop is None or stop >= len(self.steps))
-                and value_checks()
-                and not _debugging()
-            )
-            if plan_runs and self._run_plan(values, frozenset(keep)):
+            why = self.step_loop_reason(start, stop, computed, keep)
+            if why is None and self._run_plan(values, frozenset(keep or ())):
                 return values
             return self._execute(values, start, stop, computed, keep)
+
+    def step_loop_reason(
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        computed: dict[str, Tensor] | None = None,
+        keep: set[str] | None = None,
+    ) -> str | None:
+        """Why a run of steps ``[start:stop]`` goes through the step loop (None: through the
+        generated plan, once the input signature's shape values are known)."""
+        return step_loop_reason(
+            whole=start == 0 and (stop is None or stop >= len(self.steps)),
+            every_value=computed is not None,
+            keeps=keep is not None,
+            value_checks=value_checks(),
+            plans_work=self._plans is not None,
+        )
+
+    def knows_shape_values(self, values: dict[str, Any]) -> bool:
+        """Whether an earlier run found the shape values of ``values``' input signature (then
+        the generated plan can run)."""
+        signature = input_signature(values, self.input_names)
+        return self._known_shape_values(signature) is not None
 
     def _run_plan(self, values: dict[str, Tensor], keep: frozenset[str]) -> bool:
         """Run the whole graph by its plan, if the input signature's shape values are known
@@ -281,13 +296,14 @@ class GraphProgram:
         computed: dict[str, Tensor] | None,
         keep: set[str] | None,
     ) -> dict[str, Tensor]:
-        debug = _debugging()
+        debug = debugging()
         shape_steps = self.shape_value_steps
         signature = input_signature(values, self.input_names) if value_checks() else None
-        known = self._known_shape_values(signature)
+        known = None if debug else self._known_shape_values(signature)  # trace every node
         whole = start == 0 and (stop is None or stop >= len(self.steps))
         fresh: dict[str, Any] | None = {} if signature is not None and known is None else None
-        skipped, fused = self.active_fusions(start, stop, keep, computed)
+        # SONNX_DEBUG traces every node, so fused groups run node by node
+        skipped, fused = (set(), {}) if debug else self.active_fusions(start, stop, keep, computed)
         end = len(self.steps) if stop is None else min(stop, len(self.steps))
         for index in range(start, end):
             step = self.steps[index]
@@ -337,7 +353,7 @@ class GraphProgram:
             if fresh is not None and index in shape_steps:
                 fresh.update((n, values[n]) for n in step.outputs if n in values)
             if debug:
-                _trace(step, args, time.perf_counter() - started)
+                _trace(step, args, values, time.perf_counter() - started)
             self._forget_last_reads(values, index, keep)
         if fresh is not None and whole:
             self._shape_values.store(signature, fresh)
@@ -384,11 +400,6 @@ class GraphProgram:
                     values.pop(name, None)
 
 
-def _debugging() -> bool:
-    """``SONNX_DEBUG`` set: every node's inputs and time are printed (by the step loop)."""
-    return os.environ.get("SONNX_DEBUG", "") not in ("", "0")
-
-
 def _arguments(step: Step, values: dict[str, Any]) -> list[Any]:
     """The step's input values (None for absent optional inputs)."""
     try:
@@ -410,12 +421,22 @@ def reads_of(step: Step) -> list[str]:
     return names
 
 
-def _trace(step: Step, args: list[Tensor | None], seconds: float) -> None:
-    shapes = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
-    print(
-        f"[sonnx] {step.info.op_type:<20} {step.info.name:<30} ({shapes}) {seconds * 1e3:.3f} ms",
-        file=sys.stderr,
+def _trace(step: Step, args: list[Any], values: dict[str, Any], seconds: float) -> None:
+    """One node of the ``SONNX_DEBUG`` trace: its inputs, its outputs by name, its time."""
+    inputs = ", ".join(_described(a) for a in args)
+    outputs = ", ".join(f"{n}: {_described(values.get(n))}" for n in step.outputs if n)
+    report(
+        f"{step.info.op_type:<20} {step.info.name:<30} ({inputs}) -> {outputs} "
+        f"{seconds * 1e3:.3f} ms"
     )
+
+
+def _described(value: Any) -> str:
+    if value is None:
+        return "-"
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        return f"{value.dtype}{list(value.shape)}"
+    return type(value).__name__  # a sequence, an optional
 
 
 def compile_graph(

@@ -38,6 +38,7 @@ from sonnx.onnx.graph_program import GraphProgram, compile_graph
 from sonnx.onnx.graph_store import graph_digest
 from sonnx.onnx.imported_graph import GraphSource, ImportedGraph
 from sonnx.onnx.model_loading import ModelSource, load_model, opset_versions
+from sonnx.onnx.run_paths import Path, choose_path, debugging, explain_run, report
 from sonnx.onnx.values import (
     GraphValue,
     MapSequence,
@@ -151,7 +152,10 @@ class SingaRep:
         tensors appended to the returned list.
         """
         whole = last_layers == -1 and output is None and not all_outputs and not aux_output
-        compiled_run = self.graph_runner is not None and whole and not is_training()
+        choice = choose_path(self.graph_runner is not None, whole, is_training())
+        if debugging():
+            report(f"run: {choice.path.value} ({choice.why})")
+        compiled_run = choice.path is Path.COMPILED
         arrays = self.array_runs if compiled_run and type(inputs) in (list, dict) else None
         if arrays is not None:
             fast = arrays.run(inputs)
@@ -317,6 +321,27 @@ class SingaRep:
     def shapes(self) -> dict[str, str]:
         """Tensor shapes by name from ONNX shape inference (computed on first use)."""
         return _inferred_shapes(self.model)
+
+    def explain(
+        self,
+        inputs: Any = None,
+        last_layers: int = -1,
+        all_outputs: bool = False,
+        aux_output: Sequence[str] = (),
+        output: str | None = None,
+    ) -> str:
+        """Which way :meth:`run` with these arguments goes in this thread, and why: compiled
+        graph mode part by part (compiled segments, steps run eagerly and the reason), or the
+        program through its generated plan or its step loop. ``inputs`` (optional) decide
+        whether their shapes were seen before. ``SONNX_DEBUG=1`` prints the path of every run."""
+        whole = last_layers == -1 and output is None and not all_outputs and not aux_output
+        choice = choose_path(self.graph_runner is not None, whole, is_training())
+        stop, _ = self._plan_stop(last_layers, output)
+        values = None
+        if inputs is not None:
+            values = dict(self.constants)
+            values.update(self._bind_inputs(inputs))
+        return explain_run(self.program, self.graph_runner, choice, stop, all_outputs, values)
 
     def summary(self) -> str:
         """A table of layers: index, the ``last_layers`` value that stops after it, op, name,
