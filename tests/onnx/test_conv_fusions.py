@@ -84,7 +84,6 @@ def unfused(model: onnx.ModelProto) -> sonnx.SingaRep:
     """``model`` prepared without its conv groups: node by node."""
     rep = sonnx.prepare(model)
     rep.program.fusions = {k: f for k, f in rep.program.fusions.items() if not is_conv_group(f)}
-    rep.program.__dict__.pop("last_reads", None)
     return rep
 
 
@@ -167,7 +166,6 @@ def test_training_runs_the_nodes_and_follows_the_same_trajectory(fused_calls):
         net = sonnx.SONNXModel(model)
         if not fuse:
             net.rep.program.fusions = unfused(model).program.fusions
-            net.rep.program.__dict__.pop("last_reads", None)
         sgd = opt.SGD(lr=0.05, momentum=0.9)
         net.train()
         losses = []

@@ -55,8 +55,9 @@ def _expected(cond: bool) -> np.ndarray:
 
 def test_values_are_dropped_after_their_last_reader_including_branch_reads() -> None:
     rep = sonnx.prepare(_model())
-    reads = [sorted(names) for names in rep.program.last_reads]
-    assert reads == [["x"], [], ["a"], ["b", "c", "cond"]]
+    schedule = rep.program.schedule(keep={"out"})
+    frees = [sorted(entry.frees) for entry in schedule.steps]
+    assert frees == [["x"], [], ["a"], ["b", "c", "cond"]]
     inputs = {
         "x": Tensor(data=X, requires_grad=False),
         "cond": Tensor(data=np.array(True), requires_grad=False),

@@ -180,7 +180,8 @@ def test_debug_switch_traces_each_node(monkeypatch, capsys) -> None:
     monkeypatch.setenv("SONNX_DEBUG", "1")
     sonnx.prepare(_chain_model()).run([X])
     err = capsys.readouterr().err
-    assert err.count("[sonnx]") == 4 and "Relu" in err and "ms" in err
+    assert err.count("[sonnx]") == 5 and "Relu" in err and "ms" in err  # the run's path, 4 nodes
+    assert err.startswith("[sonnx] run: the program")
 
 
 @pytest.mark.parametrize("declared", [-1, 0, None])

@@ -1,15 +1,15 @@
 """A graph program lowered to one generated Python function: its *plan*.
 
-The step loop of :class:`~sonnx.onnx.graph_program.GraphProgram` decides for every node on
-every run what never changes between runs: where its inputs are in a dict of names, whether it
-is folded, fused or a known shape value, which values to free after it; and it wraps every
-result in a :class:`~sonnx.tensor.Tensor` and names it. A plan makes those decisions once and
-writes them down as straight-line Python source, as torch.fx does for its graphs: a line per
-node calling the node's operator on local variables that hold torch tensors, ``del`` after a
-value's last reader, and Tensors made only for the values the caller keeps and the steps that
-take Tensors (converters, folded steps, subgraphs). A node then costs its operator's
-``forward`` and little else; a shape value or folded result that no later step reads (an int8
-table's Cast read only by a shape value) gets no line at all.
+The step loop of :class:`~sonnx.onnx.graph_program.GraphProgram` walks the run's schedule
+(:mod:`sonnx.onnx.schedule`: which steps run, fused or as known shape values, and which values
+to free after each) and, for every node on every run, finds its inputs in a dict of names and
+wraps every result in a :class:`~sonnx.tensor.Tensor` and names it. A plan walks the same
+schedule once and writes it down as straight-line Python source, as torch.fx does for its
+graphs: a line per node calling the node's operator on local variables that hold torch tensors,
+``del`` after a value's last reader, and Tensors made only for the values the caller keeps and
+the steps that take Tensors (converters, folded steps, subgraphs). A node then costs its
+operator's ``forward`` and little else; a shape value or folded result that no later step reads
+(an int8 table's Cast read only by a shape value) is pruned from the plan's schedule.
 
 A plan covers the run a model is called for most: every step, no intermediate value asked for,
 an input signature whose shape values an earlier run found (see
@@ -30,12 +30,12 @@ import torch
 from sonnx.autograd.host_values import forget, place_inputs
 from sonnx.autograd.operator import Operator
 from sonnx.onnx.registry import node_schema
+from sonnx.onnx.schedule import Action
 from sonnx.onnx.values import is_single_value
 from sonnx.strings import StringArray
 from sonnx.tensor import Tensor, computed_tensor, string_tensor
 
 if TYPE_CHECKING:
-    from sonnx.onnx.fusions import Fusion
     from sonnx.onnx.graph_program import GraphProgram, Step
 
 __all__ = ["PlanAssumptionError", "build_plan"]
@@ -77,7 +77,8 @@ class _PlanWriter:
         own = program.constants.keys() | set(program.input_names)
         self.outer_tensors = {n for n, v in values.items() if type(v) is Tensor and n not in own}
         self.on_cpu = program.device.torch_device.type == "cpu"
-        self.blocks: list[tuple[list[str], list[str]]] = []  # (lines, names read)
+        # (lines, names read, names freed after it): one block per scheduled step
+        self.blocks: list[tuple[list[str], tuple[str, ...], tuple[str, ...]]] = []
         self.var: dict[str, str] = {}  # graph name -> local variable
         self.form: dict[str, str] = {}
         self.produced: list[str] = []
@@ -96,58 +97,25 @@ class _PlanWriter:
         }
 
     def write(self) -> Plan:
-        from sonnx.onnx.graph_program import reads_of  # the module that imports this one
-
         program = self.program
-        skipped, fused = program.active_fusions(0, None, self.keep, None)
-        shape_steps = program.shape_value_steps
-        live = self._live_steps(skipped, fused, reads_of)
-        for index, step in enumerate(program.steps):
-            if index not in live:
-                continue
+        schedule = program.schedule(keep=self.keep, prune=True)
+        for entry in schedule.steps:
+            index, step = entry.index, program.steps[entry.index]
             lines: list[str] = []
-            if index in fused:
-                fusion = fused[index]
-                self.namespace[f"_fusion{index}"] = fusion.compute
-                args = ", ".join(self._raw_arg(n, lines) for n in fusion.inputs)
+            if entry.action is Action.FUSED:
+                self.namespace[f"_fusion{index}"] = entry.fusion.compute
+                args = ", ".join(self._raw_arg(n, lines) for n in entry.reads)
                 lines.append(f"{self._define(step.outputs[0], _RAW)} = _fusion{index}({args})")
-                reads = list(fusion.inputs)
-            elif index in shape_steps:
-                reads = []
+            elif entry.action is Action.SHAPE_VALUE:
                 form = _TENSOR if self._gives_tensors(step) else _ANY
                 for name in step.outputs:
                     if name:  # absent where the step loop's run did not produce it
                         lines.append(f"{self._define(name, form)} = known.get({name!r})")
                         self.maybe_none.add(name)
             else:
-                reads = reads_of(step)  # with what its subgraphs read from this scope
-                self._call(index, step, reads, lines)
-            self.blocks.append((lines, reads))
+                self._call(index, step, list(entry.reads), lines)
+            self.blocks.append((lines, entry.reads, entry.frees))
         return self._compile()
-
-    def _live_steps(
-        self, skipped: set[int], fused: dict[int, Fusion], reads_of: Callable[[Step], list[str]]
-    ) -> set[int]:
-        """The steps the plan runs: all but those fused away and the pure ones (shape values,
-        folded results) whose outputs no later step reads and the run does not keep (an int8
-        table's Cast read only by a shape value)."""
-        steps = self.program.steps
-        shape_steps = self.program.shape_value_steps
-        needed = set(self.keep)
-        live: set[int] = set()
-        for index in reversed(range(len(steps))):
-            step = steps[index]
-            if index in skipped:
-                continue
-            pure = index not in fused and (index in shape_steps or step.foldable)
-            if pure and not any(o in needed for o in step.outputs if o):
-                continue
-            live.add(index)
-            if index in fused:
-                needed.update(fused[index].inputs)
-            elif index not in shape_steps:  # shape values come from ``known``, not inputs
-                needed.update(reads_of(step))
-        return live
 
     # ---- one step ----------------------------------------------------------------------------
     def _call(self, index: int, step: Step, reads: list[str], lines: list[str]) -> None:
@@ -233,21 +201,16 @@ class _PlanWriter:
     # ---- the function --------------------------------------------------------------------
     def _compile(self) -> Plan:
         last_block: dict[str, int] = {}
-        for i, (_, reads) in enumerate(self.blocks):
+        for i, (_, reads, _) in enumerate(self.blocks):
             for name in reads:
                 last_block[name] = i
-        for name in self.produced:  # never read: freed where it is made
-            last_block.setdefault(name, self.defined_in[name])
         checked: list[list[str]] = [[] for _ in self.blocks]  # may be None, read later
         for name in self.maybe_none:
-            if last_block[name] > self.defined_in[name]:
+            if last_block.get(name, -1) > self.defined_in[name]:
                 checked[self.defined_in[name]].append(self.var[name])
-        freed: list[set[str]] = [set() for _ in self.blocks]
-        for name, last in last_block.items():
-            if name not in self.keep:
-                freed[last].add(self.var[name])
+        freed = [{self.var[n] for n in frees if n in self.var} for _, _, frees in self.blocks]
         source = ["def plan(values, known):"]
-        for i, (lines, _) in enumerate(self.blocks):
+        for i, (lines, _, _) in enumerate(self.blocks):
             source.extend(f"    {line}" for line in lines)
             for var in checked[i]:  # the step loop finds no value for the later reader
                 source.append(f"    if {var} is None: raise PlanAssumptionError()")

@@ -48,6 +48,7 @@ from sonnx.onnx.registry import (
     node_attributes,
 )
 from sonnx.onnx.run_paths import debugging, report, step_loop_reason
+from sonnx.onnx.schedule import Action, Schedule, build_schedule
 from sonnx.onnx.shape_values import (
     ShapeValueCache,
     input_signature,
@@ -157,6 +158,7 @@ class GraphProgram:
     #: Plans of whole runs by the names they keep (see :mod:`sonnx.onnx.graph_plan`); None
     #: once a plan failed where the step loop did not (the step loop then runs every time).
     _plans: dict[frozenset[str], Plan] | None = field(default_factory=dict, repr=False)
+    _schedules: dict[tuple[Any, ...], Schedule] = field(default_factory=dict, repr=False)
 
     @cached_property
     def shape_value_steps(self) -> set[int]:
@@ -273,20 +275,24 @@ class GraphProgram:
     def _producers(self) -> dict[str, Step]:
         return {o: step for step in self.steps for o in step.outputs if o}
 
-    @cached_property
-    def last_reads(self) -> list[list[str]]:
-        """For each step, the names that it is the last step to read."""
-        last: dict[str, int] = {}
-        for i, step in enumerate(self.steps):
-            for name in reads_of(step):
-                last[name] = i
-        for fusion in self.fusions.values():
-            for name in fusion.inputs:
-                last[name] = max(last[name], fusion.final)
-        plan: list[list[str]] = [[] for _ in self.steps]
-        for name, i in last.items():
-            plan[i].append(name)
-        return plan
+    def schedule(
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        keep: set[str] | frozenset[str] | None = None,
+        every_value: bool = False,
+        prune: bool = False,
+    ) -> Schedule:
+        """The schedule of a run of steps ``[start:stop)`` keeping ``keep`` (see
+        :mod:`sonnx.onnx.schedule`), built once for each kind of run and kept."""
+        stop = len(self.steps) if stop is None else min(stop, len(self.steps))
+        frozen = None if keep is None else frozenset(keep)
+        key = (start, stop, frozen, every_value, prune, tuple(self.fusions))
+        found = self._schedules.get(key)
+        if found is None:
+            found = build_schedule(self, start, stop, frozen, every_value, prune, reads_of)
+            self._schedules[key] = found
+        return found
 
     def _execute(
         self,
@@ -297,31 +303,28 @@ class GraphProgram:
         keep: set[str] | None,
     ) -> dict[str, Tensor]:
         debug = debugging()
-        shape_steps = self.shape_value_steps
         signature = input_signature(values, self.input_names) if value_checks() else None
         known = None if debug else self._known_shape_values(signature)  # trace every node
         whole = start == 0 and (stop is None or stop >= len(self.steps))
         fresh: dict[str, Any] | None = {} if signature is not None and known is None else None
         # SONNX_DEBUG traces every node, so fused groups run node by node
-        skipped, fused = (set(), {}) if debug else self.active_fusions(start, stop, keep, computed)
-        end = len(self.steps) if stop is None else min(stop, len(self.steps))
-        for index in range(start, end):
+        schedule = self.schedule(start, stop, keep, every_value=computed is not None or debug)
+        for entry in schedule.steps:
+            index = entry.index
             step = self.steps[index]
-            if index in skipped:
-                self._forget_last_reads(values, index, keep)
-                continue
-            if known is not None and index in shape_steps:
+            if known is not None and entry.action is Action.SHAPE_VALUE:
                 # Shape values of this input signature, computed by an earlier run.
                 for name in step.outputs:
                     if name in known:
                         values[name] = known[name]
                         if computed is not None:
                             computed[name] = known[name]
-                self._forget_last_reads(values, index, keep)
+                for name in entry.frees:
+                    values.pop(name, None)
                 continue
             started = time.perf_counter() if debug else 0.0
-            if index in fused:
-                fusion = fused[index]
+            fusion = entry.fusion
+            if fusion is not None:
                 args = [values[n] for n in fusion.inputs]
                 try:
                     result = _plain(fusion.compute(*(a.data for a in args)))
@@ -350,11 +353,12 @@ class GraphProgram:
                     values[name] = t
                     if computed is not None:
                         computed[name] = t
-            if fresh is not None and index in shape_steps:
+            if fresh is not None and entry.action is Action.SHAPE_VALUE:
                 fresh.update((n, values[n]) for n in step.outputs if n in values)
             if debug:
                 _trace(step, args, values, time.perf_counter() - started)
-            self._forget_last_reads(values, index, keep)
+            for name in entry.frees:
+                values.pop(name, None)
         if fresh is not None and whole:
             self._shape_values.store(signature, fresh)
         return values
@@ -370,34 +374,6 @@ class GraphProgram:
             if step.foldable:
                 self._folded.keep(index, args, result)
         return result
-
-    def active_fusions(
-        self,
-        start: int,
-        stop: int | None,
-        keep: set[str] | None,
-        computed: dict[str, Any] | None,
-    ) -> tuple[set[int], dict[int, Fusion]]:
-        """The fusions a run goes through whole (all of them, unless it starts or stops inside
-        a group, asks for an intermediate value or wants every value): the steps they skip,
-        and the fusions by final step."""
-        if not self.fusions or computed is not None:
-            return set(), {}
-        end = len(self.steps) if stop is None else stop
-        active = {
-            final: fusion
-            for final, fusion in self.fusions.items()
-            if start <= min((*fusion.internal, final))
-            and final < end
-            and not (keep and fusion.intermediates & keep)
-        }
-        return {i for fusion in active.values() for i in fusion.internal}, active
-
-    def _forget_last_reads(self, values: dict[str, Any], index: int, keep: set[str] | None) -> None:
-        if keep is not None:
-            for name in self.last_reads[index]:
-                if name not in keep:
-                    values.pop(name, None)
 
 
 def _arguments(step: Step, values: dict[str, Any]) -> list[Any]:
