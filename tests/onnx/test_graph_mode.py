@@ -312,7 +312,8 @@ def test_a_segment_inductor_rejects_is_split_at_the_step_it_fails_on(monkeypatch
     assert runner.compile_count == 2  # the halves before and after the Tanh, for every batch
     assert rep.explain().splitlines()[1:] == [
         "  part 1 of 3, compiled: steps 0-2 (relu .. skip)",
-        "  part 2 of 3, eager (inductor could not compile it: planted): step 3 (tanh)",
+        "  part 2 of 3, eager (inductor could not compile it: planted: inductor cannot compile"
+        " tanh): step 3 (tanh)",
         "  part 3 of 3, compiled: steps 4-5 (gate .. squash)",
     ]
     assert rep.explain(last_layers=-2).startswith("the program: a cut")
