@@ -199,7 +199,8 @@ def to_onnx(
     if opset is None and not sources:
         _lower_opset(model, target)
     try:
-        onnx.checker.check_model(model if model.ByteSize() < _PROTOBUF_LIMIT else _stub(model))
+        light = model if model.ByteSize() < _PROTOBUF_LIMIT else _stub(model)
+        onnx.checker.check_model(_checkable(light))
     except onnx.checker.ValidationError as e:
         raise ExportError(f"to_onnx produced a model the ONNX checker rejects: {e}") from e
     return to_float16(model) if dtype == "float16" else model
@@ -451,10 +452,16 @@ def _check_connected(outputs: Sequence[Tensor], inputs: Sequence[Tensor]) -> Non
             )
 
 
+#: Where :func:`_checkable` puts the default-domain operators that onnx does not know.
+_UNCHECKED_DOMAIN = "sonnx.unchecked"
+
+
 def _check_nodes_exist(g: GraphBuilder, first: int, op: Operator) -> None:
     for node in g.nodes[first:]:
         if node.domain not in ("", "ai.onnx"):
             continue
+        if not onnx.defs.has(node.op_type):
+            continue  # onnxruntime's own op in the default domain (SimplifiedLayerNormalization)
         try:
             schema = onnx.defs.get_schema(node.op_type, g.opset, "")
         except onnx.defs.SchemaError:
@@ -496,6 +503,25 @@ def _first_opset_taking_strings(op_type: str, opset: int, inputs: Sequence[Tenso
         if _takes_strings(onnx.defs.get_schema(op_type, version, ""), inputs):
             return version
     return opset  # no opset takes them: the checker reports the type error
+
+
+def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as the ONNX checker can read it: onnxruntime's operators of the default domain
+    (SimplifiedLayerNormalization), which onnx has no schema for, moved to a domain of their
+    own that the checker does not hold to schemas."""
+    unknown = [
+        i
+        for i, node in enumerate(model.graph.node)
+        if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type)
+    ]
+    if not unknown:
+        return model
+    checked = onnx.ModelProto()
+    checked.CopyFrom(model)
+    for i in unknown:
+        checked.graph.node[i].domain = _UNCHECKED_DOMAIN
+    checked.opset_import.append(helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
+    return checked
 
 
 def _stub(model: onnx.ModelProto) -> onnx.ModelProto:
