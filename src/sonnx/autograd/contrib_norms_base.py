@@ -38,8 +38,8 @@ class ContribOperator(Operator):
             return self.attrs[name]
         if name in self.required:
             raise BadModelError(
-                f"{self.op_type} (domain {self.domain}) node {self.name!r}: required attribute "
-                f"{name!r} is missing, received {sorted(self.attrs)}"
+                f"{self.op_type}: required attribute {name!r} is missing, received attributes "
+                f"{sorted(self.attrs)}"
             )
         return self.defaults.get(name)
 
