@@ -37,7 +37,8 @@ _BERT_EPSILON = 1e-12
 def _skip_sum(
     op: ContribOperator, x: torch.Tensor, skip: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
-    """``input + skip (+ bias)`` after the checks onnxruntime's skip norms make."""
+    """``input + skip (+ bias)`` after the checks onnxruntime's skip norms make, summed in
+    compute precision (float32 for half inputs, rounded once, as onnxruntime does)."""
     check_float(op.op_type, "input", x)
     if x.dim() not in (2, 3):
         raise BadInputError(
@@ -46,19 +47,20 @@ def _skip_sum(
         )
     check_float(op.op_type, "skip", skip)
     check_broadcasts_to(op.op_type, "skip", skip, x.shape)
-    total = x + skip
+    wide = compute_dtype(x.dtype)
+    total = x.to(wide) + skip.to(wide)
     if bias is not None:
         check_vector(op.op_type, "bias", bias, x.shape[-1])
-        total = total + bias
+        total = total + bias.to(wide)
     return total
 
 
 def _normalize(
     total: torch.Tensor, epsilon: float, centered: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(normalized, mean, inv_std_var) over the last axis, statistics in compute precision;
-    without ``centered`` the mean is zero and the variance the mean square (RMS norm)."""
-    xc = total.to(compute_dtype(total.dtype))
+    """(normalized, mean, inv_std_var) over the last axis of ``total`` (in compute
+    precision); without ``centered`` the mean is zero and the variance the mean square."""
+    xc = total
     if centered:
         mean = xc.mean(dim=-1, keepdim=True)
         xc = xc - mean
@@ -88,7 +90,7 @@ class SkipLayerNormalization(ContribOperator):
             check_vector(self.op_type, "beta", beta, hidden)
         normed, mean, inv_std = _normalize(total, float(self.attr("epsilon")), self.centered)
         y = normed * gamma if beta is None else normed * gamma + beta
-        return self.requested(y.to(x.dtype), mean, inv_std, total)
+        return self.requested(y.to(x.dtype), mean, inv_std, total.to(x.dtype))
 
 
 class SkipSimplifiedLayerNormalization(SkipLayerNormalization):
