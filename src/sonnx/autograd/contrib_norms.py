@@ -17,13 +17,8 @@ from sonnx.autograd.contrib_norms_base import (
     check_broadcasts_to,
     check_vector,
 )
-from sonnx.autograd.normalization_common import (
-    check_float,
-    check_rank,
-    compute_dtype,
-    normalize_axis,
-    stash_dtype,
-)
+from sonnx.autograd.normalization_common import check_float, check_rank, compute_dtype
+from sonnx.autograd.normalization_layer import rms_normalize
 from sonnx.autograd.operator import TorchOutputs
 from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError
@@ -80,7 +75,8 @@ class SkipLayerNormalization(ContribOperator):
 
     op_type = "SkipLayerNormalization"
     defaults = {"epsilon": _BERT_EPSILON}
-    centered = True
+    #: Subtracts the mean (a LayerNorm); the simplified form does not (an RMS norm).
+    centered: bool = True
 
     def forward(self, x, skip, gamma, beta=None, bias=None) -> TorchOutputs:  # type: ignore[override]
         total = _skip_sum(self, x, skip, bias)
@@ -118,18 +114,7 @@ class SimplifiedLayerNormalization(ContribOperator):
     defaults = {"axis": -1, "epsilon": 1e-5, "stash_type": 1}
 
     def forward(self, x, scale) -> TorchOutputs:  # type: ignore[override]
-        op = self.op_type
-        check_float(op, "X", x)
-        check_float(op, "scale", scale)
-        check_rank(op, "X", x, 1, "at least 1-D")
-        axis = normalize_axis(op, int(self.attr("axis")), x.dim())
-        check_broadcasts_to(op, "scale", scale, x.shape[axis:])
-        stash = stash_dtype(op, self.attr("stash_type"))
-        xc = x.to(compute_dtype(x.dtype, stash))
-        dims = tuple(range(axis, x.dim()))
-        inv_std = torch.rsqrt((xc * xc).mean(dim=dims, keepdim=True) + float(self.attr("epsilon")))
-        y = (xc * inv_std).to(x.dtype) * scale
-        return self.requested(y.to(scale.dtype), inv_std.to(stash))
+        return self.requested(*rms_normalize(self, x, scale))
 
 
 class EmbedLayerNormalization(ContribOperator):
