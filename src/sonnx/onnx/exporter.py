@@ -25,6 +25,7 @@ from sonnx.onnx.export_names import DynamicAxes, GraphNames
 from sonnx.onnx.float16 import to_float16
 from sonnx.onnx.graph_builder import GraphBuilder, first_opset, tensor_proto
 from sonnx.onnx.imported_graph import GraphSource, ImportedExport, ImportedGraph
+from sonnx.onnx.registry import REGISTRY
 from sonnx.tensor import Tensor
 
 # Below 2 GiB protobuf can hold the whole model; above it, weights go to external data.
@@ -456,12 +457,18 @@ def _check_connected(outputs: Sequence[Tensor], inputs: Sequence[Tensor]) -> Non
 _UNCHECKED_DOMAIN = "sonnx.unchecked"
 
 
+def _outside_onnx(op_type: str) -> bool:
+    """An operator sonnx runs in the default domain that onnx has no schema for (onnxruntime's
+    SimplifiedLayerNormalization): written as it came, not held to a schema."""
+    return not onnx.defs.has(op_type) and bool(REGISTRY.versions(op_type))
+
+
 def _check_nodes_exist(g: GraphBuilder, first: int, op: Operator) -> None:
     for node in g.nodes[first:]:
         if node.domain not in ("", "ai.onnx"):
             continue
-        if not onnx.defs.has(node.op_type):
-            continue  # onnxruntime's own op in the default domain (SimplifiedLayerNormalization)
+        if _outside_onnx(node.op_type):
+            continue
         try:
             schema = onnx.defs.get_schema(node.op_type, g.opset, "")
         except onnx.defs.SchemaError:
@@ -506,13 +513,12 @@ def _first_opset_taking_strings(op_type: str, opset: int, inputs: Sequence[Tenso
 
 
 def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model as the ONNX checker can read it: onnxruntime's operators of the default domain
-    (SimplifiedLayerNormalization), which onnx has no schema for, moved to a domain of their
-    own that the checker does not hold to schemas."""
+    """The model as the ONNX checker can read it: the operators :func:`_outside_onnx` moved to
+    a domain of their own that the checker does not hold to schemas."""
     unknown = [
         i
         for i, node in enumerate(model.graph.node)
-        if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type)
+        if node.domain in ("", "ai.onnx") and _outside_onnx(node.op_type)
     ]
     if not unknown:
         return model
