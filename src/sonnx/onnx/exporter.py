@@ -25,6 +25,7 @@ from sonnx.onnx.export_names import DynamicAxes, GraphNames
 from sonnx.onnx.float16 import to_float16
 from sonnx.onnx.graph_builder import GraphBuilder, first_opset, tensor_proto
 from sonnx.onnx.imported_graph import GraphSource, ImportedExport, ImportedGraph
+from sonnx.onnx.registry import REGISTRY
 from sonnx.tensor import Tensor
 
 # Below 2 GiB protobuf can hold the whole model; above it, weights go to external data.
@@ -199,7 +200,8 @@ def to_onnx(
     if opset is None and not sources:
         _lower_opset(model, target)
     try:
-        onnx.checker.check_model(model if model.ByteSize() < _PROTOBUF_LIMIT else _stub(model))
+        light = model if model.ByteSize() < _PROTOBUF_LIMIT else _stub(model)
+        onnx.checker.check_model(_checkable(light))
     except onnx.checker.ValidationError as e:
         raise ExportError(f"to_onnx produced a model the ONNX checker rejects: {e}") from e
     return to_float16(model) if dtype == "float16" else model
@@ -451,9 +453,21 @@ def _check_connected(outputs: Sequence[Tensor], inputs: Sequence[Tensor]) -> Non
             )
 
 
+#: Where :func:`_checkable` puts the default-domain operators that onnx does not know.
+_UNCHECKED_DOMAIN = "sonnx.unchecked"
+
+
+def _outside_onnx(op_type: str) -> bool:
+    """An operator sonnx runs in the default domain that onnx has no schema for (onnxruntime's
+    SimplifiedLayerNormalization): written as it came, not held to a schema."""
+    return not onnx.defs.has(op_type) and bool(REGISTRY.versions(op_type))
+
+
 def _check_nodes_exist(g: GraphBuilder, first: int, op: Operator) -> None:
     for node in g.nodes[first:]:
         if node.domain not in ("", "ai.onnx"):
+            continue
+        if _outside_onnx(node.op_type):
             continue
         try:
             schema = onnx.defs.get_schema(node.op_type, g.opset, "")
@@ -496,6 +510,24 @@ def _first_opset_taking_strings(op_type: str, opset: int, inputs: Sequence[Tenso
         if _takes_strings(onnx.defs.get_schema(op_type, version, ""), inputs):
             return version
     return opset  # no opset takes them: the checker reports the type error
+
+
+def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as the ONNX checker can read it: the operators :func:`_outside_onnx` moved to
+    a domain of their own that the checker does not hold to schemas."""
+    unknown = [
+        i
+        for i, node in enumerate(model.graph.node)
+        if node.domain in ("", "ai.onnx") and _outside_onnx(node.op_type)
+    ]
+    if not unknown:
+        return model
+    checked = onnx.ModelProto()
+    checked.CopyFrom(model)
+    for i in unknown:
+        checked.graph.node[i].domain = _UNCHECKED_DOMAIN
+    checked.opset_import.append(helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
+    return checked
 
 
 def _stub(model: onnx.ModelProto) -> onnx.ModelProto:

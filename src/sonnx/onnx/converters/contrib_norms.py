@@ -1,0 +1,41 @@
+"""Importer registrations for onnxruntime's fused normalizations and activations: see
+sonnx.autograd.contrib_norms and sonnx.autograd.contrib_norms_activations.
+
+Every one is since-version 1 of the ``com.microsoft`` domain, except
+SimplifiedLayerNormalization, which onnxruntime registers in the default domain (version 1,
+so it serves every opset; onnx has no schema for it, so nodes are not schema-checked).
+"""
+
+from sonnx.autograd.contrib_norms import (
+    EmbedLayerNormalization,
+    GroupNorm,
+    SimplifiedLayerNormalization,
+    SkipGroupNorm,
+    SkipLayerNormalization,
+    SkipSimplifiedLayerNormalization,
+)
+from sonnx.autograd.contrib_norms_activations import (
+    BiasAdd,
+    BiasGelu,
+    BiasSplitGelu,
+    FastGelu,
+    Gelu,
+    QuickGelu,
+)
+from sonnx.onnx.registry import register_operator
+
+for _cls in (
+    SkipLayerNormalization,
+    SkipSimplifiedLayerNormalization,
+    EmbedLayerNormalization,
+    GroupNorm,
+    SkipGroupNorm,
+    Gelu,
+    BiasGelu,
+    FastGelu,
+    QuickGelu,
+    BiasAdd,
+    BiasSplitGelu,
+):
+    register_operator(_cls, 1, domain="com.microsoft")
+register_operator(SimplifiedLayerNormalization, 1)
