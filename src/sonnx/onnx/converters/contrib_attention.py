@@ -1,10 +1,11 @@
 """Importer registrations for the com.microsoft attention operators: see
-sonnx.autograd.contrib_attention."""
+sonnx.autograd.contrib_attention and sonnx.autograd.contrib_attention_bert."""
 
 from __future__ import annotations
 
 from sonnx.autograd.contrib_attention import GroupQueryAttention, RotaryEmbedding
+from sonnx.autograd.contrib_attention_bert import Attention, MultiHeadAttention
 from sonnx.onnx.registry import register_operator
 
-register_operator(RotaryEmbedding, 1, domain="com.microsoft")
-register_operator(GroupQueryAttention, 1, domain="com.microsoft")
+for _cls in (Attention, GroupQueryAttention, MultiHeadAttention, RotaryEmbedding):
+    register_operator(_cls, 1, domain="com.microsoft")
