@@ -201,3 +201,36 @@ def test_exports_as_it_came(op, arrays) -> None:
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feed = {i.name: a for i, a in zip(model.graph.input, arrays, strict=True)}
     close(to_numpy(out), session.run(None, feed)[0])
+
+
+def _quantized(weight_dtype: type, per_column: bool) -> list[np.ndarray]:
+    """QAttention's input, weight, bias, scales and zero points (in its input order)."""
+    info = np.iinfo(weight_dtype)
+    weight = RNG.integers(info.min, info.max, (X_IN, 3 * D)).astype(weight_dtype)
+    x = RNG.integers(0, 255, (B, S, X_IN)).astype(np.uint8)
+    if per_column:
+        w_scale = (RNG.uniform(size=3 * D) * 0.02).astype(np.float32)
+        w_zero = RNG.integers(-3, 3, 3 * D).astype(weight_dtype)
+    else:
+        w_scale, w_zero = np.array(0.01, np.float32), np.array(3, weight_dtype)
+    return [x, weight, randn(3 * D) * 0.1, np.array(0.02, np.float32), w_scale, None,
+            np.array(128, np.uint8), w_zero]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "weight_dtype, per_column, extra, n_out, attrs",
+    [
+        (np.int8, False, [], 1, {}),
+        (np.uint8, False, [], 1, {"unidirectional": 1}),
+        (np.int8, True, [], 1, {"scale": 0.3}),
+        (np.int8, False, [randn(2, B, N, 4, H)], 2, {}),
+    ],
+    ids=["int8", "uint8_causal", "per_column", "past"],
+)
+def test_qattention_matches_onnxruntime(weight_dtype, per_column, extra, n_out, attrs) -> None:
+    inputs = _quantized(weight_dtype, per_column) + extra
+    inputs[5] = lengths(3, 1)
+    model = contrib_model("QAttention", inputs, n_out, num_heads=N, **attrs)
+    expected, got = run_both(model, inputs)
+    for e, g in zip(expected, got, strict=True):
+        close(g, e)

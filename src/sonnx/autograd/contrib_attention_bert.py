@@ -1,4 +1,4 @@
-"""com.microsoft Attention (BERT-style, fused QKV projection) and MultiHeadAttention.
+"""com.microsoft Attention (BERT-style, fused QKV projection), QAttention, MultiHeadAttention.
 
 Both follow onnxruntime's CPU kernels: scores are ``scale * Q K^T`` (scale defaults to
 ``1 / sqrt(head size)``) plus an additive mask plus ``attention_bias``, then a softmax. The mask
@@ -19,7 +19,7 @@ from sonnx.autograd.contrib_attention import ContribOperator
 from sonnx.autograd.operator import OutputShape
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 
-__all__ = ["Attention", "MultiHeadAttention"]
+__all__ = ["Attention", "MultiHeadAttention", "QAttention"]
 
 MASK_FILTER_VALUE = -10000.0
 
@@ -177,16 +177,30 @@ class Attention(ContribOperator):
     def forward(self, *xs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         xs = tuple(xs) + (None,) * (7 - len(xs))
         x, weights, bias, mask_index, past, attention_bias, shared_length = xs
+        self._refuse_unsupported(shared_length)
+        qkv = torch.matmul(x, weights)
+        if bias is not None:
+            qkv = qkv + bias
+        return self._attend_projected(qkv, weights, mask_index, past, attention_bias)
+
+    def _refuse_unsupported(self, shared_length: torch.Tensor | None) -> None:
         if self.attr("do_rotary") or self.attr("past_present_share_buffer") or shared_length:
             raise UnsupportedOperatorError(
                 f"{self.label()}: do_rotary and past/present buffer sharing are not supported "
                 "(onnxruntime's CPU kernel runs neither)"
             )
+
+    def _attend_projected(
+        self,
+        qkv: torch.Tensor,
+        weights: torch.Tensor,
+        mask_index: torch.Tensor | None,
+        past: torch.Tensor | None,
+        attention_bias: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Output and present from the projected Q, K and V (batch, seq, Q + K + V hidden)."""
         heads = int(self.attr("num_heads"))
         sizes = self._hidden_sizes(weights, heads)
-        qkv = torch.matmul(x, weights)
-        if bias is not None:
-            qkv = qkv + bias
         q, k, v = (_heads_first(t, heads) for t in qkv.split(sizes, -1))
         if past is not None:
             k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
@@ -205,3 +219,27 @@ class Attention(ContribOperator):
                 f"{tuple(weights.shape)}"
             )
         return sizes
+
+
+class QAttention(Attention):
+    """com.microsoft QAttention: Attention whose input and weights are 8-bit integers.
+
+    The projection is the CPU kernel's: the exact integer product of ``input - input_zero_point``
+    and ``weight - weight_zero_point``, times ``input_scale * weight_scale`` (per tensor, or per
+    output column), plus ``bias``; the rest is :class:`Attention`'s.
+    """
+
+    op_type = "QAttention"
+    # The scales and zero points parameterise the dequantization.
+    parameterising_inputs = frozenset({3, 4, 6, 7})
+
+    def forward(self, *xs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        xs = tuple(xs) + (None,) * (9 - len(xs))
+        x, weight, bias, x_scale, w_scale, mask_index, x_zero, w_zero, past = xs
+        self._refuse_unsupported(None)
+        x_shifted = x.double() - (0 if x_zero is None else x_zero.double())
+        w_shifted = weight.double() - (0 if w_zero is None else w_zero.double())
+        # Exact integer sums (float64 holds them), then scaled in float32 as the kernel does.
+        product = torch.matmul(x_shifted, w_shifted).to(bias.dtype)
+        qkv = product * (x_scale * w_scale).to(bias.dtype) + bias
+        return self._attend_projected(qkv, weight, mask_index, past, None)
