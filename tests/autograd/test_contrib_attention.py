@@ -51,9 +51,10 @@ def test_rotary_embedding_names_a_bad_cache() -> None:
 
 
 def _gqa_steps(lengths: list[int], packed: bool, heads: int, kv_heads: int, size: int,
-               rotary_half: int, attrs: dict) -> None:  # fmt: skip
+               rotary_half: int, attrs: dict, buffer: int = 0) -> None:  # fmt: skip
     """A prompt of ``lengths`` (right-padded), then three decode steps, each step's present
-    fed back as the next past; only rows onnxruntime defines (within each sequence) compared."""
+    fed back as the next past (grown to ``buffer`` rows, as a preallocated cache is); only
+    rows onnxruntime defines (within each sequence) compared."""
     batch, prompt = len(lengths), max(lengths)
     cos, sin = caches(32, rotary_half) if rotary_half else (None, None)
     past: dict[str, list] = {"ort": [None, None], "sonnx": [None, None]}
@@ -74,7 +75,8 @@ def _gqa_steps(lengths: list[int], packed: bool, heads: int, kv_heads: int, size
                                   **attrs)  # fmt: skip
             expected, got = run_both(model, inputs)
             outs[who] = expected if who == "ort" else got
-            past[who] = list(outs[who][1:])
+            grow = ((0, 0), (0, 0), (0, max(0, buffer - outs[who][1].shape[2])), (0, 0))
+            past[who] = [np.pad(cache, grow) for cache in outs[who][1:]]
         assert outs["sonnx"][1].shape == outs["ort"][1].shape
         for b in range(batch):
             valid = int(seqlens_k[b]) + 1
@@ -115,6 +117,10 @@ def _gqa_decode(q, k, v, past_k, past_v):
     seqlens = Tensor(data=np.array([3, 2], np.int32), requires_grad=False)
     total = Tensor(data=np.array(4, np.int32), requires_grad=False)
     return op(q, k, v, past_k, past_v, seqlens, total)[0]
+
+
+def test_group_query_attention_over_a_preallocated_cache() -> None:
+    _gqa_steps([5, 3], False, 4, 2, 16, 8, {"local_window_size": 3}, buffer=12)
 
 
 def test_group_query_attention_gradient_matches_finite_differences() -> None:

@@ -24,8 +24,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sonnx.autograd.host_values import host
-from sonnx.autograd.operator import Operator, OutputShape
+from sonnx.autograd.operator import Operator, OutputShape, host_ints
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 
 __all__ = ["ContribOperator", "GroupQueryAttention", "RotaryEmbedding", "rotate"]
@@ -179,7 +178,7 @@ class GroupQueryAttention(ContribOperator):
         heads, kv_heads = int(self.attr("num_heads")), int(self.attr("kv_num_heads"))
         q, k, v = self._split(query, key, value, heads, kv_heads)
         batch, seq = q.shape[0], q.shape[2]
-        total_length = int(host(total).reshape(-1)[0])
+        (total_length,) = host_ints(total)
         past_length = 0 if past_key is None else past_key.shape[2]
         first_prompt = seq > 1 and seq == total_length
         valid = seqlens_k.long().reshape(batch) + 1  # cache rows after this step
