@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -51,10 +53,12 @@ def test_rotary_embedding_names_a_bad_cache() -> None:
 
 
 def _gqa_steps(lengths: list[int], packed: bool, heads: int, kv_heads: int, size: int,
-               rotary_half: int, attrs: dict, buffer: int = 0) -> None:  # fmt: skip
+               rotary_half: int, attrs: dict, buffer: int = 0,
+               extra: Callable[[int, np.ndarray], list] | None = None) -> None:  # fmt: skip
     """A prompt of ``lengths`` (right-padded), then three decode steps, each step's present
     fed back as the next past (grown to ``buffer`` rows, as a preallocated cache is); only
-    rows onnxruntime defines (within each sequence) compared."""
+    rows onnxruntime defines (within each sequence) compared. ``extra(seq, seqlens_k)``
+    gives the inputs after sin_cache (position_ids, attention_bias, head_sink)."""
     batch, prompt = len(lengths), max(lengths)
     cos, sin = caches(32, rotary_half) if rotary_half else (None, None)
     past: dict[str, list] = {"ort": [None, None], "sonnx": [None, None]}
@@ -64,12 +68,12 @@ def _gqa_steps(lengths: list[int], packed: bool, heads: int, kv_heads: int, size
         total = np.array(seqlens_k.max() + 1, np.int32)
         q, k = randn(batch, seq, heads * size), randn(batch, seq, kv_heads * size)
         v = randn(batch, seq, kv_heads * size)
+        after = extra(seq, seqlens_k) if extra else []
         outs = {}
         for who in past:
             inputs = [np.concatenate([q, k, v], 2), None, None] if packed else [q, k, v]
             inputs += [*past[who], seqlens_k.astype(np.int32), total]
-            if rotary_half:
-                inputs += [cos, sin]
+            inputs += [cos, sin, *after]
             model = contrib_model("GroupQueryAttention", inputs, 3, num_heads=heads,
                                   kv_num_heads=kv_heads, do_rotary=int(bool(rotary_half)),
                                   **attrs)  # fmt: skip
@@ -117,6 +121,30 @@ def _gqa_decode(q, k, v, past_k, past_v):
     seqlens = Tensor(data=np.array([3, 2], np.int32), requires_grad=False)
     total = Tensor(data=np.array(4, np.int32), requires_grad=False)
     return op(q, k, v, past_k, past_v, seqlens, total)[0]
+
+
+def _positions(seq: int, seqlens_k: np.ndarray) -> list:
+    """position_ids 10 past where the kernel would count from, one per token; the prompt's
+    rows differ (the kernel reads only the first element of a first prompt's)."""
+    batch = len(seqlens_k)
+    start = seqlens_k.reshape(-1, 1) + 1 - seq if seq == 1 else 3 * np.arange(batch)[:, None]
+    return [(start + 10 + np.arange(seq)).astype(np.int64)]
+
+
+@pytest.mark.parametrize(
+    "rotary_half, attrs, extra",
+    [
+        (8, {}, _positions),
+        (0, {}, lambda seq, k: [None, randn(2, 1, seq, int(k.max()) + 1)]),
+        (0, {"softcap": 0.5}, lambda seq, k: [None, randn(1, 4, seq, int(k.max()) + 1)]),
+        (0, {}, lambda seq, k: [None, None, randn(4)]),
+        (0, {"smooth_softmax": 1}, lambda seq, k: []),
+    ],
+    ids=["position_ids", "attention_bias", "attention_bias_softcap", "head_sink",
+         "smooth_softmax"],
+)  # fmt: skip
+def test_group_query_attention_optional_inputs(rotary_half, attrs, extra) -> None:
+    _gqa_steps([5, 3], False, 4, 2, 16, rotary_half, attrs, extra=extra)
 
 
 def test_group_query_attention_over_a_preallocated_cache() -> None:

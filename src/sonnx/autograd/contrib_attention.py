@@ -13,8 +13,11 @@ What onnxruntime's CPU kernels do where the text leaves it open, and these class
   ``seqlens_k[b] + 1 - sequence_length`` onwards, after that many rows of the past. Rows past
   a sequence's length (in the output and the present cache) are unspecified.
 - Its fused rotary takes positions ``0 .. S-1`` on the first prompt and
-  ``seqlens_k[b] + 1 - S + s`` afterwards; query row ``s`` sees keys up to its own position,
-  and with ``local_window_size = w`` only the last ``w`` of them (its own included).
+  ``seqlens_k[b] + 1 - S + s`` afterwards; a ``position_ids`` input replaces them, except that
+  on a first prompt only its first element counts, as the start of every sequence.
+- Query row ``s`` sees cache rows up to its own, and with ``local_window_size = w`` only the
+  last ``w`` of them (its own included); ``attention_bias`` is added after ``softcap``; a
+  ``head_sink`` logit per head (or a zero one with ``smooth_softmax``) joins each softmax.
 """
 
 from __future__ import annotations
@@ -174,6 +177,7 @@ class GroupQueryAttention(ContribOperator):
     def forward(self, *xs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         xs = tuple(xs) + (None,) * (17 - len(xs))
         query, key, value, past_key, past_value, seqlens_k, total, cos_cache, sin_cache = xs[:9]
+        position_ids, attention_bias, head_sink = xs[9:12]
         self._refuse_unsupported(xs)
         heads, kv_heads = int(self.attr("num_heads")), int(self.attr("kv_num_heads"))
         q, k, v = self._split(query, key, value, heads, kv_heads)
@@ -184,21 +188,27 @@ class GroupQueryAttention(ContribOperator):
         valid = seqlens_k.long().reshape(batch) + 1  # cache rows after this step
         start = torch.zeros_like(valid) if first_prompt else valid - seq  # first new row
         if self.attr("do_rotary"):
-            q, k = self._rotary(q, k, start, cos_cache, sin_cache)
+            positions = start.reshape(-1, 1) + torch.arange(seq, device=q.device)
+            if position_ids is not None and first_prompt:
+                # The kernel reads a first prompt's position_ids as one start position.
+                positions = position_ids.reshape(-1)[0].long() + torch.arange(seq, device=q.device)
+                positions = positions.expand(batch, seq)
+            elif position_ids is not None:
+                positions = position_ids.long().reshape(batch, seq)
+            q, k = self._rotary(q, k, positions, cos_cache, sin_cache)
         present_length = max(total_length, past_length)
         present_k = _write_cache(past_key, k, start, present_length)
         present_v = _write_cache(past_value, v, start, present_length)
-        out = self._attend(q, present_k, present_v, start)
+        out = self._attend(q, present_k, present_v, start, attention_bias, head_sink)
         return out.transpose(1, 2).reshape(batch, seq, -1), present_k, present_v
 
     def _refuse_unsupported(self, xs: tuple[torch.Tensor | None, ...]) -> None:
-        names = ["position_ids", "attention_bias", "head_sink", "k_scale", "v_scale",
-                 "q_norm_weight", "k_norm_weight", "query_seqlens"]  # fmt: skip
-        given = [n for n, x in zip(names, xs[9:], strict=True) if x is not None]
+        names = ["k_scale", "v_scale", "q_norm_weight", "k_norm_weight", "query_seqlens"]
+        given = [n for n, x in zip(names, xs[12:], strict=True) if x is not None]
         if self.attr("kv_cache_bit_width") or self.attr("k_quant_type") != "NONE":
             given.append("a quantized KV cache")
-        if self.attr("qk_output") or int(self.attr("smooth_softmax")) > 0:
-            given.append("qk_output/smooth_softmax")
+        if self.attr("qk_output"):
+            given.append("qk_output")
         if given:
             raise UnsupportedOperatorError(f"{self.label()}: {', '.join(given)} not supported")
 
@@ -242,23 +252,30 @@ class GroupQueryAttention(ContribOperator):
         self,
         q: torch.Tensor,
         k: torch.Tensor,
-        start: torch.Tensor,
+        positions: torch.Tensor,
         cos_cache: torch.Tensor | None,
         sin_cache: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q and K rotated by the angles of their (batch, seq) positions."""
         if cos_cache is None or sin_cache is None:
             raise BadInputError(f"{self.label()}: do_rotary=1 needs cos_cache and sin_cache")
-        seq = q.shape[2]
-        positions = start.reshape(-1, 1) + torch.arange(seq, device=q.device)  # (batch, seq)
         cos = cos_cache[positions].unsqueeze(1)  # (batch, 1, seq, rotary / 2)
         sin = sin_cache[positions].unsqueeze(1)
         interleaved = bool(self.attr("rotary_interleaved"))
         return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
 
     def _attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: torch.Tensor
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        start: torch.Tensor,
+        attention_bias: torch.Tensor | None,
+        head_sink: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Causal (optionally windowed, soft-capped) attention of Q over the present cache."""
+        """Causal (optionally windowed, soft-capped, biased) attention of Q over the present
+        cache; a head sink (or ``smooth_softmax``'s zero) joins each softmax as one more logit
+        whose weight is dropped."""
         group = q.shape[1] // k.shape[1]
         k = k.repeat_interleave(group, 1)
         v = v.repeat_interleave(group, 1)
@@ -276,8 +293,16 @@ class GroupQueryAttention(ContribOperator):
         window = int(self.attr("local_window_size"))
         if window > 0:
             allowed = allowed & (col > row - window)
+        if attention_bias is not None:
+            scores = scores + attention_bias[..., : k.shape[2]]
         scores = scores.masked_fill(~allowed, -math.inf)
-        return torch.matmul(torch.softmax(scores, -1), v)
+        if head_sink is None and int(self.attr("smooth_softmax")) > 0:
+            head_sink = scores.new_zeros(q.shape[1])
+        if head_sink is None:
+            return torch.matmul(torch.softmax(scores, -1), v)
+        sink = head_sink.to(scores.dtype).reshape(1, -1, 1, 1).expand(*scores.shape[:3], 1)
+        probs = torch.softmax(torch.cat([scores, sink], -1), -1)[..., :-1]
+        return torch.matmul(probs, v)
 
 
 def _write_cache(
