@@ -1,5 +1,5 @@
 """Importer registrations for the com.microsoft attention operators: see
-sonnx.autograd.contrib_attention, contrib_attention_bert and contrib_attention_decoder."""
+sonnx.autograd.contrib_attention and its contrib_attention_* siblings."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from sonnx.autograd.contrib_attention_bert import (
     MultiHeadAttention,
     QAttention,
 )
+from sonnx.autograd.contrib_attention_bias import RelativePositionBias
 from sonnx.autograd.contrib_attention_decoder import DecoderMaskedMultiHeadAttention
 from sonnx.onnx.registry import register_operator
 
@@ -18,6 +19,7 @@ for _cls in (
     GroupQueryAttention,
     MultiHeadAttention,
     QAttention,
+    RelativePositionBias,
     RotaryEmbedding,
 ):
     register_operator(_cls, 1, domain="com.microsoft")
