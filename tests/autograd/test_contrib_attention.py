@@ -45,6 +45,25 @@ def test_rotary_embedding_matches_onnxruntime(interleaved, shape, positions, hal
     close(got, expected)
 
 
+def test_rotary_embedding_exports_as_it_came_and_has_a_gradient() -> None:
+    cos, sin = caches(16, 4)
+    arrays = [randn(2, 3, 16), POSITIONS, cos, sin]
+    inputs = [Tensor(data=a, requires_grad=False) for a in arrays]
+    out = RotaryEmbedding(num_heads=2, interleaved=1)(*inputs)
+    model = to_onnx(inputs, [out])
+    (node,) = model.graph.node
+    assert (node.op_type, node.domain, len(node.attribute)) == (
+        "RotaryEmbedding", "com.microsoft", 2
+    )
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {i.name: a for i, a in zip(model.graph.input, arrays, strict=True)}
+    close(to_numpy(out), session.run(None, feed)[0])
+    rotate_x = RotaryEmbedding(num_heads=2, interleaved=1)
+    check_grad(lambda x, p, c, s: rotate_x(x, p, c, s),
+               [arrays[0].astype(np.float64), POSITIONS, cos.astype(np.float64),
+                sin.astype(np.float64)], wrt=[0])  # fmt: skip
+
+
 def test_rotary_embedding_names_a_bad_cache() -> None:
     cos, sin = caches(16, 3)
     op = RotaryEmbedding(num_heads=2)
