@@ -34,8 +34,9 @@ POSITIONS = np.array([[0, 1, 2], [5, 6, 7]], np.int64)
         ((2, 3, 16), np.array([3], np.int64), 4, {}),
         ((2, 2, 3, 8), POSITIONS, 4, {}),
         ((2, 3, 16), POSITIONS, 2, {"num_heads": 2, "rotary_embedding_dim": 4}),
+        ((2, 3, 16), POSITIONS, 4, {"num_heads": 2, "scale": 3.0, "is_packed_batching": 1}),
     ],
-    ids=["3d_num_heads", "3d_start_position", "4d", "partial_rotary"],
+    ids=["3d_num_heads", "3d_start_position", "4d", "partial_rotary", "ignored_attributes"],
 )
 def test_rotary_embedding_matches_onnxruntime(interleaved, shape, positions, half, attrs) -> None:
     cos, sin = caches(16, half)
@@ -204,3 +205,10 @@ def test_group_query_attention_names_a_bad_head_split() -> None:
     with pytest.raises(BadInputError, match="kv_num_heads dividing num_heads"):
         op.forward(q, q, q, None, None, torch.zeros(1, dtype=torch.int32),
                    torch.tensor(1, dtype=torch.int32))  # fmt: skip
+
+
+def test_group_query_attention_names_absent_required_inputs() -> None:
+    op = GroupQueryAttention(num_heads=2, kv_num_heads=2)
+    q = torch.zeros(1, 1, 16)
+    with pytest.raises(BadInputError, match=r"\['seqlens_k', 'total_sequence_length'\] absent"):
+        op.forward(q, q, q)

@@ -49,6 +49,13 @@ class ContribOperator(Operator):
         """How errors name the node: ``GroupQueryAttention 'gqa0'``."""
         return f"{self.op_type} {self.name!r}" if self.name else self.op_type
 
+    def require(self, given: dict[str, torch.Tensor | None]) -> None:
+        """Raise :class:`BadInputError` naming the required inputs that are absent (onnx has
+        no schema to check com.microsoft nodes before they run)."""
+        missing = [name for name, x in given.items() if x is None]
+        if missing:
+            raise BadInputError(f"{self.label()}: required input(s) {missing} absent")
+
 
 def rotate(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
@@ -78,7 +85,8 @@ class RotaryEmbedding(ContribOperator):
 
     ``input`` is (batch, seq, hidden) or (batch, heads, seq, head size); ``position_ids`` is
     (batch, seq), or one number: the position of the first token, the others following it.
-    ``cos_cache``/``sin_cache`` are (max position + 1, rotary dim / 2).
+    ``cos_cache``/``sin_cache`` are (max position + 1, rotary dim / 2). onnxruntime's CPU kernel
+    ignores ``scale`` and ``is_packed_batching``, and so does this class.
     """
 
     op_type = "RotaryEmbedding"
@@ -96,15 +104,12 @@ class RotaryEmbedding(ContribOperator):
     def forward(
         self,
         x: torch.Tensor,
-        position_ids: torch.Tensor,
-        cos_cache: torch.Tensor,
-        sin_cache: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        cos_cache: torch.Tensor | None = None,
+        sin_cache: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if self.attr("is_packed_batching"):
-            raise UnsupportedOperatorError(
-                f"{self.label()}: is_packed_batching=1 is not supported (onnxruntime's CPU "
-                "kernel has no packed batching either)"
-            )
+        self.require({"position_ids": position_ids, "cos_cache": cos_cache,
+                      "sin_cache": sin_cache})  # fmt: skip
         half = cos_cache.shape[-1]
         if x.dim() == 4:
             work = x.transpose(1, 2)
@@ -178,6 +183,7 @@ class GroupQueryAttention(ContribOperator):
         xs = tuple(xs) + (None,) * (17 - len(xs))
         query, key, value, past_key, past_value, seqlens_k, total, cos_cache, sin_cache = xs[:9]
         position_ids, attention_bias, head_sink = xs[9:12]
+        self.require({"seqlens_k": seqlens_k, "total_sequence_length": total})
         self._refuse_unsupported(xs)
         heads, kv_heads = int(self.attr("num_heads")), int(self.attr("kv_num_heads"))
         q, k, v = self._split(query, key, value, heads, kv_heads)

@@ -177,6 +177,7 @@ class Attention(ContribOperator):
     def forward(self, *xs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         xs = tuple(xs) + (None,) * (7 - len(xs))
         x, weights, bias, mask_index, past, attention_bias, shared_length = xs
+        self.require({"weights": weights})
         self._refuse_unsupported(shared_length)
         qkv = torch.matmul(x, weights)
         if bias is not None:
@@ -236,6 +237,8 @@ class QAttention(Attention):
     def forward(self, *xs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         xs = tuple(xs) + (None,) * (9 - len(xs))
         x, weight, bias, x_scale, w_scale, mask_index, x_zero, w_zero, past = xs
+        self.require({"weight": weight, "bias": bias, "input_scale": x_scale,
+                      "weight_scale": w_scale})  # fmt: skip
         self._refuse_unsupported(None)
         x_shifted = x.double() - (0 if x_zero is None else x_zero.double())
         w_shifted = weight.double() - (0 if w_zero is None else w_zero.double())
