@@ -1,5 +1,6 @@
 """A BERT-style encoder fused by onnxruntime's transformer optimizer into com.microsoft
-Attention: sonnx runs it as onnxruntime does, in eager and graph mode, and exports it back."""
+Attention or MultiHeadAttention: sonnx runs it as onnxruntime does, in eager and graph mode,
+and exports it back."""
 
 from __future__ import annotations
 
@@ -61,17 +62,19 @@ class Encoder(nn.Module):
         return x
 
 
-def _attention_only() -> FusionOptions:
-    """The optimizer's BERT options with every fusion but attention switched off."""
+def _attention_only(op_type: str) -> FusionOptions:
+    """The optimizer's BERT options with every fusion but attention switched off, fusing into
+    ``op_type`` (Attention, or MultiHeadAttention after separate Q, K, V MatMuls)."""
     options = FusionOptions("bert")
     for name, value in vars(options).items():
         if name.startswith("enable_") and isinstance(value, bool):
             setattr(options, name, name == "enable_attention")
+    options.use_multi_head_attention = op_type == "MultiHeadAttention"
     return options
 
 
 @pytest.fixture(scope="module")
-def optimized(tmp_path_factory: pytest.TempPathFactory) -> onnx.ModelProto:
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     path = Path(tmp_path_factory.mktemp("bert")) / "encoder.onnx"
     ids, mask = torch.zeros(2, 5, dtype=torch.int64), torch.ones(2, 5, dtype=torch.int64)
@@ -81,13 +84,24 @@ def optimized(tmp_path_factory: pytest.TempPathFactory) -> onnx.ModelProto:
         output_names=["hidden"], dynamic_axes={"input_ids": dims, "attention_mask": dims},
         opset_version=17, dynamo=False,
     )  # fmt: skip
+    return path
+
+
+def _optimize(path: Path, op_type: str) -> onnx.ModelProto:
     model = optimize_model(
         str(path), model_type="bert", num_heads=HEADS, hidden_size=HIDDEN,
-        optimization_options=_attention_only(), opt_level=0,
+        optimization_options=_attention_only(op_type), opt_level=0,
     )  # fmt: skip
     # As a user would: saving adds the com.microsoft opset import the in-memory model lacks.
-    model.save_model_to_file(str(path))
-    return onnx.load(str(path))
+    saved = path.with_name(f"{op_type}.onnx")
+    model.save_model_to_file(str(saved))
+    return onnx.load(str(saved))
+
+
+@pytest.fixture(scope="module", params=["Attention", "MultiHeadAttention"])
+def optimized(request: pytest.FixtureRequest, exported: Path) -> tuple[str, onnx.ModelProto]:
+    """(the op type the optimizer was asked to fuse into, the optimized model)."""
+    return request.param, _optimize(exported, request.param)
 
 
 def _inputs() -> list[np.ndarray]:
@@ -102,20 +116,30 @@ def _onnxruntime(model: onnx.ModelProto, inputs: list[np.ndarray]) -> np.ndarray
     return session.run(None, dict(zip(names, inputs, strict=True)))[0]
 
 
-def test_optimizer_fuses_attention(optimized: onnx.ModelProto) -> None:
-    fused = [n for n in optimized.graph.node if n.op_type == "Attention"]
-    assert len(fused) == 2 and all(n.domain == "com.microsoft" for n in fused)
+def test_optimizer_fuses_attention(optimized: tuple[str, onnx.ModelProto]) -> None:
+    op_type, model = optimized
+    fused = [n.op_type for n in model.graph.node if n.domain == "com.microsoft"]
+    assert fused == [op_type, op_type]
 
 
-@pytest.mark.parametrize("use_graph", [False, True], ids=["eager", "graph"])
-def test_optimized_encoder_matches_onnxruntime(optimized: onnx.ModelProto, use_graph) -> None:
+def test_optimized_encoder_matches_onnxruntime(optimized: tuple[str, onnx.ModelProto]) -> None:
+    _, optimized = optimized
     inputs = _inputs()
-    (got,) = sonnx.prepare(optimized, use_graph=use_graph).run(inputs)
+    (got,) = sonnx.prepare(optimized).run(inputs)
     np.testing.assert_allclose(to_numpy(got), _onnxruntime(optimized, inputs), rtol=1e-4,
                                atol=1e-5)  # fmt: skip
 
 
-def test_optimized_encoder_exports_as_it_came(optimized: onnx.ModelProto) -> None:
+def test_graph_mode_equals_eager(exported: Path) -> None:
+    """The file's one graph-mode compile: the Attention variant."""
+    model, inputs = _optimize(exported, "Attention"), _inputs()
+    (compiled,) = sonnx.prepare(model, use_graph=True).run(inputs)
+    (eager,) = sonnx.prepare(model).run(inputs)
+    np.testing.assert_allclose(to_numpy(compiled), to_numpy(eager), rtol=1e-5, atol=1e-6)
+
+
+def test_optimized_encoder_exports_as_it_came(optimized: tuple[str, onnx.ModelProto]) -> None:
+    _, optimized = optimized
     arrays = _inputs()
     inputs = [Tensor(data=a, requires_grad=False, name=i.name)
               for a, i in zip(arrays, optimized.graph.input, strict=True)]  # fmt: skip
