@@ -168,7 +168,10 @@ def test_group_query_attention_optional_inputs(rotary_half, attrs, extra) -> Non
 
 
 def test_group_query_attention_over_a_preallocated_cache() -> None:
-    _gqa_steps([5, 3], False, 4, 2, 16, 8, {"local_window_size": 3}, buffer=12)
+    def bias(seq: int, seqlens_k: np.ndarray) -> list:
+        return [None, randn(2, 4, seq, int(seqlens_k.max()) + 1)]
+
+    _gqa_steps([5, 3], False, 4, 2, 16, 8, {"local_window_size": 3}, buffer=12, extra=bias)
 
 
 def test_group_query_attention_gradient_matches_finite_differences() -> None:

@@ -211,7 +211,8 @@ class GroupQueryAttention(ContribOperator):
     def _refuse_unsupported(self, xs: tuple[torch.Tensor | None, ...]) -> None:
         names = ["k_scale", "v_scale", "q_norm_weight", "k_norm_weight", "query_seqlens"]
         given = [n for n, x in zip(names, xs[12:], strict=True) if x is not None]
-        if self.attr("kv_cache_bit_width") or self.attr("k_quant_type") != "NONE":
+        quantized = {self.attr("k_quant_type"), self.attr("v_quant_type")} != {"NONE"}
+        if self.attr("kv_cache_bit_width") or quantized:
             given.append("a quantized KV cache")
         if self.attr("qk_output"):
             given.append("qk_output")
@@ -291,16 +292,17 @@ class GroupQueryAttention(ContribOperator):
         if softcap > 0:
             scores = softcap * torch.tanh(scores / softcap)
         # Query row s sits at cache row start + s and sees rows up to it (within the window).
-        row = start.reshape(-1, 1, 1, 1) + torch.arange(q.shape[2], device=q.device).reshape(
-            -1, 1
-        )
+        steps = torch.arange(q.shape[2], device=q.device).reshape(-1, 1)
+        row = start.reshape(-1, 1, 1, 1) + steps
         col = torch.arange(k.shape[2], device=q.device)
         allowed = col <= row
         window = int(self.attr("local_window_size"))
         if window > 0:
             allowed = allowed & (col > row - window)
         if attention_bias is not None:
-            scores = scores + attention_bias[..., : k.shape[2]]
+            # Its last dim is total_sequence_length; cache rows beyond it are masked anyway.
+            extra = k.shape[2] - attention_bias.shape[-1]
+            scores = scores + torch.nn.functional.pad(attention_bias, (0, extra))
         scores = scores.masked_fill(~allowed, -math.inf)
         if head_sink is None and int(self.attr("smooth_softmax")) > 0:
             head_sink = scores.new_zeros(q.shape[1])
