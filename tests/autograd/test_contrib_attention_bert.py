@@ -56,6 +56,12 @@ MHA_CASES = {
         3,
         {"unidirectional": 1},
     ),
+    "all_masked_causal": (
+        lambda: [randn(B, S, D), randn(B, S, D), randn(B, S, D), None,
+                 np.zeros((B, S), np.int32)],
+        1,
+        {"unidirectional": 1},
+    ),
     "self_causal_lengths": (
         lambda: [randn(B, S, D), randn(B, S, D), randn(B, S, D), None, lengths(3, 2)],
         1,
@@ -120,6 +126,12 @@ ATTENTION_CASES = {
         lambda: [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), np.zeros((B, S), np.int32)],
         1,
         {"mask_filter_value": -50.0},
+    ),
+    # The causal mask adds to the padding mask: rows stay weighted toward the past.
+    "all_masked_causal": (
+        lambda: [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), np.zeros((B, S), np.int32)],
+        1,
+        {"unidirectional": 1},
     ),
 }
 

@@ -1,10 +1,11 @@
 """com.microsoft Attention (BERT-style, fused QKV projection), QAttention, MultiHeadAttention.
 
-Both follow onnxruntime's CPU kernels: scores are ``scale * Q K^T`` (scale defaults to
+All three follow onnxruntime's CPU kernels: scores are ``scale * Q K^T`` (scale defaults to
 ``1 / sqrt(head size)``) plus an additive mask plus ``attention_bias``, then a softmax. The mask
 is built as the CPU kernel's ``PrepareMask`` does: a masked key adds ``mask_filter_value``
 (default -10000, not -inf, so a fully masked row averages every value), and with
-``unidirectional`` a future key adds ``mask_filter_value`` once more. Query row ``s`` sits at
+``unidirectional`` a future key adds ``mask_filter_value`` once more (so a row whose keys
+are all padding still weighs the past above the future). Query row ``s`` sits at
 position ``past length + s`` for the causal rule.
 """
 
