@@ -60,7 +60,7 @@ def test_gradient_matches_finite_differences() -> None:
     check_grad(_step, [a.astype(np.float64) for a in arrays])
 
 
-def test_refuses_beam_search_and_names_a_full_buffer() -> None:
+def test_refuses_beam_search_and_names_bad_buffers() -> None:
     op = DecoderMaskedMultiHeadAttention(num_heads=N, **SHARED)
     x, buffer = Tensor(data=randn(B, 1, D)), Tensor(data=randn(B, N, 4, H))
     with pytest.raises(UnsupportedOperatorError, match="beam search"):
@@ -68,3 +68,6 @@ def test_refuses_beam_search_and_names_a_full_buffer() -> None:
            Tensor(data=np.array([1], np.int32)))  # fmt: skip
     with pytest.raises(BadInputError, match="must leave a free row"):
         op(x, x, x, None, None, buffer, buffer, Tensor(data=np.array([4], np.int32)))
+    unshared = DecoderMaskedMultiHeadAttention(num_heads=N)
+    with pytest.raises(BadInputError, match="past_present_share_buffer=1"):
+        unshared(x, x, x, None, None, buffer, buffer, Tensor(data=np.array([1], np.int32)))

@@ -95,6 +95,11 @@ class DecoderMaskedMultiHeadAttention(ContribOperator):
                 f"{self.label()}: self-attention needs past_key, past_value and "
                 "past_sequence_length (the shared KV buffer and its valid length)"
             )
+        if not self.attr("past_present_share_buffer"):
+            raise BadInputError(
+                f"{self.label()}: self-attention needs past_present_share_buffer=1 (as "
+                "onnxruntime's CPU kernel does); received 0"
+            )
         length = int(host(past_length).reshape(-1)[0])
         if not 0 <= length < past_k.shape[2]:
             raise BadInputError(
