@@ -5,6 +5,7 @@ from sonnx.onnx.converters import (  # noqa: F401
     attention,
     cast,
     contrib_norms,
+    contrib_attention,
     control_flow,
     conv,
     conv_quantized,
