@@ -4,6 +4,7 @@ from sonnx.onnx.converters import (  # noqa: F401
     activations,
     attention,
     cast,
+    contrib_quant,
     control_flow,
     conv,
     conv_quantized,
