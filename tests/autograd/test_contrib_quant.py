@@ -10,6 +10,7 @@ import torch
 
 import sonnx
 from sonnx.autograd.contrib_quant import GatherBlockQuantized, MatMulNBits
+from sonnx.autograd.contrib_quant_integer import MatMulIntegerToFloat
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 from tests.contrib_quant_helpers import both, node_model, ort_run
@@ -221,3 +222,53 @@ def test_gather_block_quantized_rejects_indices_out_of_range():
     data = torch.zeros(4, 8, dtype=torch.uint8)
     with pytest.raises(BadInputError, match=r"indices must lie in \[-4, 3\]"):
         op.forward(data, torch.tensor([1, 4]), torch.ones(4, 1))
+
+
+def _int8(dtype, *shape):
+    info = np.iinfo(dtype)
+    return RNG.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("b_dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("optional", [False, True])
+def test_dynamic_quantize_matmul_equals_onnxruntime(b_dtype, per_column, optional):
+    k, n = 24, 7
+    shape = (n,) if per_column else ()
+    inputs = {
+        "A": RNG.standard_normal((2, 3, k)).astype(F32),
+        "B": _int8(b_dtype, k, n),
+        "b_scale": RNG.uniform(0.01, 0.1, shape).astype(F32),
+        "b_zero_point": _int8(b_dtype, *shape) if optional else None,
+        "bias": RNG.standard_normal(n).astype(F32) if optional else None,
+    }
+    model = node_model("DynamicQuantizeMatMul", inputs, ["A"])
+    (expected,), (got,) = both(model, {"A": inputs["A"]})
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_matmul_integer_to_float_equals_onnxruntime(dtype, per_column):
+    k, n = 20, 6
+    shape = (n,) if per_column else ()
+    inputs = {
+        "A": _int8(dtype, 4, k),
+        "B": _int8(dtype, k, n),
+        "a_scale": np.array(0.03, F32),
+        "b_scale": RNG.uniform(0.01, 0.1, shape).astype(F32),
+        "a_zero_point": _int8(dtype),
+        "b_zero_point": _int8(dtype, *shape),
+        "bias": RNG.standard_normal(n).astype(F32),
+    }
+    model = node_model("MatMulIntegerToFloat", inputs, ["A"])
+    (expected,), (got,) = both(model, {"A": inputs["A"]})
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_matmul_integer_to_float_rejects_float_a():
+    op = MatMulIntegerToFloat()
+    with pytest.raises(
+        BadInputError, match=r"input A must be int8 or uint8, received torch\.float32"
+    ):
+        op.forward(torch.zeros(2, 3), torch.zeros(3, 2, dtype=torch.int8), *[torch.ones(())] * 2)
