@@ -1,12 +1,27 @@
 """Importer registrations for com.microsoft products and quantization: see
-sonnx.autograd.contrib_quant, contrib_quant_integer and contrib_fused."""
+sonnx.autograd.contrib_quant, contrib_quant_integer, contrib_fused and contrib_qlinear."""
 
 from sonnx.autograd.contrib_fused import FusedConv, FusedGemm, FusedMatMul
+from sonnx.autograd.contrib_qlinear import (
+    DequantizeLinear,
+    QGemm,
+    QLinearAdd,
+    QLinearAveragePool,
+    QLinearConcat,
+    QLinearGlobalAveragePool,
+    QLinearLeakyRelu,
+    QLinearMul,
+    QLinearSigmoid,
+    QLinearSoftmax,
+    QLinearWhere,
+    QuantizeLinear,
+)
 from sonnx.autograd.contrib_quant import GatherBlockQuantized, MatMulNBits
 from sonnx.autograd.contrib_quant_integer import DynamicQuantizeMatMul, MatMulIntegerToFloat
 from sonnx.onnx.registry import register_operator
 
 for _cls in (
+    DequantizeLinear,
     DynamicQuantizeMatMul,
     FusedConv,
     FusedGemm,
@@ -14,5 +29,16 @@ for _cls in (
     GatherBlockQuantized,
     MatMulIntegerToFloat,
     MatMulNBits,
+    QGemm,
+    QLinearAdd,
+    QLinearAveragePool,
+    QLinearConcat,
+    QLinearGlobalAveragePool,
+    QLinearLeakyRelu,
+    QLinearMul,
+    QLinearSigmoid,
+    QLinearSoftmax,
+    QLinearWhere,
+    QuantizeLinear,
 ):
     register_operator(_cls, 1, domain="com.microsoft")
