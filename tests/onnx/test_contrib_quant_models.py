@@ -1,13 +1,25 @@
 """Models written by onnxruntime's quantization tools from small torch modules run in sonnx as
-in onnxruntime: MatMulNBitsQuantizer (MatMulNBits)."""
+in onnxruntime: MatMulNBitsQuantizer (MatMulNBits), quantize_static in QOperator and QDQ form
+(per tensor and per channel), quantize_dynamic, and onnxruntime's own optimizer writing
+DynamicQuantizeMatMul, FusedConv and FusedGemm."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import torch
 from onnx import helper, numpy_helper
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    QuantFormat,
+    QuantType,
+    quantize_dynamic,
+    quantize_static,
+)
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 from torch import nn
 
@@ -87,3 +99,133 @@ def test_matmul_nbits_quantizer_mlp_matches_onnxruntime(symmetric, block_size, a
         assert np.all(np.abs(got - expected) <= rounding + 1e-5)
     else:
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+class SmallCNN(nn.Module):
+    """Conv, Add, Mul, Sigmoid, LeakyRelu, Concat, AveragePool, GlobalAveragePool, Gemm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.skip = nn.Conv2d(3, 8, 1)
+        self.pool = nn.AvgPool2d(2)
+        self.global_pool = nn.AdaptiveAvgPool2d(1)  # written as GlobalAveragePool
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.relu(self.conv1(x))
+        b = self.conv2(a) + self.skip(x)
+        c = nn.functional.leaky_relu(b * torch.sigmoid(a), 0.1)
+        pooled = self.global_pool(self.pool(torch.cat([a, c], 1)))
+        return self.head(pooled.flatten(1))
+
+
+class Batches(CalibrationDataReader):
+    """A few random batches for calibration."""
+
+    def __init__(self, count: int = 4) -> None:
+        rng = np.random.default_rng(1)
+        self._feeds = iter(
+            {"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32)} for _ in range(count)
+        )
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._feeds, None)
+
+
+@pytest.fixture(scope="module")
+def cnn_path(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    model = tm.export(SmallCNN(), (torch.randn(2, 3, 8, 8),), 17, ["x"])
+    path = tmp_path_factory.mktemp("cnn") / "cnn.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def _output_step(model: onnx.ModelProto) -> float:
+    """The scale of the DequantizeLinear that writes the graph's output."""
+    last = next(n for n in model.graph.node if n.output[0] == model.graph.output[0].name)
+    assert last.op_type == "DequantizeLinear"
+    scales = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    return float(scales[last.input[1]])
+
+
+QOPERATOR_OPS = {
+    "QGemm",
+    "QLinearAdd",
+    "QLinearAveragePool",
+    "QLinearConcat",
+    "QLinearGlobalAveragePool",
+    "QLinearLeakyRelu",
+    "QLinearMul",
+    "QLinearSigmoid",
+}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"quant_format": QuantFormat.QOperator},
+        {"quant_format": QuantFormat.QOperator, "per_channel": True},
+        {"quant_format": QuantFormat.QOperator, "activation_type": QuantType.QInt8},
+        {"quant_format": QuantFormat.QDQ},
+        {"quant_format": QuantFormat.QDQ, "per_channel": True},
+    ],
+    ids=["qoperator", "qoperator-per-channel", "qoperator-int8", "qdq", "qdq-per-channel"],
+)
+def test_quantize_static_cnn_within_one_output_step(cnn_path, tmp_path, options):
+    """Within one step of the output's quantization: the QOperator graphs come out equal here;
+    in QDQ form both run the float operators between the Q/DQ pairs, whose sums in another
+    order may round a tie to the next step."""
+    path = tmp_path / "quantized.onnx"
+    quantize_static(cnn_path, path, Batches(), **options)
+    model = onnx.load(path)
+    ms_ops = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
+    assert ms_ops == (QOPERATOR_OPS if options["quant_format"] == QuantFormat.QOperator else set())
+    x = RNG.standard_normal((3, 3, 8, 8)).astype(np.float32)
+    (expected,), (got,) = both(model, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=0, atol=_output_step(model) * 1.0001)
+
+
+def _optimized(path: Path, tmp_path: Path) -> onnx.ModelProto:
+    """The model as onnxruntime's extended graph optimizer rewrites it (its fused kernels)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return onnx.load(options.optimized_model_filepath)
+
+
+def test_quantize_dynamic_cnn_matches_onnxruntime(cnn_path, tmp_path):
+    path = tmp_path / "dynamic.onnx"
+    quantize_dynamic(cnn_path, path)
+    x = RNG.standard_normal((3, 3, 8, 8)).astype(np.float32)
+    (expected,), (got,) = both(onnx.load(path), {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_optimized_quantize_dynamic_mlp_matches_onnxruntime(tmp_path):
+    """quantize_dynamic then onnxruntime's optimizer: DynamicQuantizeMatMul."""
+    path = tmp_path / "dynamic.onnx"
+    quantize_dynamic(_saved(_mlp(), tmp_path), path)
+    model = _optimized(path, tmp_path)
+    assert "DynamicQuantizeMatMul" in {n.op_type for n in model.graph.node}
+    x = RNG.standard_normal((5, 3, 64)).astype(np.float32)
+    (expected,), (got,) = both(model, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_optimized_float_cnn_matches_onnxruntime(cnn_path, tmp_path):
+    """onnxruntime's optimizer folds Conv + Relu into FusedConv."""
+    model = _optimized(cnn_path, tmp_path)
+    assert "FusedConv" in {n.op_type for n in model.graph.node}
+    x = RNG.standard_normal((3, 3, 8, 8)).astype(np.float32)
+    (expected,), (got,) = both(model, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def _saved(model: onnx.ModelProto, folder: Path) -> Path:
+    path = folder / "model.onnx"
+    onnx.save(model, path)
+    return path
