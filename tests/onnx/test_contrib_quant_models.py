@@ -23,7 +23,10 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 from torch import nn
 
+import sonnx
+from sonnx import autograd
 from sonnx.autograd.contrib_quant import MatMulNBits
+from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm
 from tests.contrib_quant_helpers import both
 
@@ -99,6 +102,33 @@ def test_matmul_nbits_quantizer_mlp_matches_onnxruntime(symmetric, block_size, a
         assert np.all(np.abs(got - expected) <= rounding + 1e-5)
     else:
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_matmul_nbits_model_passes_gradients_to_its_input():
+    """The 4-bit weights stay frozen (integers) while the gradient reaches the model's input,
+    as it would a layer before it: equal to central differences of the model's output."""
+    quantizer = MatMulNBitsQuantizer(_mlp(), bits=4, block_size=32)
+    quantizer.process()
+    rep = sonnx.prepare(quantizer.model.model)
+    x = RNG.standard_normal((2, 3, 64)).astype(np.float32)
+    dy = RNG.standard_normal((2, 3, 32)).astype(np.float32)
+    previous = autograd.training
+    autograd.training = True
+    try:
+        xt = Tensor(data=x, requires_grad=True, stores_grad=True)
+        (y,) = rep.run([xt])
+        grads = [g for p, g in autograd.backward(y, Tensor(data=dy)) if p is xt]
+    finally:
+        autograd.training = previous
+    assert len(grads) == 1
+    eps = 1e-2
+    for index in [(0, 0, 0), (1, 2, 17), (0, 1, 63)]:
+        up, down = x.copy(), x.copy()
+        up[index] += eps
+        down[index] -= eps
+        outs = [to_numpy(rep.run([v])[0]) for v in (up, down)]
+        numeric = float(((outs[0] - outs[1]) * dy).sum() / (2 * eps))
+        np.testing.assert_allclose(to_numpy(grads[0])[index], numeric, rtol=1e-2, atol=1e-3)
 
 
 class SmallCNN(nn.Module):
@@ -186,6 +216,12 @@ def test_quantize_static_cnn_within_one_output_step(cnn_path, tmp_path, options)
     x = RNG.standard_normal((3, 3, 8, 8)).astype(np.float32)
     (expected,), (got,) = both(model, {"x": x})
     np.testing.assert_allclose(got, expected, rtol=0, atol=_output_step(model) * 1.0001)
+    # import -> export writes the same graph, com.microsoft opset import included
+    xs = [Tensor(data=x, requires_grad=False)]
+    exported = sonnx.to_onnx(xs, sonnx.prepare(model).run(xs))
+    assert list(exported.graph.node) == list(model.graph.node)
+    opsets = {(o.domain, o.version) for o in model.opset_import}
+    assert {(o.domain, o.version) for o in exported.opset_import} == opsets
 
 
 def _optimized(path: Path, tmp_path: Path) -> onnx.ModelProto:
