@@ -4,17 +4,19 @@ precision, or round from a table) at most one quantization step away."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
-from onnx import TensorProto
+from onnx import TensorProto, helper, numpy_helper
 
 from sonnx.autograd.contrib_qlinear import QLinearConcat, QLinearSigmoid
 from sonnx.errors import BadInputError
-from tests.contrib_quant_helpers import both, node_model
+from tests.contrib_quant_helpers import OPSETS, both, node_model
 
 RNG = np.random.default_rng(2)
 F32 = np.float32
+MS = "com.microsoft"
 TYPES = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
 
 
@@ -189,3 +191,27 @@ def test_qlinear_ops_reject_float_inputs_and_vector_scales():
         QLinearSigmoid().forward(torch.zeros(3, dtype=torch.uint8), torch.ones(2), None, one)
     with pytest.raises(BadInputError, match=r"\(tensor, scale, zero point\) triples"):
         QLinearConcat(axis=0).forward(one, torch.zeros((), dtype=torch.uint8), torch.zeros(2))
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.int4, ml_dtypes.uint4])
+def test_com_microsoft_int4_quantize_then_dequantize_matches_onnxruntime(dtype):
+    """Through int4 and back (onnxruntime's Python API returns no int4 arrays): values beyond
+    the 16 codes saturate."""
+    x = RNG.standard_normal((2, 3, 4)).astype(F32)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], domain=MS, axis=1),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], domain=MS, axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "int4",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)],
+        [
+            numpy_helper.from_array(np.array([0.2, 0.3, 0.25], F32), "s"),
+            numpy_helper.from_array(np.array([1, 2, 3], dtype), "z"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=OPSETS, ir_version=10)
+    (expected,), (got,) = both(model, {"x": x})
+    np.testing.assert_array_equal(got, expected)

@@ -163,7 +163,7 @@ class MatMulNBits(ContribOperator):
                 f"{n * blocks} values, received shape {tuple(scales.shape)}"
             )
         codes = unpack_bits(b, bits, block).reshape(n, blocks * block)[:, :k].float()
-        zp = self._zero_points(zero_points, bits, n, blocks)
+        zp = self._zero_points(zero_points, bits, n, blocks, b.device)
         if g_idx is not None:
             if g_idx.shape != (k,):
                 raise BadInputError(
@@ -177,11 +177,16 @@ class MatMulNBits(ContribOperator):
         return (codes - zp[:, rows]) * scale
 
     def _zero_points(
-        self, zero_points: torch.Tensor | None, bits: int, n: int, blocks: int
+        self,
+        zero_points: torch.Tensor | None,
+        bits: int,
+        n: int,
+        blocks: int,
+        device: torch.device,
     ) -> torch.Tensor:
         """Zero points as float32 [N, n_blocks]: the middle code when absent."""
         if zero_points is None:
-            return torch.full((n, blocks), float(1 << (bits - 1)))
+            return torch.full((n, blocks), float(1 << (bits - 1)), device=device)
         if zero_points.dtype.is_floating_point:
             if zero_points.numel() != n * blocks:
                 raise BadInputError(
