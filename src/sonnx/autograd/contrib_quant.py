@@ -25,7 +25,7 @@ from sonnx.autograd.operator import Operator, OutputShape
 from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError
 
-__all__ = ["ContribOperator", "GatherBlockQuantized", "KeptWeight", "MatMulNBits", "unpack_bits"]
+__all__ = ["GatherBlockQuantized", "MatMulNBits"]
 
 
 class ContribOperator(Operator):
