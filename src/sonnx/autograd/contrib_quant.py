@@ -16,6 +16,7 @@ These operators have no ``onnx.defs`` schema: their attribute defaults, from onn
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -73,7 +74,10 @@ class KeptWeight:
         self._versions: tuple[int, ...] = ()
         self._result: torch.Tensor | None = None
 
-    def get(self, inputs: tuple[torch.Tensor | None, ...], compute: Any) -> torch.Tensor:
+    def get(
+        self, inputs: tuple[torch.Tensor | None, ...], compute: Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
+        """The kept result for ``inputs``, else ``compute()`` (kept when it may be)."""
         present = [t for t in inputs if t is not None]
         if not value_checks() or any(t.requires_grad for t in present):
             return compute()
