@@ -1,6 +1,6 @@
 """com.microsoft products and quantization operators export as they are: a tiny model per op,
 built with the operator classes, passes the ONNX checker and onnxruntime matches sonnx at batch
-2 and 5 (the integer kernels within one quantization step)."""
+2 and 5 (integer outputs equal)."""
 
 from __future__ import annotations
 

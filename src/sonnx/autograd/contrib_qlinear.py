@@ -5,10 +5,11 @@ com.microsoft spellings of QuantizeLinear and DequantizeLinear.
 
 Each takes uint8 or int8 tensors with per-tensor scales and zero points, computes in float32
 from the dequantized values ``(q - zero_point) * scale`` (or, for the products, the exact
-integer accumulation scaled by the float32 ratio of the scales, as onnxruntime's kernels do),
-and requantizes with ``round_half_even(y / y_scale) + y_zero_point``, saturated. onnxruntime
-forms some of these sums in another order or with fused multiply-adds, so an element at a
-rounding tie may land one step away from it. Integer in, integer out: no gradient.
+integer accumulation scaled by the float32 ratio of the scales), and requantizes with
+``round_half_even(y / y_scale) + y_zero_point``, saturated. Where onnxruntime's x86 kernels
+order the float32 operations otherwise (QLinearAdd, QLinearMul, QLinearAveragePool), the same
+order is followed, so that ties round the same way: the results are equal element for element.
+Integer in, integer out: no gradient.
 """
 
 from __future__ import annotations
@@ -86,6 +87,20 @@ def quantize(
     return q.clamp(info.min, info.max).to(dtype)
 
 
+def _rounded(
+    op: ContribOperator, y: torch.Tensor, zp: torch.Tensor | None, *then: torch.Tensor
+) -> torch.Tensor:
+    """``saturate(round_half_even(((zero_point + y) + then[0]) + ...))`` in float32: the zero
+    point added before rounding and the terms in this order, as onnxruntime's QLinearAdd and
+    QLinearMul kernels add them."""
+    dtype = torch.uint8 if zp is None else _quantized(op, "the output zero point", zp).dtype
+    total = y if zp is None else _scalar(op, "the output zero point", zp).float() + y
+    for term in then:
+        total = total + term
+    info = torch.iinfo(dtype)
+    return torch.round(total).clamp(info.min, info.max).to(dtype)
+
+
 class _QLinear(ContribOperator):
     """A QOperator-form operator: integer inputs, no gradient."""
 
@@ -94,7 +109,12 @@ class _QLinear(ContribOperator):
 
 class QLinearAdd(_QLinear):
     """``C = quantize(A_scale / C_scale * (A - A_zp) + B_scale / C_scale * (B - B_zp))``,
-    broadcasting, the ratios formed in float32."""
+    broadcasting.
+
+    In onnxruntime's float32 order: the zero points folded into one constant
+    ``C_zp - (ratio_A * A_zp + ratio_B * B_zp)``, to which the broadcast operand's term is added
+    first (a repeated value is a scalar to its kernel), then the other's, on the raw codes.
+    """
 
     op_type = "QLinearAdd"
     parameterising_inputs = frozenset({1, 2, 4, 5, 6, 7})
@@ -110,15 +130,22 @@ class QLinearAdd(_QLinear):
         c_scale: torch.Tensor,
         c_zp: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        ratio_a = (a_scale.float() / c_scale.float()).reshape(())
-        ratio_b = (b_scale.float() / c_scale.float()).reshape(())
-        one = torch.ones(())
-        y = dequantize(self, "A", a, ratio_a, a_zp) + dequantize(self, "B", b, ratio_b, b_zp)
-        return quantize(self, y, one, c_zp)
+        c = _scalar(self, "C_scale", c_scale).float()
+        terms = []
+        folded = torch.zeros(())
+        for name, x, scale, zp in (("A", a, a_scale, a_zp), ("B", b, b_scale, b_zp)):
+            ratio = _scalar(self, f"{name}_scale", scale).float() / c
+            terms.append(_quantized(self, name, x).float() * ratio)
+            if zp is not None:
+                folded = folded + ratio * _scalar(self, f"{name}_zero_point", zp).float()
+        if b.numel() < a.numel():
+            terms.reverse()
+        return _rounded(self, -folded, c_zp, *terms)
 
 
 class QLinearMul(_QLinear):
-    """``C = quantize((A - A_zp) * (B - B_zp) * (A_scale * B_scale / C_scale))``."""
+    """``C = saturate(round(C_zp + (A - A_zp) * (B - B_zp) * (A_scale * B_scale / C_scale)))``:
+    as onnxruntime's kernel, the zero point is added before rounding."""
 
     op_type = "QLinearMul"
     parameterising_inputs = frozenset({1, 2, 4, 5, 6, 7})
@@ -137,13 +164,15 @@ class QLinearMul(_QLinear):
         one = torch.ones(())
         product = dequantize(self, "A", a, one, a_zp) * dequantize(self, "B", b, one, b_zp)
         multiplier = (a_scale.float() * b_scale.float() / c_scale.float()).reshape(())
-        return quantize(self, product * multiplier, one, c_zp)
+        return _rounded(self, product * multiplier, c_zp)
 
 
 class _QLinearUnary(_QLinear):
     """``Y = quantize(f(dequantize(X)))``: onnxruntime evaluates f once per code (a table)."""
 
     parameterising_inputs = frozenset({1, 2, 3, 4})
+    #: onnxruntime adds the zero point before rounding (its pooling kernels), not after.
+    zero_point_first: ClassVar[bool] = False
 
     def forward(
         self,
@@ -153,7 +182,10 @@ class _QLinearUnary(_QLinear):
         y_scale: torch.Tensor,
         y_zp: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return quantize(self, self.compute(dequantize(self, "X", x, x_scale, x_zp)), y_scale, y_zp)
+        y = self.compute(dequantize(self, "X", x, x_scale, x_zp))
+        if self.zero_point_first:
+            return _rounded(self, y / _scalar(self, "Y_scale", y_scale).float(), y_zp)
+        return quantize(self, y, y_scale, y_zp)
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -193,6 +225,7 @@ class QLinearAveragePool(_QLinearUnary):
 
     op_type = "QLinearAveragePool"
     defaults: ClassVar[dict[str, Any]] = {"channels_last": 0}
+    zero_point_first = True
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         pool = AveragePool(**{k: v for k, v in self.attrs.items() if k != "channels_last"})
