@@ -131,6 +131,20 @@ def test_matmul_nbits_model_passes_gradients_to_its_input():
         np.testing.assert_allclose(to_numpy(grads[0])[index], numeric, rtol=1e-2, atol=1e-3)
 
 
+def test_matmul_nbits_model_in_graph_mode_equals_eager():
+    """The one compile of these tests: the dequantization traces into the compiled graph."""
+    quantizer = MatMulNBitsQuantizer(_mlp(), bits=4, block_size=32)
+    quantizer.process()
+    model = quantizer.model.model
+    x = RNG.standard_normal((2, 3, 64)).astype(np.float32)
+    rep = sonnx.prepare(model, use_graph=True)
+    got = to_numpy(rep.run([x])[0])
+    assert rep.graph_runner.compile_count == 1
+    np.testing.assert_allclose(
+        got, to_numpy(sonnx.prepare(model).run([x])[0]), rtol=1e-5, atol=1e-6
+    )
+
+
 class SmallCNN(nn.Module):
     """Conv, Add, Mul, Sigmoid, LeakyRelu, Concat, AveragePool, GlobalAveragePool, Gemm."""
 
