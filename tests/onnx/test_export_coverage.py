@@ -16,6 +16,7 @@ from sonnx import layer
 from sonnx.autograd.operator import Operator
 from sonnx.onnx.exporter import _topological_ops
 from tests.onnx import (
+    test_export_contrib_quant,
     test_export_layers,
     test_export_ml,
     test_export_more,
@@ -34,6 +35,7 @@ CASE_FILES = [
     "test_export_models.py",
     "test_export_ml.py",
     "test_export_strings.py",
+    "test_export_contrib_quant.py",
 ]
 # Public names that are not operations.
 NOT_OPS = {
@@ -89,6 +91,7 @@ def test_every_operator_class_is_exported_by_some_case() -> None:
         + test_export_more.ALL
         + test_export_ml.ML
         + test_export_strings.ALL
+        + test_export_contrib_quant.CASES
     ):
         build, make, _ = params.values
         _, outputs = run_eager(build, make(2))
