@@ -10,7 +10,7 @@ from onnx import helper
 
 import sonnx.autograd as autograd
 from sonnx import opt
-from sonnx.autograd.contrib_attention_bert import Attention, MultiHeadAttention
+from sonnx.autograd.contrib_attention_bert import Attention, MultiHeadAttention, QAttention
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 from sonnx.onnx.exporter import to_onnx
 from sonnx.tensor import Tensor, to_numpy
@@ -192,29 +192,6 @@ def test_attention_names_a_bad_mask() -> None:
                    torch.ones(B, 7, dtype=torch.int32))  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "op, arrays",
-    [
-        (Attention(num_heads=N, unidirectional=1, mask_filter_value=-100.0),
-         [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), lengths(3, 2)]),
-        (MultiHeadAttention(num_heads=N, scale=0.25),
-         [randn(B, S, D), randn(B, L, D), randn(B, L, D), randn(3 * D)]),
-    ],
-    ids=["Attention", "MultiHeadAttention"],
-)  # fmt: skip
-def test_exports_as_it_came(op, arrays) -> None:
-    inputs = [Tensor(data=a, requires_grad=False) for a in arrays]
-    out = op(*inputs)[0]
-    model = to_onnx(inputs, [out])
-    (node,) = model.graph.node
-    assert (node.op_type, node.domain) == (op.op_type, "com.microsoft")
-    written = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    assert written == pytest.approx(op.attrs)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feed = {i.name: a for i, a in zip(model.graph.input, arrays, strict=True)}
-    close(to_numpy(out), session.run(None, feed)[0])
-
-
 def _quantized(weight_dtype: type, per_column: bool) -> list[np.ndarray]:
     """QAttention's input, weight, bias, scales and zero points (in its input order)."""
     info = np.iinfo(weight_dtype)
@@ -227,6 +204,38 @@ def _quantized(weight_dtype: type, per_column: bool) -> list[np.ndarray]:
         w_scale, w_zero = np.array(0.01, np.float32), np.array(3, weight_dtype)
     return [x, weight, randn(3 * D) * 0.1, np.array(0.02, np.float32), w_scale, None,
             np.array(128, np.uint8), w_zero]  # fmt: skip
+
+
+def _qattention_arrays() -> list[np.ndarray]:
+    """QAttention's inputs with per-row lengths as its mask index."""
+    arrays = _quantized(np.int8, False)
+    arrays[5] = lengths(3, 2)
+    return arrays
+
+
+@pytest.mark.parametrize(
+    "op, arrays",
+    [
+        (Attention(num_heads=N, unidirectional=1, mask_filter_value=-100.0),
+         [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), lengths(3, 2)]),
+        (MultiHeadAttention(num_heads=N, scale=0.25),
+         [randn(B, S, D), randn(B, L, D), randn(B, L, D), randn(3 * D)]),
+        (QAttention(num_heads=N),
+         _qattention_arrays()),
+    ],
+    ids=["Attention", "MultiHeadAttention", "QAttention"],
+)  # fmt: skip
+def test_exports_as_it_came(op, arrays) -> None:
+    inputs = [Tensor(data=a, requires_grad=False) for a in arrays]
+    out = op(*inputs)[0]
+    model = to_onnx(inputs, [out])
+    (node,) = model.graph.node
+    assert (node.op_type, node.domain) == (op.op_type, "com.microsoft")
+    written = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert written == pytest.approx(op.attrs)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {i.name: a for i, a in zip(model.graph.input, arrays, strict=True)}
+    close(to_numpy(out), session.run(None, feed)[0])
 
 
 @pytest.mark.parametrize(

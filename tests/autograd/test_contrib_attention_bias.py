@@ -18,6 +18,7 @@ from onnx import helper
 
 import sonnx
 from sonnx.autograd.contrib_attention_bias import RelativePositionBias
+from sonnx.onnx.exporter import to_onnx
 from sonnx.tensor import Tensor, to_numpy
 from tests.helpers import check_grad
 
@@ -85,3 +86,19 @@ def test_relative_position_bias_table_gradient() -> None:
         return RelativePositionBias(max_distance=16, is_bidirectional=1)(table, lengths, lengths)
 
     check_grad(bias, [RNG.standard_normal((8, 2))])
+
+
+def test_relative_position_bias_exports_as_it_came() -> None:
+    """onnxruntime has no CPU kernel to run the export, so the exported model is checked and
+    imported again: the same node, and the same bias."""
+    table = Tensor(data=RNG.standard_normal((8, 2)).astype(np.float32), requires_grad=False)
+    length = Tensor(data=np.array([5], np.int64), requires_grad=False)
+    op = RelativePositionBias(max_distance=16, is_bidirectional=1)
+    bias = op(table, length, length)
+    model = to_onnx([table, length], [bias])
+    onnx.checker.check_model(model)
+    (node,) = model.graph.node
+    assert (node.op_type, node.domain) == ("RelativePositionBias", "com.microsoft")
+    assert {a.name: helper.get_attribute_value(a) for a in node.attribute} == op.attrs
+    (again,) = sonnx.prepare(model).run([to_numpy(table), np.array([5], np.int64)])
+    np.testing.assert_array_equal(to_numpy(again), to_numpy(bias))

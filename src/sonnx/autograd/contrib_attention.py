@@ -27,34 +27,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from sonnx.autograd.operator import Operator, OutputShape, host_ints
+from sonnx.autograd.contrib_operator import ContribOperator
+from sonnx.autograd.operator import OutputShape, host_ints
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 
-__all__ = ["ContribOperator", "GroupQueryAttention", "RotaryEmbedding", "rotate"]
-
-
-class ContribOperator(Operator):
-    """A com.microsoft operator: attribute defaults from its own ``defaults`` mapping."""
-
-    domain = "com.microsoft"
-    #: Documented defaults of the attributes a node may omit (ContribOperators.md).
-    defaults: ClassVar[dict[str, Any]] = {}
-
-    def attr(self, name: str) -> Any:
-        if name in self.attrs:
-            return self.attrs[name]
-        return self.defaults.get(name)
-
-    def label(self) -> str:
-        """How errors name the node: ``GroupQueryAttention 'gqa0'``."""
-        return f"{self.op_type} {self.name!r}" if self.name else self.op_type
-
-    def require(self, given: dict[str, torch.Tensor | None]) -> None:
-        """Raise :class:`BadInputError` naming the required inputs that are absent (onnx has
-        no schema to check com.microsoft nodes before they run)."""
-        missing = [name for name, x in given.items() if x is None]
-        if missing:
-            raise BadInputError(f"{self.label()}: required input(s) {missing} absent")
+__all__ = ["GroupQueryAttention", "RotaryEmbedding"]
 
 
 def rotate(

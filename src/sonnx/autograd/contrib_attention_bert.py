@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sonnx.autograd.contrib_attention import ContribOperator
+from sonnx.autograd.contrib_operator import ContribOperator
 from sonnx.autograd.operator import OutputShape
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 

@@ -19,11 +19,11 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from sonnx.autograd.contrib_attention import ContribOperator
+from sonnx.autograd.contrib_operator import ContribOperator
 from sonnx.autograd.operator import OutputShape, host_ints
 from sonnx.errors import BadInputError
 
-__all__ = ["RelativePositionBias", "relative_position_buckets"]
+__all__ = ["RelativePositionBias"]
 
 
 def relative_position_buckets(

@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from sonnx.autograd.contrib_attention import ContribOperator
 from sonnx.autograd.contrib_attention_bert import MASK_FILTER_VALUE
+from sonnx.autograd.contrib_operator import ContribOperator
 from sonnx.autograd.host_values import host
 from sonnx.autograd.operator import OutputShape
 from sonnx.errors import BadInputError, UnsupportedOperatorError

@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from sonnx.autograd.contrib_quant import ContribOperator
+from sonnx.autograd.contrib_operator import ContribOperator
+from sonnx.autograd.contrib_quant import ContribQuantOperator
 from sonnx.autograd.conv import conv_forward
 from sonnx.errors import BadInputError
 
@@ -26,7 +27,7 @@ def _transposed_batch(x: torch.Tensor) -> torch.Tensor:
     return x.permute(*range(1, rank - 1), 0, rank - 1)
 
 
-class FusedMatMul(ContribOperator):
+class FusedMatMul(ContribQuantOperator):
     """``Y = alpha * op(A) @ op(B)``, numpy-style broadcast batches.
 
     ``transBatchA`` (rank >= 3) first moves A's leading dimension to the row position, then
@@ -110,7 +111,7 @@ def _activation(
     return table[name]
 
 
-class FusedGemm(ContribOperator):
+class FusedGemm(ContribQuantOperator):
     """Gemm followed by an activation: ``activation(alpha * op(A) @ op(B) + beta * C)``.
 
     The activation's parameters are the attributes ``activation_alpha``, ``activation_beta``
@@ -145,7 +146,7 @@ class FusedGemm(ContribOperator):
         return _activation(self, name, params)(y)
 
 
-class FusedConv(ContribOperator):
+class FusedConv(ContribQuantOperator):
     """Conv, plus an optional tensor Z of the output's shape, then an activation:
     ``activation(Conv(X, W, B) + Z)``; ``activation_params`` in onnxruntime's order (LeakyRelu:
     alpha; Clip: min, max; HardSigmoid: alpha, beta)."""

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from sonnx.autograd.contrib_norms_base import (
-    ContribOperator,
+    ContribNormOperator,
     check_broadcasts_to,
     check_vector,
 )
@@ -30,7 +30,7 @@ _BERT_EPSILON = 1e-12
 
 
 def _skip_sum(
-    op: ContribOperator, x: torch.Tensor, skip: torch.Tensor, bias: torch.Tensor | None
+    op: ContribNormOperator, x: torch.Tensor, skip: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """``input + skip (+ bias)`` after the checks onnxruntime's skip norms make, summed in
     compute precision (float32 for half inputs, rounded once, as onnxruntime does)."""
@@ -65,7 +65,7 @@ def _normalize(
     return xc * inv_std, mean, inv_std
 
 
-class SkipLayerNormalization(ContribOperator):
+class SkipLayerNormalization(ContribNormOperator):
     """``LayerNorm(input + skip + bias) * gamma + beta`` over the hidden (last) axis.
 
     input (B, S, H) or (T, H); skip the same shape or one broadcasting to it ((1, S, H),
@@ -102,7 +102,7 @@ class SkipSimplifiedLayerNormalization(SkipLayerNormalization):
         return super().forward(x, skip, gamma, None, bias)
 
 
-class SimplifiedLayerNormalization(ContribOperator):
+class SimplifiedLayerNormalization(ContribNormOperator):
     """``X / sqrt(mean(X^2 over axes axis..last) + epsilon) * scale`` (RMS norm), Y in scale's
     type; the optional inv_std_var (X's shape, normalized axes 1) in ``stash_type``.
 
@@ -117,7 +117,7 @@ class SimplifiedLayerNormalization(ContribOperator):
         return self.requested(*rms_normalize(self, x, scale))
 
 
-class EmbedLayerNormalization(ContribOperator):
+class EmbedLayerNormalization(ContribNormOperator):
     """BERT's embeddings and their LayerNorm in one node.
 
     ``LayerNorm(word[input_ids] + position[position_ids] + segment[segment_ids])`` with gamma
@@ -202,13 +202,13 @@ class EmbedLayerNormalization(ContribOperator):
         return table[ids.long()]
 
 
-class GroupNorm(ContribOperator):
+class GroupNorm(ContribNormOperator):
     """Group normalization of an NHWC (``channels_last=1``, the default) or NCHW input,
     ``activation=1`` adding SiLU after it; gamma and beta (C,)."""
 
     op_type = "GroupNorm"
     defaults = {"epsilon": 1e-5, "channels_last": 1}
-    required = frozenset({"groups", "activation"})
+    required_attributes = frozenset({"groups", "activation"})
 
     def forward(self, x, gamma, beta) -> torch.Tensor:  # type: ignore[override]
         return self._group_norm(x, gamma, beta)

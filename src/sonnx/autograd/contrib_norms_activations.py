@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sonnx.autograd.contrib_norms_base import ContribOperator, check_vector
+from sonnx.autograd.contrib_norms_base import ContribNormOperator, check_vector
 from sonnx.autograd.normalization_common import check_float
 from sonnx.errors import BadInputError
 
@@ -26,7 +26,7 @@ def _plus_bias(op: str, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Ten
     return x + bias
 
 
-class Gelu(ContribOperator):
+class Gelu(ContribNormOperator):
     """``0.5 * X * (1 + erf(X / sqrt(2)))``: com.microsoft's Gelu, before ONNX had one."""
 
     op_type = "Gelu"
@@ -36,7 +36,7 @@ class Gelu(ContribOperator):
         return F.gelu(x)
 
 
-class BiasGelu(ContribOperator):
+class BiasGelu(ContribNormOperator):
     """Gelu (the erf form) of ``A + B``, B a vector over A's last axis."""
 
     op_type = "BiasGelu"
@@ -45,7 +45,7 @@ class BiasGelu(ContribOperator):
         return F.gelu(_plus_bias(self.op_type, a, b))
 
 
-class FastGelu(ContribOperator):
+class FastGelu(ContribNormOperator):
     """Gelu's tanh approximation of ``X (+ bias)``:
     ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``."""
 
@@ -55,7 +55,7 @@ class FastGelu(ContribOperator):
         return F.gelu(_plus_bias(self.op_type, x, bias), approximate="tanh")
 
 
-class QuickGelu(ContribOperator):
+class QuickGelu(ContribNormOperator):
     """``X * sigmoid(alpha * X)`` (CLIP's activation, alpha 1.702 by default)."""
 
     op_type = "QuickGelu"
@@ -74,7 +74,7 @@ def _check_3d(op: str, x: torch.Tensor) -> None:
         )
 
 
-class BiasAdd(ContribOperator):
+class BiasAdd(ContribNormOperator):
     """``X + bias + skip``: X and skip (N, S, C), bias (C,)."""
 
     op_type = "BiasAdd"
@@ -90,7 +90,7 @@ class BiasAdd(ContribOperator):
         return _plus_bias(self.op_type, x, bias) + skip
 
 
-class BiasSplitGelu(ContribOperator):
+class BiasSplitGelu(ContribNormOperator):
     """``left * Gelu(right)`` where ``X + bias`` (N, S, D) splits into halves on its last axis;
     Y (N, S, D / 2)."""
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from sonnx.autograd.contrib_quant import ContribOperator
+from sonnx.autograd.contrib_operator import ContribOperator
+from sonnx.autograd.contrib_quant import ContribQuantOperator
 from sonnx.autograd.operator import Operator
 from sonnx.autograd.pooling import AveragePool
 from sonnx.autograd.quantize import DequantizeLinear as OnnxDequantizeLinear
@@ -101,7 +102,7 @@ def _rounded(
     return torch.round(total).clamp(info.min, info.max).to(dtype)
 
 
-class _QLinear(ContribOperator):
+class _QLinear(ContribQuantOperator):
     """A QOperator-form operator: integer inputs, no gradient."""
 
     defaults: ClassVar[dict[str, Any]] = {}

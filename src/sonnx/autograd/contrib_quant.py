@@ -22,35 +22,18 @@ from typing import Any, ClassVar
 import torch
 
 from sonnx.autograd.cast import decode_sub_byte
-from sonnx.autograd.operator import Operator, OutputShape
+from sonnx.autograd.contrib_operator import ContribOperator
+from sonnx.autograd.operator import OutputShape
 from sonnx.autograd.tracing import value_checks
 from sonnx.errors import BadInputError
 
 __all__ = ["GatherBlockQuantized", "MatMulNBits"]
 
 
-class ContribOperator(Operator):
-    """An operator of onnxruntime's com.microsoft domain: attribute defaults from ``defaults``.
+class ContribQuantOperator(ContribOperator):
+    """The products and quantized operators: each output is shaped by the inputs' shapes."""
 
-    onnx.defs has no schema for these operators, so :meth:`attr` falls back to the class's
-    declared defaults (onnxruntime's ContribOperators.md) instead of a schema's.
-    """
-
-    domain = "com.microsoft"
     output_shape = OutputShape.FROM_SHAPES
-    defaults: ClassVar[dict[str, Any]] = {}
-
-    def attr(self, name: str) -> Any:
-        if name in self.attrs:
-            return self.attrs[name]
-        return self.defaults.get(name)
-
-    def required(self, name: str) -> Any:
-        """Attribute ``name``, which the operator cannot run without."""
-        value = self.attr(name)
-        if value is None:
-            raise BadInputError(f"{self.op_type} node {self.name!r}: attribute {name} is required")
-        return value
 
 
 def unpack_bits(packed: torch.Tensor, bits: int, count: int) -> torch.Tensor:
@@ -98,7 +81,7 @@ def _check_bits(op: ContribOperator, bits: int) -> None:
         )
 
 
-class MatMulNBits(ContribOperator):
+class MatMulNBits(ContribQuantOperator):
     """``Y = A @ dequantize(B).T + bias`` with B an [N, K] weight quantized in blocks along K.
 
     Inputs: A (float, [..., K]); B (uint8 [N, n_blocks, blob_size], blob_size = block_size *
@@ -208,7 +191,7 @@ class MatMulNBits(ContribOperator):
         return unpack_bits(zero_points.reshape(n, row_bytes), bits, blocks).float()
 
 
-class GatherBlockQuantized(ContribOperator):
+class GatherBlockQuantized(ContribQuantOperator):
     """Gather of a block-quantized table: ``Gather(dequantize(data), indices, gather_axis)``.
 
     ``data`` is uint8 holding 8 / ``bits`` codes per byte along its last axis (then

@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from sonnx.autograd.contrib_quant import ContribOperator
+from sonnx.autograd.contrib_operator import ContribOperator
+from sonnx.autograd.contrib_quant import ContribQuantOperator
 from sonnx.autograd.quantize import DynamicQuantizeLinear
 from sonnx.errors import BadInputError
 
@@ -73,7 +74,7 @@ def integer_product_to_float(
     return (y if bias is None else y + bias.float()).to(a_scale.dtype)
 
 
-class MatMulIntegerToFloat(ContribOperator):
+class MatMulIntegerToFloat(ContribQuantOperator):
     """MatMulInteger whose int32 result is scaled to float: inputs A, B, a_scale, b_scale,
     optional a_zero_point, b_zero_point (scalar or per column of B) and bias."""
 
@@ -96,7 +97,7 @@ class MatMulIntegerToFloat(ContribOperator):
         )
 
 
-class DynamicQuantizeMatMul(ContribOperator):
+class DynamicQuantizeMatMul(ContribQuantOperator):
     """Float A quantized to uint8 from its own range (DynamicQuantizeLinear), then
     MatMulIntegerToFloat with the quantized weight B: inputs A, B, b_scale, optional
     b_zero_point and bias."""
