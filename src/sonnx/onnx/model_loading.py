@@ -13,14 +13,13 @@ out through a symbolic link is refused before any file is opened.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from sonnx.autograd.memory_guard import check_elements
@@ -64,36 +63,40 @@ def check_text(model: onnx.ModelProto) -> None:
     string field that does not decode to Python as ``bytes``, so a byte-flipped name would
     otherwise surface later as a ``TypeError`` wherever it is first compared with a str.
     """
-    found = _undecodable_text(model, "model")
+    found = _undecodable_text(model)
     if found is not None:
-        field, value = found
+        path, value = found
+        field = ".".join(["model", *reversed(path)])
         raise BadModelError(f"{field} is not UTF-8 text; received the bytes {value!r}")
 
 
-def _undecodable_text(message: Message, path: str) -> tuple[str, bytes] | None:
-    """The path and value of the first string field under ``message`` that came as bytes."""
-    for name in _text_fields(message.DESCRIPTOR):
-        value = getattr(message, name)
-        if isinstance(value, Message) and not message.HasField(name):
-            continue
-        single = isinstance(value, (str, bytes, Message))
-        for i, item in enumerate([value] if single else value):
-            where = f"{path}.{name}" if single else f"{path}.{name}[{i}]"
-            if isinstance(item, bytes):
-                return where, item
-            if isinstance(item, Message):
-                found = _undecodable_text(item, where)
+def _undecodable_text(message: Message) -> tuple[list[str], bytes] | None:
+    """The first string field under ``message`` that came as bytes: its path from ``message``
+    (innermost name first: the path is built only on the way back from a find) and its value.
+
+    Every string of a model is walked at every load, so only the fields set are visited
+    (``ListFields``), and the common case (all text) costs a type check per string."""
+    for field, value in message.ListFields():
+        if field.type == _STRING:
+            if type(value) is str:
+                continue
+            if type(value) is bytes:
+                return [field.name], value
+            for i, item in enumerate(value):  # a repeated string field
+                if type(item) is not str:
+                    return [f"{field.name}[{i}]"], item
+        elif field.type == _MESSAGE:
+            items = [value] if isinstance(value, Message) else value
+            for i, item in enumerate(items):
+                found = _undecodable_text(item)
                 if found is not None:
+                    found[0].append(field.name if items is not value else f"{field.name}[{i}]")
                     return found
     return None
 
 
-@functools.cache
-def _text_fields(descriptor: Descriptor) -> tuple[str, ...]:
-    """The fields of a message type that are strings or messages: the only ones walked, so a
-    tensor's raw data (a bytes field) is never read, let alone copied."""
-    kinds = (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE)
-    return tuple(f.name for f in descriptor.fields if f.type in kinds)
+_STRING = FieldDescriptor.TYPE_STRING
+_MESSAGE = FieldDescriptor.TYPE_MESSAGE
 
 
 def check_tensors(model: onnx.ModelProto, external_base: Path | None = None) -> None:
