@@ -133,7 +133,7 @@ class QLinearAdd(_QLinear):
     ) -> torch.Tensor:
         c = _scalar(self, "C_scale", c_scale).float()
         terms = []
-        folded = torch.zeros(())
+        folded = torch.zeros((), device=a.device)
         for name, x, scale, zp in (("A", a, a_scale, a_zp), ("B", b, b_scale, b_zp)):
             ratio = _scalar(self, f"{name}_scale", scale).float() / c
             terms.append(_quantized(self, name, x).float() * ratio)
@@ -162,7 +162,7 @@ class QLinearMul(_QLinear):
         c_scale: torch.Tensor,
         c_zp: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        one = torch.ones(())
+        one = torch.ones((), device=a.device)
         product = dequantize(self, "A", a, one, a_zp) * dequantize(self, "B", b, one, b_zp)
         multiplier = (a_scale.float() * b_scale.float() / c_scale.float()).reshape(())
         return _rounded(self, product * multiplier, c_zp)
@@ -336,7 +336,10 @@ class QGemm(_QLinear):
         if y_scale is None:
             return acc.float() * scale
         return quantize(
-            self, acc.float() * (scale / y_scale.float().reshape(())), torch.ones(()), y_zp
+            self,
+            acc.float() * (scale / y_scale.float().reshape(())),
+            torch.ones((), device=acc.device),
+            y_zp,
         )
 
 

@@ -264,12 +264,16 @@ class GatherBlockQuantized(ContribQuantOperator):
             codes = unpack_bits(data, bits, data.shape[-1] * (8 // bits))
             blocks = -(-codes.shape[-1] // block)
             if zero_points is None:
-                zp = torch.full((), float(1 << (bits - 1)))
+                zp = torch.full((), float(1 << (bits - 1)), device=data.device)
             else:
                 zp = unpack_bits(zero_points, bits, blocks).float()
         elif data.dtype in (torch.int4, torch.uint4):
             codes = decode_sub_byte(data)
-            zp = torch.zeros(()) if zero_points is None else decode_sub_byte(zero_points).float()
+            zp = (
+                torch.zeros((), device=data.device)
+                if zero_points is None
+                else decode_sub_byte(zero_points).float()
+            )
         else:
             raise BadInputError(
                 f"GatherBlockQuantized node {self.name!r}: input data must be uint8, int4 or "

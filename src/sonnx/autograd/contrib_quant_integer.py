@@ -27,6 +27,7 @@ _BYTES = (torch.int8, torch.uint8)
 def _per_column(op: ContribOperator, name: str, p: torch.Tensor | None, n: int) -> torch.Tensor:
     """A scalar, or one value per column of B ([N])."""
     if p is None:
+        # host: a 0-d zero, which torch combines with tensors on any device
         return torch.zeros(())
     if p.numel() == 1:
         return p.reshape(())

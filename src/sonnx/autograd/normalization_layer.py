@@ -187,26 +187,6 @@ class RMSNormalization(Operator):
     def forward(self, x, scale) -> torch.Tensor:  # type: ignore[override]
         return rms_normalize(self, x, scale)[0]
 
-
-def rms_normalize(
-    op: Operator, x: torch.Tensor, scale: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """RMSNormalization with ``op``'s axis, epsilon and stash_type: (Y in scale's type, the
-    inverse RMS in the stash type, shaped as X with the normalized axes 1). onnxruntime's
-    SimplifiedLayerNormalization returns both."""
-    name = op.op_type
-    check_float(name, "X", x)
-    check_float(name, "scale", scale)
-    check_rank(name, "X", x, 1, "at least 1-D")
-    axis = normalize_axis(name, int(op.attr("axis")), x.dim())
-    _check_broadcast(name, "scale", scale, x.shape[axis:])
-    stash = stash_dtype(name, op.attr("stash_type"))
-    xc = x.to(compute_dtype(x.dtype, stash))
-    dims = tuple(range(axis, x.dim()))
-    inv_rms = torch.rsqrt((xc * xc).mean(dim=dims, keepdim=True) + float(op.attr("epsilon")))
-    normed = (xc * inv_rms).to(x.dtype)
-    return (normed * scale).to(scale.dtype), inv_rms.to(stash)
-
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
         if g.opset >= 23:
             g.add_node(
@@ -226,6 +206,26 @@ def rms_normalize(
         g.add_node("Sqrt", [names["mean_eps"]], [names["rms"]])
         g.add_node("Div", [x_name, names["rms"]], [names["normed"]])
         g.add_node("Mul", [names["normed"], scale_name], outputs)
+
+
+def rms_normalize(
+    op: Operator, x: torch.Tensor, scale: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RMSNormalization with ``op``'s axis, epsilon and stash_type: (Y in scale's type, the
+    inverse RMS in the stash type, shaped as X with the normalized axes 1). onnxruntime's
+    SimplifiedLayerNormalization returns both."""
+    name = op.op_type
+    check_float(name, "X", x)
+    check_float(name, "scale", scale)
+    check_rank(name, "X", x, 1, "at least 1-D")
+    axis = normalize_axis(name, int(op.attr("axis")), x.dim())
+    _check_broadcast(name, "scale", scale, x.shape[axis:])
+    stash = stash_dtype(name, op.attr("stash_type"))
+    xc = x.to(compute_dtype(x.dtype, stash))
+    dims = tuple(range(axis, x.dim()))
+    inv_rms = torch.rsqrt((xc * xc).mean(dim=dims, keepdim=True) + float(op.attr("epsilon")))
+    normed = (xc * inv_rms).to(x.dtype)
+    return (normed * scale).to(scale.dtype), inv_rms.to(stash)
 
 
 class LpNormalization(Operator):
