@@ -11,6 +11,7 @@ from onnx import helper
 import sonnx.autograd as autograd
 from sonnx import opt
 from sonnx.autograd.contrib_attention_bert import Attention, MultiHeadAttention, QAttention
+from sonnx.autograd.contrib_attention_decoder import DecoderMaskedMultiHeadAttention
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 from sonnx.onnx.exporter import to_onnx
 from sonnx.tensor import Tensor, to_numpy
@@ -222,12 +223,15 @@ def _qattention_arrays() -> list[np.ndarray]:
          [randn(B, S, D), randn(B, L, D), randn(B, L, D), randn(3 * D)]),
         (QAttention(num_heads=N),
          _qattention_arrays()),
+        (DecoderMaskedMultiHeadAttention(num_heads=N, scale=0.3),
+         [randn(B, 1, D), randn(B, N, 5, H), randn(B, N, 5, H)]),
     ],
-    ids=["Attention", "MultiHeadAttention", "QAttention"],
+    ids=["Attention", "MultiHeadAttention", "QAttention", "DecoderMaskedMultiHeadAttention"],
 )  # fmt: skip
 def test_exports_as_it_came(op, arrays) -> None:
     inputs = [Tensor(data=a, requires_grad=False) for a in arrays]
-    out = op(*inputs)[0]
+    result = op(*inputs)
+    out = result[0] if isinstance(result, tuple | list) else result  # the attention output
     model = to_onnx(inputs, [out])
     (node,) = model.graph.node
     assert (node.op_type, node.domain) == (op.op_type, "com.microsoft")

@@ -103,7 +103,6 @@ def test_every_operator_class_is_exported_by_some_case() -> None:
         recorded |= {op.op_type for op in _topological_ops(outputs)}
     ops, _ = _autograd_public()
     recorded |= _exported_beside_their_operator_tests()
-    recorded |= NOT_EXPORTED_YET.keys()
     assert not ops - recorded, f"operators without an export test: {sorted(ops - recorded)}"
 
 
@@ -115,14 +114,8 @@ EXPORTED_IN_OPERATOR_TESTS = {
     "Attention": "autograd/test_contrib_attention_bert.py",
     "MultiHeadAttention": "autograd/test_contrib_attention_bert.py",
     "QAttention": "autograd/test_contrib_attention_bert.py",
+    "DecoderMaskedMultiHeadAttention": "autograd/test_contrib_attention_bert.py",
     "RelativePositionBias": "autograd/test_contrib_attention_bias.py",
-}
-
-
-#: Operators whose export is known not to hold yet, each with why.
-NOT_EXPORTED_YET = {
-    "DecoderMaskedMultiHeadAttention": "cross-attention exports its two absent present outputs "
-    "as named outputs, and onnxruntime then asks for past_present_share_buffer",
 }
 
 
