@@ -42,13 +42,6 @@ class ContribOperator(Operator):
             )
         return self.defaults.get(name)
 
-    def required(self, name: str) -> Any:
-        """Attribute ``name``, which the operator cannot run without (no documented default)."""
-        value = self.attr(name)
-        if value is None:
-            raise BadModelError(f"{self.label()}: attribute {name} is required")
-        return value
-
     def label(self) -> str:
         """How errors name the node: ``GroupQueryAttention 'gqa0'``."""
         return f"{self.op_type} {self.name!r}" if self.name else self.op_type

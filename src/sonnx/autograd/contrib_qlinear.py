@@ -213,10 +213,11 @@ class QLinearSoftmax(_QLinearUnary):
 
     op_type = "QLinearSoftmax"
     defaults: ClassVar[dict[str, Any]] = {"axis": -1}
+    required_attributes = frozenset({"opset"})
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         axis = int(self.attr("axis")) % x.dim()
-        if int(self.required("opset")) >= 13:
+        if int(self.attr("opset")) >= 13:
             return torch.softmax(x, axis)
         return torch.softmax(x.flatten(axis), -1).reshape(x.shape)
 
@@ -255,6 +256,7 @@ class QLinearConcat(_QLinear):
 
     op_type = "QLinearConcat"
     parameterising_inputs = frozenset({0, 1})
+    required_attributes = frozenset({"axis"})
 
     def forward(self, y_scale: torch.Tensor, y_zp: torch.Tensor, *inputs: torch.Tensor) -> Any:
         if not inputs or len(inputs) % 3:
@@ -266,7 +268,7 @@ class QLinearConcat(_QLinear):
             quantize(self, dequantize(self, f"input {i // 3}", *inputs[i : i + 3]), y_scale, y_zp)
             for i in range(0, len(inputs), 3)
         ]
-        return torch.cat(parts, int(self.required("axis")))
+        return torch.cat(parts, int(self.attr("axis")))
 
 
 class QLinearWhere(_QLinear):

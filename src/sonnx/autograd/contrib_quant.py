@@ -95,6 +95,7 @@ class MatMulNBits(ContribQuantOperator):
     op_type = "MatMulNBits"
     parameterising_inputs = frozenset({2, 3, 4})
     defaults: ClassVar[dict[str, Any]] = {"bits": 4, "accuracy_level": 0}
+    required_attributes = frozenset({"K", "N", "block_size"})
 
     def __init__(self, version: int | None = None, **attrs: Any) -> None:
         super().__init__(version, **attrs)
@@ -109,7 +110,7 @@ class MatMulNBits(ContribQuantOperator):
         g_idx: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        k, n = int(self.required("K")), int(self.required("N"))
+        k, n = int(self.attr("K")), int(self.attr("N"))
         if not a.dtype.is_floating_point or a.shape[-1:] != (k,):
             raise BadInputError(
                 f"MatMulNBits node {self.name!r}: input A must be a float tensor whose last "
@@ -130,7 +131,7 @@ class MatMulNBits(ContribQuantOperator):
         n: int,
     ) -> torch.Tensor:
         """The float32 weight [N, K]."""
-        bits, block = int(self.attr("bits")), int(self.required("block_size"))
+        bits, block = int(self.attr("bits")), int(self.attr("block_size"))
         _check_bits(self, bits)
         if block < 16 or block & (block - 1):
             raise BadInputError(
