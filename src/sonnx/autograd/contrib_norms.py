@@ -12,12 +12,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sonnx.autograd.contrib_norms_base import (
-    ContribNormOperator,
+from sonnx.autograd.contrib_norms_base import ContribNormOperator, check_vector
+from sonnx.autograd.normalization_common import (
     check_broadcasts_to,
-    check_vector,
+    check_float,
+    check_rank,
+    compute_dtype,
 )
-from sonnx.autograd.normalization_common import check_float, check_rank, compute_dtype
 from sonnx.autograd.normalization_layer import rms_normalize
 from sonnx.autograd.operator import TorchOutputs
 from sonnx.autograd.tracing import value_checks

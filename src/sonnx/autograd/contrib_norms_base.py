@@ -29,15 +29,3 @@ def check_vector(op: str, name: str, t: torch.Tensor, size: int) -> None:
         raise BadInputError(
             f"{op}: input {name} must have shape ({size},), received shape {tuple(t.shape)}"
         )
-
-
-def check_broadcasts_to(op: str, name: str, t: torch.Tensor, target: torch.Size) -> None:
-    """Raise unless ``t`` broadcasts to ``target`` without growing it."""
-    ok = t.dim() <= len(target) and all(
-        d in (1, e) for d, e in zip(reversed(t.shape), reversed(target), strict=False)
-    )
-    if not ok:
-        raise BadInputError(
-            f"{op}: input {name} must have shape {tuple(target)} or one that broadcasts to it, "
-            f"received shape {tuple(t.shape)}"
-        )

@@ -4,12 +4,14 @@ and writing only the attributes an older (or newer) opset's schema knows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import onnx.defs
 import torch
 
 from sonnx import dtypes
+from sonnx.autograd.elementwise_base import broadcast_shapes
 from sonnx.errors import BadInputError, ExportError
 
 __all__: list[str] = []
@@ -29,6 +31,26 @@ def check_rank(op: str, name: str, x: torch.Tensor, low: int, expected: str) -> 
     if x.dim() < low:
         raise BadInputError(
             f"{op}: input {name} must be {expected}, received shape {tuple(x.shape)}"
+        )
+
+
+def check_broadcasts_to(
+    op: str,
+    name: str,
+    t: torch.Tensor,
+    target: Sequence[int],
+    requirement: str = "must have shape {} or one that broadcasts to it",
+) -> None:
+    """Raise unless ``t`` broadcasts to ``target`` without growing it; the error says
+    ``requirement`` with the target shape in its ``{}``."""
+    try:
+        ok = broadcast_shapes(t.shape, tuple(target)) == tuple(target)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise BadInputError(
+            f"{op}: input {name} {requirement.format(tuple(target))}, "
+            f"received shape {tuple(t.shape)}"
         )
 
 

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from sonnx import dtypes
-from sonnx.autograd.elementwise_base import broadcast_shapes
 from sonnx.autograd.normalization_common import (
     attrs_at_opset,
+    check_broadcasts_to,
     check_float,
     check_rank,
     compute_dtype,
@@ -41,17 +41,7 @@ __all__ = [
 ]
 
 
-def _check_broadcast(op: str, name: str, t: torch.Tensor, target: Sequence[int]) -> None:
-    """Raise unless ``t`` broadcasts to ``target`` without growing it."""
-    try:
-        ok = broadcast_shapes(t.shape, tuple(target)) == tuple(target)
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise BadInputError(
-            f"{op}: input {name} must broadcast to the normalized shape {tuple(target)}, "
-            f"received shape {tuple(t.shape)}"
-        )
+_NORMALIZED = "must broadcast to the normalized shape {}"
 
 
 def _signature(
@@ -111,9 +101,9 @@ class LayerNormalization(Operator):
         check_float(op, "X", x)
         check_rank(op, "X", x, 1, "at least 1-D")
         axis = normalize_axis(op, int(self.attr("axis")), x.dim())
-        _check_broadcast(op, "Scale", scale, x.shape[axis:])
+        check_broadcasts_to(op, "Scale", scale, x.shape[axis:], _NORMALIZED)
         if b is not None:
-            _check_broadcast(op, "B", b, x.shape[axis:])
+            check_broadcasts_to(op, "B", b, x.shape[axis:], _NORMALIZED)
         stash = stash_dtype(op, self.attr("stash_type"))
         n = self.requested_outputs or 1
         normalized = tuple(x.shape[axis:])
@@ -219,7 +209,7 @@ def rms_normalize(
     check_float(name, "scale", scale)
     check_rank(name, "X", x, 1, "at least 1-D")
     axis = normalize_axis(name, int(op.attr("axis")), x.dim())
-    _check_broadcast(name, "scale", scale, x.shape[axis:])
+    check_broadcasts_to(name, "scale", scale, x.shape[axis:], _NORMALIZED)
     stash = stash_dtype(name, op.attr("stash_type"))
     xc = x.to(compute_dtype(x.dtype, stash))
     dims = tuple(range(axis, x.dim()))
