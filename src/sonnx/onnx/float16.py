@@ -31,6 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from sonnx.errors import ExportError
+from sonnx.onnx.registry import node_schema
 
 __all__ = ["ORT_BLOCK_LIST", "PRECISION_SENSITIVE", "to_float16"]
 
@@ -135,13 +136,6 @@ def _element_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def _schema(node: onnx.NodeProto, opset: int) -> onnx.defs.OpSchema | None:
-    try:
-        return onnx.defs.get_schema(node.op_type, opset, node.domain)
-    except onnx.defs.SchemaError:
-        return None
-
-
 def _slot_allows_half(schema: onnx.defs.OpSchema, index: int, is_input: bool) -> bool:
     formals = schema.inputs if is_input else schema.outputs
     if not formals:
@@ -157,7 +151,7 @@ def _computes_in_half(node: onnx.NodeProto, types: dict[str, int], opset: int) -
         return False
     if any(a.name == "dtype" for a in node.attribute):
         return False
-    schema = _schema(node, opset)
+    schema = node_schema(node.op_type, opset, node.domain)
     if schema is None:
         return False
     return all(
@@ -173,7 +167,7 @@ def _wanted_types(
     """``(node index, input index) -> element type`` each float input slot computes in."""
     wanted = {}
     for k, node in enumerate(graph.node):
-        schema = _schema(node, opset) if k in half_nodes else None
+        schema = node_schema(node.op_type, opset, node.domain) if k in half_nodes else None
         for i, name in enumerate(node.input):
             if name and types[name] == _FLOAT:
                 half = schema is not None and _slot_allows_half(schema, i, is_input=True)
