@@ -20,6 +20,7 @@ import torch
 
 from sonnx.autograd.contrib_operator import ContribOperator
 from sonnx.autograd.contrib_quant import ContribQuantOperator
+from sonnx.autograd.linalg import saturate
 from sonnx.autograd.operator import Operator
 from sonnx.autograd.pooling import AveragePool
 from sonnx.autograd.quantize import DequantizeLinear as OnnxDequantizeLinear
@@ -84,8 +85,7 @@ def quantize(
     q = torch.round(y / _scalar(op, "the output scale", scale).float())
     if zp is not None:
         q = q + zp.reshape(()).float()
-    info = torch.iinfo(dtype)
-    return q.clamp(info.min, info.max).to(dtype)
+    return saturate(q, dtype)
 
 
 def _rounded(
@@ -98,8 +98,7 @@ def _rounded(
     total = y if zp is None else _scalar(op, "the output zero point", zp).float() + y
     for term in then:
         total = total + term
-    info = torch.iinfo(dtype)
-    return torch.round(total).clamp(info.min, info.max).to(dtype)
+    return saturate(total, dtype)
 
 
 class _QLinear(ContribQuantOperator):
