@@ -76,10 +76,8 @@ class DecoderMaskedMultiHeadAttention(ContribOperator):
             scores = scores + masked.to(scores.dtype) * float(self.attr("mask_filter_value"))
         if attention_bias is not None:
             scores = scores + attention_bias[..., : k.shape[2]]
-        out = torch.matmul(torch.softmax(scores, -1), v).transpose(1, 2).reshape(batch, 1, -1)
-        if present[0] is None:  # cross-attention has no present key and value to hand back
-            return out
-        return out, *present
+        out = torch.matmul(torch.softmax(scores, -1), v)
+        return out.transpose(1, 2).reshape(batch, 1, -1), *present
 
     def _write(
         self,

@@ -191,7 +191,10 @@ class Operator:
         outs = tuple(
             None if r is None else _wrap(r, self, i, needs_grad) for i, r in enumerate(result)
         )
-        self.num_outputs = len(outs)
+        # Trailing outputs the operator did not produce (None) are not the node's: export
+        # writes no name for them, as ONNX leaves optional trailing outputs out.
+        produced = [i for i, r in enumerate(outs) if r is not None]
+        self.num_outputs = produced[-1] + 1 if produced else len(outs)
         return outs
 
     def _as_tensors(self, inputs: Sequence[Any]) -> list[Tensor | None]:
