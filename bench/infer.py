@@ -57,7 +57,7 @@ from torch.fx.experimental.optimization import fuse
 
 import sonnx
 from sonnx import autograd, tensor
-from sonnx.onnx.graph_mode import GraphRunner
+from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.testing import torch_models, zoo_audio, zoo_text, zoo_vision
 
 OPSET = 17

@@ -302,7 +302,7 @@ def test_small_host_floats_join_device_tensors_and_float_constant_of_shape_goes_
     constant on the GPU, and ConstantOfShape made an LSTM's zero state on the host from a host
     shape. Host floats of shape arithmetic are copied over; a float fill is data, made on the
     default device (the graph's while a graph runs)."""
-    from sonnx.autograd.host_values import place_inputs
+    from sonnx.engine.host_values import place_inputs
 
     on_meta = torch.zeros(3, device="meta")
     placed = place_inputs("Range", [on_meta, torch.tensor(4.0), torch.tensor([1.0, 2.0])])

@@ -14,7 +14,7 @@ import torch
 import sonnx.autograd as autograd
 from sonnx import layer, model, opt
 from sonnx.errors import BadInputError, ExportError
-from sonnx.onnx.graph_builder import GraphBuilder
+from sonnx.proto.graph_builder import GraphBuilder
 from sonnx.tensor import PlaceHolder, Tensor
 
 rng = np.random.default_rng(0)

@@ -12,7 +12,7 @@ import torch
 
 import sonnx
 from sonnx import autograd, layer, model, opt
-from sonnx.autograd.backward import parameter_gradients
+from sonnx.engine.backward import parameter_gradients
 from sonnx.errors import BadInputError
 from sonnx.opt.loss_scaler import GROWTH_TRACKER, SCALE
 from sonnx.tensor import PlaceHolder, Tensor, to_numpy

@@ -10,15 +10,15 @@ from typing import Any
 import torch
 
 from sonnx import autograd
-from sonnx.autograd.host_values import forget, host, place_inputs
-from sonnx.autograd.tracing import (
+from sonnx.device import Device, default_device_for_run, get_default_device
+from sonnx.engine.host_values import forget, host, place_inputs
+from sonnx.engine.tracing import (
     defer_check,
     deferred_checks,
     defers_checks_on,
     tracing,
     value_checks,
 )
-from sonnx.device import Device, default_device_for_run, get_default_device
 
 
 def _in_thread(read: Callable[[], Any]) -> Any:

@@ -14,11 +14,11 @@ from onnx import TensorProto, helper
 from torch import nn
 
 import sonnx
-from sonnx.autograd.cast import Cast
-from sonnx.autograd.elementwise_binary import Div, Mul
-from sonnx.autograd.elementwise_logic import Equal
-from sonnx.autograd.indexing import Gather
-from sonnx.autograd.shape_slicing import Concat
+from sonnx.operators.elementwise.binary import Div, Mul
+from sonnx.operators.elementwise.cast import Cast
+from sonnx.operators.elementwise.logic import Equal
+from sonnx.operators.indexing.gather_scatter import Gather
+from sonnx.operators.shape.slicing import Concat
 from sonnx.symbolic_sizes import SymbolicInts, materialize, run_on_symbols, symbolic
 from sonnx.tensor import to_numpy
 from sonnx.testing import torch_models as tm

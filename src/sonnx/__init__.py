@@ -10,9 +10,9 @@ garbage-collector settings with :func:`tune_process_for_serving`.
 
 from sonnx import autograd, device, layer, model, opt, tensor
 from sonnx.onnx.exporter import save, to_onnx
-from sonnx.onnx.importer import SingaRep, prepare
-from sonnx.onnx.sonnx_model import SONNXModel
 from sonnx.process_tuning import tune_process_for_serving
+from sonnx.runtime.rep import SingaRep, prepare
+from sonnx.sonnx_model import SONNXModel
 
 __all__ = [
     "SONNXModel",

@@ -43,7 +43,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from sonnx.onnx.importer import prepare
+    from sonnx.runtime.rep import prepare
 
     rep = prepare(args.model)
     print(f"inputs:  {', '.join(f'{s.name}: {s.describe()}' for s in rep.input_specs)}")
@@ -56,7 +56,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sonnx.onnx.importer import prepare
+    from sonnx.runtime.rep import prepare
     from sonnx.tensor import to_numpy
 
     rep = prepare(args.model)
@@ -87,7 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from sonnx.onnx.graph_store import ENV_VAR, GraphStore
+    from sonnx.runtime.store import ENV_VAR, GraphStore
 
     store = GraphStore.from_environment()
     if store.root is None:

@@ -37,13 +37,14 @@ _TABLE: list[tuple[int, torch.dtype, np.dtype | None]] = [
     (TensorProto.FLOAT8E5M2FNUZ, torch.float8_e5m2fnuz, np.dtype(ml_dtypes.float8_e5m2fnuz)),
     (TensorProto.FLOAT8E8M0, torch.float8_e8m0fnu, np.dtype(ml_dtypes.float8_e8m0fnu)),
     # Sub-byte integers: one element per byte (the low bits), as ml_dtypes stores them.
-    # torch has these dtypes for storage only; sonnx.autograd.cast converts them.
+    # torch has these dtypes for storage only; sonnx.operators.elementwise.cast converts them.
     (TensorProto.INT4, torch.int4, np.dtype(ml_dtypes.int4)),
     (TensorProto.UINT4, torch.uint4, np.dtype(ml_dtypes.uint4)),
     (TensorProto.INT2, torch.int2, np.dtype(ml_dtypes.int2)),
     (TensorProto.UINT2, torch.uint2, np.dtype(ml_dtypes.uint2)),
     # torch's only 4-bit float is the packed float4_e2m1fn_x2; sonnx stores one FLOAT4E2M1
-    # value per byte in it (low bits, as ml_dtypes does) and converts in sonnx.autograd.cast.
+    # value per byte in it (low bits, as ml_dtypes does) and converts in
+    # sonnx.operators.elementwise.cast.
     (TensorProto.FLOAT4E2M1, torch.float4_e2m1fn_x2, np.dtype(ml_dtypes.float4_e2m1fn)),
 ]
 

@@ -39,10 +39,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import sonnx.autograd as autograd
 from sonnx import dist
-from sonnx.autograd.operator import Operator
-from sonnx.autograd.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.compiler_warnings import torch_deprecations_ignored
 from sonnx.device import Device, get_default_device
+from sonnx.engine.operator import Operator
+from sonnx.engine.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.errors import BadInputError, ExportError
 from sonnx.layer import Layer, SoftMaxCrossEntropy
 from sonnx.opt import DistOpt, Optimizer
@@ -52,7 +52,7 @@ from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.onnx.export_names import DynamicAxes
-    from sonnx.onnx.graph_builder import GraphBuilder
+    from sonnx.proto.graph_builder import GraphBuilder
 
 __all__ = ["Model"]
 

@@ -8,13 +8,13 @@ must therefore stay with that run, not leak into every thread of the process:
   gradients recorded). Per thread as torch's own grad mode is: a thread that trains does not
   make another thread's inference drop values.
 - :data:`VALUE_CHECKS`: off while a graph is traced for graph mode (traced values are
-  placeholders, see :func:`sonnx.autograd.tracing.tracing`). Process-wide, a trace in one
+  placeholders, see :func:`sonnx.engine.tracing.tracing`). Process-wide, a trace in one
   thread let a bad input in another through as torch's raw ``IndexError`` instead of
   :class:`~sonnx.errors.BadInputError` naming the node, and switched off the fused conv path.
 - :data:`DEFERRED_CHECKS`: the device value checks one graph run collects and reads back at
-  its end (:func:`sonnx.autograd.tracing.deferred_checks`); another thread's run has its own.
+  its end (:func:`sonnx.engine.tracing.deferred_checks`); another thread's run has its own.
 - :data:`HOST_ORIGINALS`: for the operator call in progress, the host originals of inputs
-  copied to the device (:mod:`sonnx.autograd.host_values`).
+  copied to the device (:mod:`sonnx.engine.host_values`).
 - :data:`RUN_DEVICE`: the graph's device while its run creates tensors that have no input
   to take a device from (:func:`sonnx.device.default_device_for_run`); the default device a
   user sets with ``set_default_device`` stays process-wide.

@@ -34,7 +34,7 @@ from sonnx.errors import BadInputError
 from sonnx.host_arrays import HostArray
 
 if TYPE_CHECKING:
-    from sonnx.autograd.operator import Operator
+    from sonnx.engine.operator import Operator
 
 __all__ = ["StringArray", "as_string_array", "is_string_array", "object_array", "run_on_strings"]
 

@@ -2,14 +2,14 @@
 
 An exported transformer computes its reshape targets from its input's shape: ``Shape ->
 Gather -> Unsqueeze -> Concat -> Reshape``. Traced with symbolic sizes (see
-:mod:`sonnx.onnx.symbolic_graphs`), ``Shape`` sees ``torch.SymInt`` sizes; written into an
+:mod:`sonnx.runtime.symbolic_graphs`), ``Shape`` sees ``torch.SymInt`` sizes; written into an
 int64 tensor they would become their current values, and the graph would hold only for them.
 So in a symbolic trace ``Shape`` and ``Size`` return a :class:`SymbolicInts` instead: a small
 NumPy object array whose elements are Python numbers or torch's symbolic ones (``SymInt``,
 ``SymBool`` after a comparison, ``SymFloat`` after a Cast to float). The shape arithmetic
 operators then compute on the symbols (:func:`run_on_symbols`) and the operator that finally
 reads the values (a Reshape's target, a Range's limit, an Expand's shape) receives the symbols
-through :func:`~sonnx.autograd.operator.host_ints`; the trace records ``s0 * 64`` instead of
+through :func:`~sonnx.engine.operator.host_ints`; the trace records ``s0 * 64`` instead of
 ``512`` and the graph serves every size.
 
 Operators meet such values in one of four ways:
@@ -44,7 +44,7 @@ from sonnx.host_arrays import HostArray
 from sonnx.strings import object_array
 
 if TYPE_CHECKING:
-    from sonnx.autograd.operator import Operator
+    from sonnx.engine.operator import Operator
 
 __all__ = [
     "SymbolicInts",

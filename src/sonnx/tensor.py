@@ -1,7 +1,7 @@
 """``Tensor``: a torch tensor plus the operation that created it.
 
 The wrapped ``torch.Tensor`` lives in ``.data`` and does all the math; the wrapper adds what
-sonnx needs on top: ``creator`` (the :class:`~sonnx.autograd.operator.Operator` that produced
+sonnx needs on top: ``creator`` (the :class:`~sonnx.engine.operator.Operator` that produced
 this tensor, so the exporter can walk from outputs back to inputs), ``stores_grad`` (this tensor
 is a parameter whose gradient :func:`sonnx.autograd.backward` yields) and a ``name``.
 """
@@ -23,7 +23,7 @@ from sonnx.strings import StringArray, as_string_array, is_string_array
 from sonnx.symbolic_sizes import SymbolicInts
 
 if TYPE_CHECKING:
-    from sonnx.autograd.operator import Operator
+    from sonnx.engine.operator import Operator
 
 float16 = torch.float16
 bfloat16 = torch.bfloat16
@@ -185,7 +185,7 @@ class Tensor:
 
     def as_type(self, dtype: Any) -> Tensor:
         """A new tensor with the element type converted (recorded as an ONNX Cast)."""
-        from sonnx.autograd import cast
+        from sonnx.operators.elementwise.cast import cast
 
         return cast(self, dtype)
 
@@ -253,87 +253,87 @@ class Tensor:
 
     # ---- operators, all recorded so they can be exported ----------------------------------
     def __add__(self, other: Any) -> Tensor:
-        from sonnx.autograd import add
+        from sonnx.operators.elementwise.binary import add
 
         return add(self, other)
 
     def __radd__(self, other: Any) -> Tensor:
-        from sonnx.autograd import add
+        from sonnx.operators.elementwise.binary import add
 
         return add(other, self)
 
     def __sub__(self, other: Any) -> Tensor:
-        from sonnx.autograd import sub
+        from sonnx.operators.elementwise.binary import sub
 
         return sub(self, other)
 
     def __rsub__(self, other: Any) -> Tensor:
-        from sonnx.autograd import sub
+        from sonnx.operators.elementwise.binary import sub
 
         return sub(other, self)
 
     def __mul__(self, other: Any) -> Tensor:
-        from sonnx.autograd import mul
+        from sonnx.operators.elementwise.binary import mul
 
         return mul(self, other)
 
     def __rmul__(self, other: Any) -> Tensor:
-        from sonnx.autograd import mul
+        from sonnx.operators.elementwise.binary import mul
 
         return mul(other, self)
 
     def __truediv__(self, other: Any) -> Tensor:
-        from sonnx.autograd import div
+        from sonnx.operators.elementwise.binary import div
 
         return div(self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:
-        from sonnx.autograd import div
+        from sonnx.operators.elementwise.binary import div
 
         return div(other, self)
 
     def __pow__(self, other: Any) -> Tensor:
-        from sonnx.autograd import pow
+        from sonnx.operators.elementwise.binary import pow
 
         return pow(self, other)
 
     def __neg__(self) -> Tensor:
-        from sonnx.autograd import neg
+        from sonnx.operators.elementwise.unary import neg
 
         return neg(self)
 
     def __matmul__(self, other: Tensor) -> Tensor:
-        from sonnx.autograd import matmul
+        from sonnx.operators.linalg.products import matmul
 
         return matmul(self, other)
 
     def __lt__(self, other: Any) -> Tensor:
-        from sonnx.autograd import less
+        from sonnx.operators.elementwise.logic import less
 
         return less(self, other)
 
     def __le__(self, other: Any) -> Tensor:
-        from sonnx.autograd import less_equal
+        from sonnx.operators.elementwise.logic import less_equal
 
         return less_equal(self, other)
 
     def __gt__(self, other: Any) -> Tensor:
-        from sonnx.autograd import greater
+        from sonnx.operators.elementwise.logic import greater
 
         return greater(self, other)
 
     def __ge__(self, other: Any) -> Tensor:
-        from sonnx.autograd import greater_equal
+        from sonnx.operators.elementwise.logic import greater_equal
 
         return greater_equal(self, other)
 
     def reshape(self, shape: Sequence[int]) -> Tensor:
-        from sonnx.autograd import reshape
+        from sonnx.operators.shape.layout import reshape
 
         return reshape(self, shape)
 
     def transpose(self, axes: Sequence[int] | None = None) -> Tensor:
-        from sonnx.autograd import transpose
+        from sonnx.operators.shape.layout import transpose
 
         return transpose(self, axes)
 

@@ -24,8 +24,8 @@ from sonnx import autograd, layer, model, opt, tensor
 from sonnx.data import Dataset, load_dataset
 from sonnx.device import Device, get_default_device, set_seed
 from sonnx.onnx.exporter import save, to_onnx
-from sonnx.onnx.importer import SingaRep, prepare
-from sonnx.onnx.sonnx_model import apply_update
+from sonnx.runtime.rep import SingaRep, prepare
+from sonnx.sonnx_model import apply_update
 from sonnx.tensor import Tensor
 
 

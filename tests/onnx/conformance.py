@@ -108,7 +108,7 @@ def run_case(case: TestCase) -> str | None:
         for inputs, expected in case.data_sets:
             feeds = {name: _as_value(v) for name, v in zip(names, inputs, strict=False)}
             # The first run of an input signature goes through the step loop, the second
-            # through the plan built from it (see sonnx.onnx.graph_plan): both must pass.
+            # through the plan built from it (see sonnx.runtime.plan): both must pass.
             for run in ("first", "second"):
                 problem = check_outputs(case, expected, rep.run(feeds))
                 if problem:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sonnx.autograd import operator
+from sonnx.engine import operator
 
 
 def pytest_terminal_summary(terminalreporter):

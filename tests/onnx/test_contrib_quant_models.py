@@ -25,7 +25,7 @@ from torch import nn
 
 import sonnx
 from sonnx import autograd
-from sonnx.autograd.contrib_quant import MatMulNBits
+from sonnx.operators.quantize.contrib_nbits import MatMulNBits
 from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm
 from tests.contrib_quant_helpers import both

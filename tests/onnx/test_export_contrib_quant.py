@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sonnx.autograd import contrib_fused as fused
-from sonnx.autograd import contrib_qlinear as ql
-from sonnx.autograd import contrib_quant as cq
-from sonnx.autograd import contrib_quant_integer as ci
+from sonnx.operators.linalg import contrib_fused as fused
+from sonnx.operators.quantize import contrib_integer as ci
+from sonnx.operators.quantize import contrib_nbits as cq
+from sonnx.operators.quantize import contrib_qlinear as ql
 from tests.onnx.export_check import const, export_check, param, rng_inputs
 
 F = np.float32

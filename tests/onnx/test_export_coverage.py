@@ -11,9 +11,8 @@ import inspect
 import pkgutil
 from pathlib import Path
 
-import sonnx.autograd as ag
-from sonnx import layer
-from sonnx.autograd.operator import Operator
+from sonnx import layer, operators
+from sonnx.engine.operator import Operator
 from sonnx.onnx.exporter import _topological_ops
 from tests.onnx import (
     test_export_contrib_quant,
@@ -57,10 +56,10 @@ NOT_OPS = {
 
 
 def _autograd_public() -> tuple[set[str], set[str]]:
-    """(Operator op types, function names) listed in the autograd modules' ``__all__``."""
+    """(Operator op types, function names) listed in the operator modules' ``__all__``."""
     ops, functions = set(), set()
-    for info in pkgutil.iter_modules(ag.__path__):
-        module = importlib.import_module(f"sonnx.autograd.{info.name}")
+    for info in pkgutil.walk_packages(operators.__path__, "sonnx.operators."):
+        module = importlib.import_module(info.name)
         for name in getattr(module, "__all__", []):
             value = getattr(module, name)
             if name in NOT_OPS:
@@ -109,13 +108,13 @@ def test_every_operator_class_is_exported_by_some_case() -> None:
 #: com.microsoft operators whose export (built with the class, written by ``to_onnx``, the node
 #: compared as it came) is tested in their own operator test files, by op type.
 EXPORTED_IN_OPERATOR_TESTS = {
-    "GroupQueryAttention": "autograd/test_contrib_attention.py",
-    "RotaryEmbedding": "autograd/test_contrib_attention.py",
-    "Attention": "autograd/test_contrib_attention_bert.py",
-    "MultiHeadAttention": "autograd/test_contrib_attention_bert.py",
-    "QAttention": "autograd/test_contrib_attention_bert.py",
-    "DecoderMaskedMultiHeadAttention": "autograd/test_contrib_attention_bert.py",
-    "RelativePositionBias": "autograd/test_contrib_attention_bias.py",
+    "GroupQueryAttention": "operators/attention/test_contrib_gqa.py",
+    "RotaryEmbedding": "operators/attention/test_contrib_gqa.py",
+    "Attention": "operators/attention/test_contrib_bert.py",
+    "MultiHeadAttention": "operators/attention/test_contrib_bert.py",
+    "QAttention": "operators/attention/test_contrib_bert.py",
+    "DecoderMaskedMultiHeadAttention": "operators/attention/test_contrib_bert.py",
+    "RelativePositionBias": "operators/attention/test_contrib_bias.py",
 }
 
 

@@ -12,7 +12,7 @@ from onnx import numpy_helper
 
 import sonnx
 from sonnx import autograd, layer, opt
-from sonnx.onnx.graph_constants import STATISTICS_SUFFIX
+from sonnx.runtime.constants import STATISTICS_SUFFIX
 from sonnx.tensor import Tensor, to_numpy
 from tests.onnx.imported_families import FAMILIES, Family
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sonnx.autograd.ml_linear import (
+from sonnx.operators.ml.linear import (
     FeatureVectorizer,
     Imputer,
     LinearClassifier,
@@ -17,9 +17,9 @@ from sonnx.autograd.ml_linear import (
     OneHotEncoder,
     Scaler,
 )
-from sonnx.autograd.ml_lookup import CategoryMapper, LabelEncoder
-from sonnx.autograd.ml_svm import SVMClassifier, SVMRegressor
-from sonnx.autograd.ml_trees import TreeEnsembleClassifier, TreeEnsembleRegressor
+from sonnx.operators.ml.lookup import CategoryMapper, LabelEncoder
+from sonnx.operators.ml.svm import SVMClassifier, SVMRegressor
+from sonnx.operators.ml.trees import TreeEnsembleClassifier, TreeEnsembleRegressor
 from tests.onnx.export_check import export_check, rng_inputs
 from tests.onnx.test_export_strings import words
 

@@ -17,10 +17,10 @@ from onnx.backend.test.runner import Runner
 
 import sonnx
 import sonnx.autograd as ag
-from sonnx.autograd.resize_grid import affine_grid
 from sonnx.errors import ExportError
 from sonnx.onnx import exporter
 from sonnx.onnx.exporter import default_opset, save, to_onnx
+from sonnx.operators.image.grid import affine_grid
 from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm
 from tests.onnx.export_check import (

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sonnx.autograd import strings_ops as so
-from sonnx.autograd.cast import cast, cast_like
-from sonnx.autograd.text import TfIdfVectorizer, Tokenizer, tfidf_vectorizer, tokenizer
+from sonnx.operators.elementwise.cast import cast, cast_like
+from sonnx.operators.text import strings as so
+from sonnx.operators.text.features import TfIdfVectorizer, Tokenizer, tfidf_vectorizer, tokenizer
 from tests.onnx.export_check import const, export_check
 
 WORDS = np.array(["Monday go", "tue,sday", "The end", "x", "42", "a,b,c", " lead  trail "])

@@ -1,6 +1,6 @@
 """Every registered operator decides the traits its ONNX schema says matter.
 
-An operator's traits (:class:`sonnx.autograd.operator.Operator`) have safe defaults, but a
+An operator's traits (:class:`sonnx.engine.operator.Operator`) have safe defaults, but a
 default taken by omission is a decision nobody made: this walks the registry and fails on a
 class that leaves a trait undecided where its schema shows it matters, so adding an operator
 means declaring them next to its class.
@@ -15,7 +15,7 @@ import onnx.defs
 import pytest
 
 import sonnx  # noqa: F401  (registers every converter)
-from sonnx.autograd.operator import Operator, OutputShape, Randomness
+from sonnx.engine.operator import Operator, OutputShape, Randomness
 from sonnx.onnx.registry import REGISTRY, NodeInfo, operator_class
 
 #: Schema input names that configure an operation rather than carry its data or weights.

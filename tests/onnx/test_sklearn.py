@@ -28,7 +28,7 @@ from sklearn.datasets import make_classification, make_regression
 
 import sonnx
 from sonnx import autograd
-from sonnx.autograd.backward import gradients
+from sonnx.engine.backward import gradients
 from sonnx.errors import BadInputError
 from sonnx.onnx.values import MapSequence
 from sonnx.tensor import Tensor

@@ -13,9 +13,9 @@ from sklearn import ensemble, tree
 
 import sonnx
 from sonnx import autograd
-from sonnx.autograd import ml_tree_engine
-from sonnx.autograd.backward import gradients
+from sonnx.engine.backward import gradients
 from sonnx.errors import BadInputError
+from sonnx.operators.ml import tree_engine as ml_tree_engine
 from sonnx.tensor import Tensor
 from tests.onnx.test_sklearn import (
     ATOL,

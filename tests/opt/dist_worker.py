@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from sonnx import autograd, device, dist, opt, tensor
-from sonnx.onnx.sonnx_model import apply_update
+from sonnx.sonnx_model import apply_update
 
 FEATURES, HIDDEN, CLASSES = 20, 32, 10
 

@@ -182,7 +182,7 @@ def test_distributed_checkpoint_loads_into_a_single_process_model(tmp_path) -> N
 @pytest.mark.parametrize("mode", ["fp16", "partialUpdate", "sparseTopK", "sparseThreshold"])
 def test_every_mode_is_plain_local_training_in_one_process(mode) -> None:
     from sonnx import autograd, device, opt, tensor
-    from sonnx.onnx.sonnx_model import apply_update
+    from sonnx.sonnx_model import apply_update
 
     x, y = dist_worker.toy_data(32)
     finals = {}

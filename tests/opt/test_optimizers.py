@@ -10,7 +10,7 @@ import torch
 
 import sonnx.autograd as autograd
 from sonnx import opt
-from sonnx.autograd.operator import Operator
+from sonnx.engine.operator import Operator
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 

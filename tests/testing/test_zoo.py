@@ -16,7 +16,7 @@ import torch
 
 import sonnx
 from sonnx import autograd
-from sonnx.onnx.graph_mode import GraphRunner
+from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.tensor import to_numpy
 from sonnx.testing import zoo_audio, zoo_text, zoo_vision
 

@@ -15,34 +15,35 @@ starts with False, an asyncio task with its creator's value at the time it was c
 import sys
 import types
 
+from sonnx.engine.backward import backward, gradients, trainable_tensors
+from sonnx.engine.operator import Operator
+
 # ruff: noqa: F403
-from sonnx.autograd.activations import *
-from sonnx.autograd.activations_softmax import *
-from sonnx.autograd.attention import *
-from sonnx.autograd.backward import backward, gradients, trainable_tensors
-from sonnx.autograd.cast import *
-from sonnx.autograd.conv import *
-from sonnx.autograd.conv_quantized import *
-from sonnx.autograd.elementwise import *
-from sonnx.autograd.image import *
-from sonnx.autograd.indexing import *
-from sonnx.autograd.legacy_layers import *
-from sonnx.autograd.linalg import *
-from sonnx.autograd.loss import *
-from sonnx.autograd.ml import *
-from sonnx.autograd.normalization import *
-from sonnx.autograd.operator import Operator
-from sonnx.autograd.pooling import *
-from sonnx.autograd.quantize import *
-from sonnx.autograd.random_ops import *
-from sonnx.autograd.reduce import *
-from sonnx.autograd.resize import *
-from sonnx.autograd.rnn import *
-from sonnx.autograd.shape import *
-from sonnx.autograd.signal import *
-from sonnx.autograd.strings_ops import *
-from sonnx.autograd.text import *
-from sonnx.autograd.training_ops import *
+from sonnx.operators.activation.functions import *
+from sonnx.operators.activation.softmax import *
+from sonnx.operators.attention.attention import *
+from sonnx.operators.conv.conv import *
+from sonnx.operators.elementwise import *
+from sonnx.operators.elementwise.cast import *
+from sonnx.operators.image.decode import *
+from sonnx.operators.image.resize import *
+from sonnx.operators.indexing.gather_scatter import *
+from sonnx.operators.linalg.products import *
+from sonnx.operators.loss import *
+from sonnx.operators.ml.transforms import *
+from sonnx.operators.normalization.batch import *
+from sonnx.operators.pooling.windowed import *
+from sonnx.operators.quantize.linear import *
+from sonnx.operators.quantize.qlinear_conv import *
+from sonnx.operators.randomness.generators import *
+from sonnx.operators.reduce.reductions import *
+from sonnx.operators.rnn.recurrent import *
+from sonnx.operators.shape import *
+from sonnx.operators.singa.layers import *
+from sonnx.operators.spectral.transforms import *
+from sonnx.operators.text.features import *
+from sonnx.operators.text.strings import *
+from sonnx.operators.training.updates import *
 from sonnx.run_state import TRAINING
 
 

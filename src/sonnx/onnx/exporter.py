@@ -13,20 +13,23 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 import onnx.defs
 from onnx import helper
 
 from sonnx import dtypes
-from sonnx.autograd.operator import Operator
+from sonnx.engine.operator import Operator
 from sonnx.errors import ExportError, OpsetTooOldError
 from sonnx.onnx.export_names import DynamicAxes, GraphNames
 from sonnx.onnx.float16 import to_float16
-from sonnx.onnx.graph_builder import GraphBuilder, first_opset, tensor_proto
-from sonnx.onnx.imported_graph import GraphSource, ImportedExport, ImportedGraph
 from sonnx.onnx.registry import REGISTRY
+from sonnx.proto.graph_builder import GraphBuilder, first_opset, tensor_proto
 from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:  # an imported run (sonnx.runtime) exports its kept graph
+    from sonnx.runtime.imported_graph import GraphSource, ImportedExport
 
 # Below 2 GiB protobuf can hold the whole model; above it, weights go to external data.
 _PROTOBUF_LIMIT = 2**31 - 1
@@ -210,7 +213,7 @@ def to_onnx(
 def _imported_sources(ops: list[Operator]) -> list[GraphSource]:
     found: dict[int, GraphSource] = {}
     for op in ops:
-        if isinstance(op, ImportedGraph):
+        if op.exports_kept_graph:
             found.setdefault(id(op.source), op.source)
     return list(found.values())
 
@@ -266,7 +269,7 @@ def _export(
     plans = {
         id(op): op.plan_export(g, sorted(i for (o, i) in produced if o == id(op)))
         for op in ops
-        if isinstance(op, ImportedGraph)
+        if op.exports_kept_graph
     }
     namer = _Namer(g, plans, ops)
     graph_inputs = []

@@ -16,10 +16,10 @@ import dataclasses
 import onnx
 from onnx import helper
 
-from sonnx.autograd.training_ops import TRAINING_DOMAIN
 from sonnx.errors import BadModelError, UnsupportedOperatorError
-from sonnx.onnx.attributes import decode_attribute
 from sonnx.onnx.model_loading import ResolvedNode, needed_inputs
+from sonnx.operators.training.updates import TRAINING_DOMAIN
+from sonnx.proto.attributes import decode_attribute
 
 FORWARD_GRAPH = "sonnx_forward_graph"
 

@@ -22,7 +22,7 @@ import onnx
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from sonnx.autograd.memory_guard import check_elements
+from sonnx.engine.memory_guard import check_elements
 from sonnx.errors import BadModelError, UnsupportedOperatorError
 from sonnx.onnx.registry import REGISTRY, Converter, _domain_key
 

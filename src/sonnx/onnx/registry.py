@@ -7,14 +7,14 @@ Attribute defaults come from the ``onnx.defs`` schema of the matched version, ne
 A converter is called as ``convert(node, inputs, attrs)`` where ``node`` is a
 :class:`NodeInfo`, ``inputs`` the node's input tensors (``None`` for absent optional inputs) and
 ``attrs`` the node's attributes with schema defaults filled in; it returns the output tensor(s).
-Most operators register their :class:`~sonnx.autograd.operator.Operator` class directly with
+Most operators register their :class:`~sonnx.engine.operator.Operator` class directly with
 :func:`register_operator`; version adapters (an attribute that later became an input, …) are
 written as functions with :func:`converter`.
 
-An operator's traits (:class:`~sonnx.autograd.operator.Operator`: output shape, parameterising
+An operator's traits (:class:`~sonnx.engine.operator.Operator`: output shape, parameterising
 inputs, randomness, ...) are read from its class, which :func:`operator_class` finds for a node:
 the class registered for any version of its operator, or the one a function converter names
-(``converter(..., operator=Split)``), or :class:`~sonnx.autograd.operator.Operator` itself,
+(``converter(..., operator=Split)``), or :class:`~sonnx.engine.operator.Operator` itself,
 whose defaults are the safe ones, for an operator no class stands for (If, the sequence
 operators).
 
@@ -35,9 +35,9 @@ from typing import Any, TypeVar
 import onnx
 import onnx.defs
 
-from sonnx.autograd.operator import Operator
+from sonnx.engine.operator import Operator
 from sonnx.errors import BadModelError, SonnxError
-from sonnx.onnx.attributes import decode_attribute, schema_defaults
+from sonnx.proto.attributes import decode_attribute, schema_defaults
 from sonnx.tensor import Tensor
 
 DEFAULT_DOMAINS = ("", "ai.onnx")

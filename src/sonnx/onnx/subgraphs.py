@@ -1,7 +1,7 @@
 """Subgraphs (the branches of If, the bodies of Loop and Scan) as their nodes see them.
 
 A graph attribute is compiled into a :class:`Subgraph` with the enclosing graph (see
-:mod:`sonnx.onnx.graph_program`); each run of its node binds it to the enclosing scope's values
+:mod:`sonnx.runtime.program`); each run of its node binds it to the enclosing scope's values
 as a :class:`BoundSubgraph`, which converters call with the subgraph's inputs.
 """
 
@@ -14,7 +14,7 @@ from sonnx.errors import BadInputError, BadModelError, ResourceLimitError
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
-    from sonnx.onnx.graph_program import GraphProgram
+    from sonnx.runtime.program import GraphProgram
 
 __all__ = ["DEFAULT_LOOP_LIMIT", "LOOP_LIMIT_VAR", "BoundSubgraph", "Subgraph", "loop_limit"]
 

@@ -165,7 +165,7 @@ class Optimizer:
     def backward(self, loss: Tensor) -> tuple[list[Tensor], list[torch.Tensor]]:
         """The parameters ``loss`` depends on and their gradients (of the scaled loss when
         there is a :attr:`loss_scaler`: pass them to :meth:`guarded_update`)."""
-        from sonnx.autograd.backward import parameter_gradients
+        from sonnx.engine.backward import parameter_gradients
 
         if self.loss_scaler is None:
             return parameter_gradients(loss)

@@ -21,8 +21,8 @@ import torch
 
 from sonnx import tensor
 from sonnx.errors import SonnxError
-from sonnx.onnx.importer import SingaRep, prepare
 from sonnx.onnx.model_loading import load_model
+from sonnx.runtime.rep import SingaRep, prepare
 from sonnx.serve.batcher import Arrays, Batcher, BatchPolicy, RunFn
 from sonnx.serve.checkpoints import CHECKPOINT_FILE, checkpoint_to_onnx
 from sonnx.serve.config import ModelConfig, load_config

@@ -1,10 +1,11 @@
-"""Importer registrations for activations: see sonnx.autograd.activations.
+"""Importer registrations for activations: see sonnx.operators.activation.functions.
 
 Version 1 of several activations carried a ``consumed_inputs`` attribute (legacy memory
 bookkeeping); the Operator classes accept and ignore it, and never export it.
 """
 
-from sonnx.autograd.activations import (
+from sonnx.onnx.registry import register_operator
+from sonnx.operators.activation.functions import (
     Celu,
     Elu,
     Gelu,
@@ -24,8 +25,7 @@ from sonnx.autograd.activations import (
     Tanh,
     ThresholdedRelu,
 )
-from sonnx.autograd.activations_softmax import Hardmax, LogSoftmax, Softmax
-from sonnx.onnx.registry import register_operator
+from sonnx.operators.activation.softmax import Hardmax, LogSoftmax, Softmax
 
 register_operator(Relu, 1, 6, 13, 14)
 register_operator(LeakyRelu, 1, 6, 16)

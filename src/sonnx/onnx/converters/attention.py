@@ -1,4 +1,4 @@
-"""Importer registrations for attention: see sonnx.autograd.attention.
+"""Importer registrations for attention: see sonnx.operators.attention.attention.
 
 FlexAttention (domain ai.onnx.preview) has no operator class: its converter composes standard
 recorded operators around its ``score_mod`` / ``prob_mod`` subgraphs, so it exports as them.
@@ -13,15 +13,19 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
-from sonnx.autograd import cast, expand, matmul, mul, reshape, softmax, transpose, unsqueeze
-from sonnx.autograd.attention import (
+from sonnx.errors import BadInputError
+from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.operators.activation.softmax import softmax
+from sonnx.operators.attention.attention import (
     Attention,
     CausalConvWithState,
     LinearAttention,
     RotaryEmbedding,
 )
-from sonnx.errors import BadInputError
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.operators.elementwise.binary import mul
+from sonnx.operators.elementwise.cast import cast
+from sonnx.operators.linalg.products import matmul
+from sonnx.operators.shape.layout import expand, reshape, transpose, unsqueeze
 from sonnx.tensor import Tensor
 
 register_operator(Attention, 23, 24, 25)

@@ -1,4 +1,4 @@
-"""Importer registrations for cast: see sonnx.autograd.cast."""
+"""Importer registrations for cast: see sonnx.operators.elementwise.cast."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 from onnx import TensorProto
 
-from sonnx.autograd.cast import BitCast, Cast, CastLike
 from sonnx.errors import BadModelError
 from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.operators.elementwise.cast import BitCast, Cast, CastLike
 from sonnx.tensor import Tensor
 
 register_operator(Cast, 6, 9, 13, 19, 21, 23, 24, 25, 28)

@@ -1,17 +1,17 @@
 """Importer registrations for the com.microsoft attention operators: see
-sonnx.autograd.contrib_attention and its contrib_attention_* siblings."""
+sonnx.operators.attention.contrib_gqa and its contrib_attention_* siblings."""
 
 from __future__ import annotations
 
-from sonnx.autograd.contrib_attention import GroupQueryAttention, RotaryEmbedding
-from sonnx.autograd.contrib_attention_bert import (
+from sonnx.onnx.registry import register_operator
+from sonnx.operators.attention.contrib_bert import (
     Attention,
     MultiHeadAttention,
     QAttention,
 )
-from sonnx.autograd.contrib_attention_bias import RelativePositionBias
-from sonnx.autograd.contrib_attention_decoder import DecoderMaskedMultiHeadAttention
-from sonnx.onnx.registry import register_operator
+from sonnx.operators.attention.contrib_bias import RelativePositionBias
+from sonnx.operators.attention.contrib_decoder import DecoderMaskedMultiHeadAttention
+from sonnx.operators.attention.contrib_gqa import GroupQueryAttention, RotaryEmbedding
 
 for _cls in (
     Attention,

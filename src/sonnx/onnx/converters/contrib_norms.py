@@ -1,20 +1,13 @@
 """Importer registrations for onnxruntime's fused normalizations and activations: see
-sonnx.autograd.contrib_norms and sonnx.autograd.contrib_norms_activations.
+sonnx.operators.normalization.contrib_skip and sonnx.operators.normalization.contrib_activations.
 
 Every one is since-version 1 of the ``com.microsoft`` domain, except
 SimplifiedLayerNormalization, which onnxruntime registers in the default domain (version 1,
 so it serves every opset; onnx has no schema for it, so nodes are not schema-checked).
 """
 
-from sonnx.autograd.contrib_norms import (
-    EmbedLayerNormalization,
-    GroupNorm,
-    SimplifiedLayerNormalization,
-    SkipGroupNorm,
-    SkipLayerNormalization,
-    SkipSimplifiedLayerNormalization,
-)
-from sonnx.autograd.contrib_norms_activations import (
+from sonnx.onnx.registry import register_operator
+from sonnx.operators.normalization.contrib_activations import (
     BiasAdd,
     BiasGelu,
     BiasSplitGelu,
@@ -22,7 +15,14 @@ from sonnx.autograd.contrib_norms_activations import (
     Gelu,
     QuickGelu,
 )
-from sonnx.onnx.registry import register_operator
+from sonnx.operators.normalization.contrib_skip import (
+    EmbedLayerNormalization,
+    GroupNorm,
+    SimplifiedLayerNormalization,
+    SkipGroupNorm,
+    SkipLayerNormalization,
+    SkipSimplifiedLayerNormalization,
+)
 
 for _cls in (
     SkipLayerNormalization,

@@ -1,8 +1,11 @@
 """Importer registrations for com.microsoft products and quantization: see
-sonnx.autograd.contrib_quant, contrib_quant_integer, contrib_fused and contrib_qlinear."""
+sonnx.operators.quantize.contrib_nbits, contrib_quant_integer, contrib_fused and contrib_qlinear."""
 
-from sonnx.autograd.contrib_fused import FusedConv, FusedGemm, FusedMatMul
-from sonnx.autograd.contrib_qlinear import (
+from sonnx.onnx.registry import register_operator
+from sonnx.operators.linalg.contrib_fused import FusedConv, FusedGemm, FusedMatMul
+from sonnx.operators.quantize.contrib_integer import DynamicQuantizeMatMul, MatMulIntegerToFloat
+from sonnx.operators.quantize.contrib_nbits import GatherBlockQuantized, MatMulNBits
+from sonnx.operators.quantize.contrib_qlinear import (
     DequantizeLinear,
     QGemm,
     QLinearAdd,
@@ -16,9 +19,6 @@ from sonnx.autograd.contrib_qlinear import (
     QLinearWhere,
     QuantizeLinear,
 )
-from sonnx.autograd.contrib_quant import GatherBlockQuantized, MatMulNBits
-from sonnx.autograd.contrib_quant_integer import DynamicQuantizeMatMul, MatMulIntegerToFloat
-from sonnx.onnx.registry import register_operator
 
 for _cls in (
     DequantizeLinear,

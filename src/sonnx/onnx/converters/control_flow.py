@@ -1,6 +1,6 @@
 """Control flow: If, Loop and Scan run their subgraphs eagerly.
 
-Their graph attributes arrive as bound subgraphs (see ``sonnx.onnx.graph_program``). The
+Their graph attributes arrive as bound subgraphs (see ``sonnx.runtime.program``). The
 operators a branch or body runs are recorded as usual, so gradients flow through the taken
 branch and every loop iteration; an export of such a run is the unrolled computation.
 """
@@ -11,11 +11,13 @@ from typing import Any
 
 import torch
 
-from sonnx.autograd import concat, gather, identity, unsqueeze
 from sonnx.device import as_device
 from sonnx.errors import BadInputError
-from sonnx.onnx.graph_program import BoundSubgraph
 from sonnx.onnx.registry import NodeInfo, converter
+from sonnx.onnx.subgraphs import BoundSubgraph
+from sonnx.operators.indexing.gather_scatter import gather
+from sonnx.operators.shape.layout import identity, unsqueeze
+from sonnx.operators.shape.slicing import concat
 from sonnx.tensor import Tensor
 
 

@@ -1,6 +1,6 @@
-"""Importer registration for QLinearConv: see sonnx.autograd.conv_quantized."""
+"""Importer registration for QLinearConv: see sonnx.operators.quantize.qlinear_conv."""
 
-from sonnx.autograd.conv_quantized import QLinearConv
 from sonnx.onnx.registry import register_operator
+from sonnx.operators.quantize.qlinear_conv import QLinearConv
 
 register_operator(QLinearConv, 10)

@@ -1,4 +1,4 @@
-"""Importer registrations for elementwise: see sonnx.autograd.elementwise.
+"""Importer registrations for elementwise: see sonnx.operators.elementwise.
 
 Versions whose semantics differ only in the types they accept register the Operator class
 itself. The opset-1/6 forms are adapted here so that the recorded graph is the modern one:
@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
-from sonnx.autograd import elementwise as ew
-from sonnx.autograd import unsqueeze
-from sonnx.autograd.operator import Operator
+from sonnx.engine.operator import Operator
 from sonnx.errors import BadModelError
 from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.operators import elementwise as ew
+from sonnx.operators.shape.layout import unsqueeze
 from sonnx.tensor import Tensor
 
 # ---- ops whose versions differ only in accepted types ---------------------------------------

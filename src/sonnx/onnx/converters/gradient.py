@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 
-import sonnx.autograd
 from sonnx import dtypes
-from sonnx.autograd.training_ops import TRAINING_DOMAIN
 from sonnx.errors import BadInputError
 from sonnx.onnx.gradient_graph import FORWARD_GRAPH
-from sonnx.onnx.graph_program import BoundSubgraph
 from sonnx.onnx.registry import NodeInfo, converter
+from sonnx.onnx.subgraphs import BoundSubgraph
+from sonnx.operators.training.updates import TRAINING_DOMAIN
+from sonnx.run_state import TRAINING
 from sonnx.tensor import Tensor
 
 
@@ -30,13 +30,12 @@ from sonnx.tensor import Tensor
 def _recording() -> Iterator[None]:
     """Record gradients even in inference: operators record while ``sonnx.autograd.training``
     is True, so it is set for the recomputation and then restored."""
-    previous = sonnx.autograd.training
-    sonnx.autograd.training = True
+    token = TRAINING.set(True)
     try:
         with torch.enable_grad():
             yield
     finally:
-        sonnx.autograd.training = previous
+        TRAINING.reset(token)
 
 
 @converter("Gradient", 1, domain=TRAINING_DOMAIN)

@@ -1,6 +1,6 @@
-"""Importer registration of ImageDecoder: see sonnx.autograd.image."""
+"""Importer registration of ImageDecoder: see sonnx.operators.image.decode."""
 
-from sonnx.autograd.image import ImageDecoder
 from sonnx.onnx.registry import register_operator
+from sonnx.operators.image.decode import ImageDecoder
 
 register_operator(ImageDecoder, 20)

@@ -1,4 +1,4 @@
-"""Importer registrations for indexing: see sonnx.autograd.indexing.
+"""Importer registrations for indexing: see sonnx.operators.indexing.gather_scatter.
 
 Scatter (deprecated in opset 11) and TopK-1 (``k`` as an attribute) are converted to their
 modern forms, ScatterElements and TopK with a constant ``K`` input.
@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from sonnx.autograd.indexing import (
+from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.operators.indexing.gather_scatter import (
     ArgMax,
     ArgMin,
     Compress,
@@ -26,7 +27,6 @@ from sonnx.autograd.indexing import (
     TopK,
     Unique,
 )
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
 from sonnx.tensor import Tensor
 
 register_operator(Gather, 1, 11, 13)

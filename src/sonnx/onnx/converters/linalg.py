@@ -1,10 +1,11 @@
-"""Importer registrations for linalg: see sonnx.autograd.linalg."""
+"""Importer registrations for linalg: see sonnx.operators.linalg.products."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sonnx.autograd.linalg import (
+from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.operators.linalg.products import (
     CumProd,
     CumSum,
     Det,
@@ -14,7 +15,6 @@ from sonnx.autograd.linalg import (
     MatMulInteger,
     QLinearMatMul,
 )
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
 from sonnx.tensor import Tensor
 
 register_operator(MatMul, 1, 9, 13)

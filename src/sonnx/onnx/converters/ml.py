@@ -1,5 +1,5 @@
-"""Importer registrations for the ai.onnx.ml operators: see sonnx.autograd.ml, ml_linear,
-ml_svm, ml_trees and ml_lookup. ZipMap, DictVectorizer and CastMap, whose inputs or outputs are
+"""Importer registrations for the ai.onnx.ml operators: see sonnx.operators.ml (transforms,
+linear, svm, trees and lookup). ZipMap, DictVectorizer and CastMap, whose inputs or outputs are
 maps rather than tensors, are converter functions here."""
 
 from __future__ import annotations
@@ -9,9 +9,12 @@ from typing import Any
 import numpy as np
 
 from sonnx import dtypes
-from sonnx.autograd.ml import ArrayFeatureExtractor, Binarizer, TreeEnsemble
-from sonnx.autograd.ml_common import ML_DOMAIN
-from sonnx.autograd.ml_linear import (
+from sonnx.device import get_default_device
+from sonnx.errors import BadInputError
+from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.onnx.values import MapSequence
+from sonnx.operators.ml.common import ML_DOMAIN
+from sonnx.operators.ml.linear import (
     FeatureVectorizer,
     Imputer,
     LinearClassifier,
@@ -20,13 +23,10 @@ from sonnx.autograd.ml_linear import (
     OneHotEncoder,
     Scaler,
 )
-from sonnx.autograd.ml_lookup import CategoryMapper, LabelEncoder
-from sonnx.autograd.ml_svm import SVMClassifier, SVMRegressor
-from sonnx.autograd.ml_trees import TreeEnsembleClassifier, TreeEnsembleRegressor
-from sonnx.device import get_default_device
-from sonnx.errors import BadInputError
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
-from sonnx.onnx.values import MapSequence
+from sonnx.operators.ml.lookup import CategoryMapper, LabelEncoder
+from sonnx.operators.ml.svm import SVMClassifier, SVMRegressor
+from sonnx.operators.ml.transforms import ArrayFeatureExtractor, Binarizer, TreeEnsemble
+from sonnx.operators.ml.trees import TreeEnsembleClassifier, TreeEnsembleRegressor
 from sonnx.tensor import Tensor
 
 register_operator(ArrayFeatureExtractor, 1, domain=ML_DOMAIN)

@@ -1,4 +1,4 @@
-"""Importer registrations for normalization and dropout: see sonnx.autograd.normalization.
+"""Importer registrations for normalization and dropout: see sonnx.operators.normalization.batch.
 
 Dropout before version 12 held ``ratio`` (and, in versions 1 and 6, ``is_test``) as attributes
 and, before version 10, returned a mask of the data's type; the adapter below records the
@@ -11,7 +11,10 @@ from typing import Any
 
 import torch
 
-from sonnx.autograd.normalization import (
+from sonnx.engine.operator import is_training
+from sonnx.errors import BadModelError
+from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operator
+from sonnx.operators.normalization.batch import (
     LRN,
     BatchNormalization,
     Dropout,
@@ -23,9 +26,6 @@ from sonnx.autograd.normalization import (
     RMSNormalization,
     batch_norm,
 )
-from sonnx.autograd.operator import is_training
-from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operator
 from sonnx.tensor import Tensor
 
 register_operator(InstanceNormalization, 1, 6, 22)
@@ -83,7 +83,7 @@ def convert_dropout_attribute_ratio(
     result = bind_node(Dropout(), node)(x, ratio, training_mode)
     if node.num_outputs < 2 or node.since_version >= 10:
         return result
-    from sonnx.autograd import cast
+    from sonnx.operators.elementwise.cast import cast
 
     y, mask = result
     return y, cast(mask, x.dtype)

@@ -1,4 +1,4 @@
-"""Importer registrations for pooling (see :mod:`sonnx.autograd.pooling`).
+"""Importer registrations for pooling (see :mod:`sonnx.operators.pooling.windowed`).
 
 The operator classes read their attributes with the schema defaults of the matched version, so
 every since-version maps to the same class: later versions only added attributes (storage_order,
@@ -6,7 +6,8 @@ ceil_mode, dilations, count_include_pad) whose defaults give the earlier behavio
 GlobalLpPool's p changed from float to int.
 """
 
-from sonnx.autograd.pooling import (
+from sonnx.onnx.registry import register_operator
+from sonnx.operators.pooling.windowed import (
     AveragePool,
     GlobalAveragePool,
     GlobalLpPool,
@@ -15,7 +16,6 @@ from sonnx.autograd.pooling import (
     MaxPool,
     MaxUnpool,
 )
-from sonnx.onnx.registry import register_operator
 
 register_operator(MaxPool, 1, 8, 10, 11, 12, 22)
 register_operator(AveragePool, 1, 7, 10, 11, 19, 22)

@@ -1,7 +1,7 @@
-"""Importer registrations for quantization: see sonnx.autograd.quantize."""
+"""Importer registrations for quantization: see sonnx.operators.quantize.linear."""
 
-from sonnx.autograd.quantize import DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear
 from sonnx.onnx.registry import register_operator
+from sonnx.operators.quantize.linear import DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear
 
 register_operator(QuantizeLinear, 10, 13, 19, 21, 23, 24, 25, 28)
 register_operator(DequantizeLinear, 10, 13, 19, 21, 23, 24, 25, 28)

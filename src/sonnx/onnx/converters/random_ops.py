@@ -1,8 +1,9 @@
-"""Importer registrations for the random generators: see sonnx.autograd.random_ops."""
+"""Importer registrations for the random generators: see sonnx.operators.randomness.generators."""
 
 from __future__ import annotations
 
-from sonnx.autograd.random_ops import (
+from sonnx.onnx.registry import register_operator
+from sonnx.operators.randomness.generators import (
     Bernoulli,
     Multinomial,
     RandomNormal,
@@ -10,7 +11,6 @@ from sonnx.autograd.random_ops import (
     RandomUniform,
     RandomUniformLike,
 )
-from sonnx.onnx.registry import register_operator
 
 register_operator(RandomUniform, 1, 22)
 register_operator(RandomNormal, 1, 22)

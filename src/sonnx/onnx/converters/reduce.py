@@ -1,4 +1,4 @@
-"""Importer registrations for reduce: see sonnx.autograd.reduce.
+"""Importer registrations for reduce: see sonnx.operators.reduce.reductions.
 
 Before ReduceSum-13 and the other reductions' version 18, ``axes`` was an attribute; those
 versions are converted to the modern form with ``axes`` as a constant int64 input.
@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from sonnx.autograd.reduce import (
+from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.operators.reduce.reductions import (
     ReduceL1,
     ReduceL2,
     ReduceLogSum,
@@ -23,7 +24,6 @@ from sonnx.autograd.reduce import (
     ReduceSumSquare,
     Reduction,
 )
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
 from sonnx.tensor import Tensor
 
 

@@ -1,4 +1,4 @@
-"""Importer registrations for resize: see sonnx.autograd.resize.
+"""Importer registrations for resize: see sonnx.operators.image.resize.
 
 Resize-10 and every Upsample are adapted to the modern Resize (asymmetric coordinates, floor
 rounding for nearest), so the recorded graph is always Resize-19 semantics.
@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from sonnx.autograd.resize import AffineGrid, GridSample, Resize, RoiAlign
 from sonnx.errors import BadModelError
 from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.operators.image.resize import AffineGrid, GridSample, Resize, RoiAlign
 from sonnx.tensor import Tensor
 
 register_operator(Resize, 11, 13, 18, 19)

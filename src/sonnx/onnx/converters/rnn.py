@@ -1,4 +1,4 @@
-"""Importer registrations for RNN, GRU and LSTM: see sonnx.autograd.rnn.
+"""Importer registrations for RNN, GRU and LSTM: see sonnx.operators.rnn.recurrent.
 
 The first versions (RNN-1, GRU-1/3, LSTM-1) also had ``output_sequence``, which only said
 whether the optional output Y is wanted; the node's outputs already say that, so the adapter
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sonnx.autograd.rnn import GRU, LSTM, RNN
 from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operator
+from sonnx.operators.rnn.recurrent import GRU, LSTM, RNN
 from sonnx.tensor import Tensor
 
 register_operator(RNN, 7, 14, 22)

@@ -7,13 +7,14 @@ from typing import Any
 import torch
 
 from sonnx import dtypes
-from sonnx.autograd import concat, split, squeeze, unsqueeze
-from sonnx.autograd.operator import host_ints
 from sonnx.device import as_device
+from sonnx.engine.operator import host_ints
 from sonnx.errors import BadInputError
-from sonnx.onnx.graph_program import BoundSubgraph
 from sonnx.onnx.registry import NodeInfo, converter
+from sonnx.onnx.subgraphs import BoundSubgraph
 from sonnx.onnx.values import OptionalValue, TensorSequence
+from sonnx.operators.shape.layout import squeeze, unsqueeze
+from sonnx.operators.shape.slicing import concat, split
 from sonnx.tensor import Tensor
 
 

@@ -1,4 +1,4 @@
-"""Importer registrations for shape manipulation (operators in :mod:`sonnx.autograd.shape`).
+"""Importer registrations for shape manipulation (operators in :mod:`sonnx.operators.shape`).
 
 Older versions that held shapes, axes, pads or split sizes as attributes (Reshape-1, Split-1..11,
 Slice-1, Squeeze/Unsqueeze-1..11, Pad-1..2, Tile-1) are converted here into the modern operator
@@ -12,7 +12,9 @@ from typing import Any
 
 import torch
 
-from sonnx.autograd.shape import (
+from sonnx.errors import BadModelError
+from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operator
+from sonnx.operators.shape import (
     CenterCropPad,
     Concat,
     Constant,
@@ -37,8 +39,6 @@ from sonnx.autograd.shape import (
     Trilu,
     Unsqueeze,
 )
-from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operator
 from sonnx.tensor import Tensor
 
 register_operator(Reshape, 5, 13, 14, 19, 21, 23, 24, 25)

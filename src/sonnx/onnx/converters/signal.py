@@ -1,11 +1,12 @@
-"""Importer registrations for the signal operators: see sonnx.autograd.signal.
+"""Importer registrations for the signal operators: see sonnx.operators.spectral.transforms.
 
 DFT-17 (axis attribute) and DFT-20 (axis input) are one class that branches on its version.
 """
 
 from __future__ import annotations
 
-from sonnx.autograd.signal import (
+from sonnx.onnx.registry import register_operator
+from sonnx.operators.spectral.transforms import (
     DFT,
     STFT,
     BlackmanWindow,
@@ -13,7 +14,6 @@ from sonnx.autograd.signal import (
     HannWindow,
     MelWeightMatrix,
 )
-from sonnx.onnx.registry import register_operator
 
 register_operator(DFT, 17, 20)
 register_operator(STFT, 17)

@@ -1,12 +1,12 @@
-"""Importer registrations for the string operators: see sonnx.autograd.strings_ops."""
+"""Importer registrations for the string operators: see sonnx.operators.text.strings."""
 
-from sonnx.autograd.strings_ops import (
+from sonnx.onnx.registry import register_operator
+from sonnx.operators.text.strings import (
     RegexFullMatch,
     StringConcat,
     StringNormalizer,
     StringSplit,
 )
-from sonnx.onnx.registry import register_operator
 
 register_operator(StringNormalizer, 10)
 register_operator(StringConcat, 20)

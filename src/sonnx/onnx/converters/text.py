@@ -1,8 +1,8 @@
 """Importer registrations for TfIdfVectorizer and com.microsoft Tokenizer: see
-sonnx.autograd.text."""
+sonnx.operators.text.features."""
 
-from sonnx.autograd.text import TfIdfVectorizer, Tokenizer
 from sonnx.onnx.registry import register_operator
+from sonnx.operators.text.features import TfIdfVectorizer, Tokenizer
 
 register_operator(TfIdfVectorizer, 9)
 register_operator(Tokenizer, 1)

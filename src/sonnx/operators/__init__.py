@@ -1,0 +1,1 @@
+"""Every operation, one class per ONNX operator, in subpackages by family."""

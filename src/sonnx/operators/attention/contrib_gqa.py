@@ -1,0 +1,314 @@
+"""com.microsoft rotary embedding and grouped-query attention, matched to onnxruntime's CPU kernels.
+
+onnx.defs has no schemas for the com.microsoft domain: each class declares its attribute
+defaults (from onnxruntime's ``docs/ContribOperators.md``) in ``defaults``, read by
+:meth:`ContribOperator.attr`. Forward runs on torch tensors, so gradients come from autograd;
+export writes the node back as it came (same op type, domain and attributes).
+
+What onnxruntime's CPU kernels do where the text leaves it open, and these classes follow:
+
+- GroupQueryAttention keeps each sequence's cache *right*-padded: sequence ``b`` has
+  ``seqlens_k[b] + 1`` valid cache rows. On the first prompt (``sequence_length ==
+  total_sequence_length > 1``) the new keys start at row 0; otherwise they are written at rows
+  ``seqlens_k[b] + 1 - sequence_length`` onwards, after that many rows of the past. Rows past
+  a sequence's length (in the output and the present cache) are unspecified.
+- Its fused rotary takes positions ``0 .. S-1`` on the first prompt and
+  ``seqlens_k[b] + 1 - S + s`` afterwards; a ``position_ids`` input replaces them, except that
+  on a first prompt only its first element counts, as the start of every sequence.
+- Query row ``s`` sees cache rows up to its own, and with ``local_window_size = w`` only the
+  last ``w`` of them (its own included); ``attention_bias`` is added after ``softcap``; a
+  ``head_sink`` logit per head (or a zero one with ``smooth_softmax``) joins each softmax.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from sonnx.engine.operator import OutputShape, host_ints
+from sonnx.errors import BadInputError, UnsupportedOperatorError
+from sonnx.operators.contrib import ContribOperator
+
+__all__ = ["GroupQueryAttention", "RotaryEmbedding"]
+
+
+def rotate(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
+) -> torch.Tensor:
+    """Rotary embedding of ``x`` (..., head size) by ``cos``/``sin`` (..., rotary dim / 2).
+
+    The first ``2 * cos.shape[-1]`` features are rotated, in pairs (2i, 2i+1) when
+    ``interleaved``, else (i, i + rotary dim / 2); the rest pass through.
+    """
+    half = cos.shape[-1]
+    rot, keep = x[..., : 2 * half], x[..., 2 * half :]
+    if interleaved:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+    else:
+        x1, x2 = rot[..., :half], rot[..., half:]
+    real = cos * x1 - sin * x2
+    imag = sin * x1 + cos * x2
+    if interleaved:
+        rotated = torch.stack([real, imag], -1).reshape(rot.shape)
+    else:
+        rotated = torch.cat([real, imag], -1)
+    return torch.cat([rotated, keep], -1)
+
+
+class RotaryEmbedding(ContribOperator):
+    """com.microsoft RotaryEmbedding: inputs (input, position_ids, cos_cache, sin_cache).
+
+    ``input`` is (batch, seq, hidden) or (batch, heads, seq, head size); ``position_ids`` is
+    (batch, seq), or one number: the position of the first token, the others following it.
+    ``cos_cache``/``sin_cache`` are (max position + 1, rotary dim / 2). onnxruntime's CPU kernel
+    ignores ``scale`` and ``is_packed_batching``, and so does this class.
+    """
+
+    op_type = "RotaryEmbedding"
+    defaults: ClassVar[dict[str, Any]] = {
+        "interleaved": 0,
+        "is_packed_batching": 0,
+        "num_heads": 0,
+        "rotary_embedding_dim": 0,
+        "scale": 1.0,
+    }
+    output_shape = OutputShape.FROM_SHAPES
+    # The cos and sin caches are fixed tables; position_ids are data.
+    parameterising_inputs = frozenset({2, 3})
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        cos_cache: torch.Tensor | None = None,
+        sin_cache: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        self.require({"position_ids": position_ids, "cos_cache": cos_cache,
+                      "sin_cache": sin_cache})  # fmt: skip
+        half = cos_cache.shape[-1]
+        if x.dim() == 4:
+            work = x.transpose(1, 2)
+        elif x.dim() == 3:
+            heads = int(self.attr("num_heads")) or x.shape[2] // (2 * half)
+            if heads <= 0 or x.shape[2] % heads:
+                raise BadInputError(
+                    f"{self.label()}: a 3-D input needs num_heads dividing its hidden size "
+                    f"{x.shape[2]}, received num_heads={heads}"
+                )
+            work = x.reshape(x.shape[0], x.shape[1], heads, x.shape[2] // heads)
+        else:
+            raise BadInputError(
+                f"{self.label()}: input must be 3-D (batch, seq, hidden) or 4-D (batch, heads, "
+                f"seq, head size), received shape {tuple(x.shape)}"
+            )
+        dim = int(self.attr("rotary_embedding_dim")) or work.shape[3]
+        if cos_cache.shape != sin_cache.shape or 2 * half != dim or dim > work.shape[3]:
+            raise BadInputError(
+                f"{self.label()}: cos_cache and sin_cache must both be (max position + 1, "
+                f"{dim // 2}) for rotary dim {dim} and head size {work.shape[3]}, received "
+                f"{tuple(cos_cache.shape)} and {tuple(sin_cache.shape)}"
+            )
+        positions = _positions(position_ids, work.shape[0], work.shape[1])
+        cos = cos_cache[positions].unsqueeze(2)
+        sin = sin_cache[positions].unsqueeze(2)
+        out = rotate(work, cos, sin, bool(self.attr("interleaved")))
+        return out.reshape(x.shape) if x.dim() == 3 else out.transpose(1, 2)
+
+
+def _positions(position_ids: torch.Tensor, batch: int, seq: int) -> torch.Tensor:
+    """(batch, seq) positions: as given, or counted on from a single start position."""
+    if position_ids.numel() == 1:
+        start = position_ids.reshape(()).long()
+        steps = torch.arange(seq, device=position_ids.device)
+        return (start + steps).expand(batch, seq)
+    return position_ids.long().reshape(batch, seq)
+
+
+class GroupQueryAttention(ContribOperator):
+    """com.microsoft GroupQueryAttention as onnxruntime's CPU kernel runs it (float caches).
+
+    Inputs: query (batch, seq, heads * size), or packed Q, K and V in ``query`` with ``key`` and
+    ``value`` absent; past_key/past_value (batch, kv heads, past length, size) (BNSH);
+    seqlens_k (batch) = valid cache length after this step minus one; total_sequence_length
+    (scalar); cos_cache/sin_cache for ``do_rotary``. Outputs: output (batch, seq,
+    heads * size) and present_key/present_value (batch, kv heads, max(total, past length),
+    size). See the module docstring for the cache and position rules.
+    """
+
+    op_type = "GroupQueryAttention"
+    defaults: ClassVar[dict[str, Any]] = {
+        "do_rotary": 0,
+        "kv_cache_bit_width": 0,
+        "local_window_size": -1,
+        "qk_output": 0,
+        "rotary_interleaved": 0,
+        "scale": 0.0,
+        "smooth_softmax": -1,
+        "softcap": 0.0,
+        "k_quant_type": "NONE",
+        "v_quant_type": "NONE",
+    }
+    output_shape = OutputShape.FROM_SHAPES
+    # total_sequence_length sets the present cache's length; cos/sin caches are tables.
+    shape_inputs = frozenset({6})
+    size_inputs = frozenset({6})
+    parameterising_inputs = frozenset({6, 7, 8})
+
+    def forward(self, *xs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        xs = tuple(xs) + (None,) * (17 - len(xs))
+        query, key, value, past_key, past_value, seqlens_k, total, cos_cache, sin_cache = xs[:9]
+        position_ids, attention_bias, head_sink = xs[9:12]
+        self.require({"seqlens_k": seqlens_k, "total_sequence_length": total})
+        self._refuse_unsupported(xs)
+        heads, kv_heads = int(self.attr("num_heads")), int(self.attr("kv_num_heads"))
+        q, k, v = self._split(query, key, value, heads, kv_heads)
+        batch, seq = q.shape[0], q.shape[2]
+        (total_length,) = host_ints(total)
+        past_length = 0 if past_key is None else past_key.shape[2]
+        first_prompt = seq > 1 and seq == total_length
+        valid = seqlens_k.long().reshape(batch) + 1  # cache rows after this step
+        start = torch.zeros_like(valid) if first_prompt else valid - seq  # first new row
+        if self.attr("do_rotary"):
+            positions = start.reshape(-1, 1) + torch.arange(seq, device=q.device)
+            if position_ids is not None and first_prompt:
+                # The kernel reads a first prompt's position_ids as one start position.
+                positions = position_ids.reshape(-1)[0].long() + torch.arange(seq, device=q.device)
+                positions = positions.expand(batch, seq)
+            elif position_ids is not None:
+                positions = position_ids.long().reshape(batch, seq)
+            q, k = self._rotary(q, k, positions, cos_cache, sin_cache)
+        present_length = max(total_length, past_length)
+        present_k = _write_cache(past_key, k, start, present_length)
+        present_v = _write_cache(past_value, v, start, present_length)
+        out = self._attend(q, present_k, present_v, start, attention_bias, head_sink)
+        return out.transpose(1, 2).reshape(batch, seq, -1), present_k, present_v
+
+    def _refuse_unsupported(self, xs: tuple[torch.Tensor | None, ...]) -> None:
+        names = ["k_scale", "v_scale", "q_norm_weight", "k_norm_weight", "query_seqlens"]
+        given = [n for n, x in zip(names, xs[12:], strict=True) if x is not None]
+        quantized = {self.attr("k_quant_type"), self.attr("v_quant_type")} != {"NONE"}
+        if self.attr("kv_cache_bit_width") or quantized:
+            given.append("a quantized KV cache")
+        if self.attr("qk_output"):
+            given.append("qk_output")
+        if given:
+            raise UnsupportedOperatorError(f"{self.label()}: {', '.join(given)} not supported")
+
+    def _split(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None,
+        value: torch.Tensor | None,
+        heads: int,
+        kv_heads: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q (batch, heads, seq, size) and K, V (batch, kv heads, seq, size)."""
+        if heads <= 0 or kv_heads <= 0 or heads % kv_heads or query.dim() != 3:
+            raise BadInputError(
+                f"{self.label()}: needs a 3-D query and kv_num_heads dividing num_heads, "
+                f"received query {tuple(query.shape)}, num_heads={heads}, "
+                f"kv_num_heads={kv_heads}"
+            )
+        b, s, hidden = query.shape
+        if key is None:
+            size = hidden // (heads + 2 * kv_heads)
+            if size * (heads + 2 * kv_heads) != hidden:
+                raise BadInputError(
+                    f"{self.label()}: packed QKV hidden size {hidden} is not (num_heads + 2 * "
+                    f"kv_num_heads) * head size"
+                )
+            query, key, value = query.split([heads * size, kv_heads * size, kv_heads * size], 2)
+        if value is None or key.shape[:2] != (b, s) or value.shape[:2] != (b, s):
+            raise BadInputError(
+                f"{self.label()}: key and value must both be (batch, seq, kv hidden) like the "
+                f"query's {tuple(query.shape)}, received key "
+                f"{tuple(key.shape)} and value {None if value is None else tuple(value.shape)}"
+            )
+
+        def heads_first(x: torch.Tensor, n: int) -> torch.Tensor:
+            return x.reshape(b, s, n, -1).transpose(1, 2)
+
+        return heads_first(query, heads), heads_first(key, kv_heads), heads_first(value, kv_heads)
+
+    def _rotary(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        positions: torch.Tensor,
+        cos_cache: torch.Tensor | None,
+        sin_cache: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q and K rotated by the angles of their (batch, seq) positions."""
+        if cos_cache is None or sin_cache is None:
+            raise BadInputError(f"{self.label()}: do_rotary=1 needs cos_cache and sin_cache")
+        cos = cos_cache[positions].unsqueeze(1)  # (batch, 1, seq, rotary / 2)
+        sin = sin_cache[positions].unsqueeze(1)
+        interleaved = bool(self.attr("rotary_interleaved"))
+        return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        start: torch.Tensor,
+        attention_bias: torch.Tensor | None,
+        head_sink: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Causal (optionally windowed, soft-capped, biased) attention of Q over the present
+        cache; a head sink (or ``smooth_softmax``'s zero) joins each softmax as one more logit
+        whose weight is dropped."""
+        group = q.shape[1] // k.shape[1]
+        k = k.repeat_interleave(group, 1)
+        v = v.repeat_interleave(group, 1)
+        scale = float(self.attr("scale")) or 1 / math.sqrt(q.shape[3])
+        scores = torch.matmul(q, k.transpose(2, 3)) * scale
+        softcap = float(self.attr("softcap"))
+        if softcap > 0:
+            scores = softcap * torch.tanh(scores / softcap)
+        # Query row s sits at cache row start + s and sees rows up to it (within the window).
+        steps = torch.arange(q.shape[2], device=q.device).reshape(-1, 1)
+        row = start.reshape(-1, 1, 1, 1) + steps
+        col = torch.arange(k.shape[2], device=q.device)
+        allowed = col <= row
+        window = int(self.attr("local_window_size"))
+        if window > 0:
+            allowed = allowed & (col > row - window)
+        if attention_bias is not None:
+            # Its last dim is total_sequence_length; cache rows beyond it are masked anyway.
+            extra = k.shape[2] - attention_bias.shape[-1]
+            scores = scores + torch.nn.functional.pad(attention_bias, (0, extra))
+        scores = scores.masked_fill(~allowed, -math.inf)
+        if head_sink is None and int(self.attr("smooth_softmax")) > 0:
+            head_sink = scores.new_zeros(q.shape[1])
+        if head_sink is None:
+            return torch.matmul(torch.softmax(scores, -1), v)
+        sink = head_sink.to(scores.dtype).reshape(1, -1, 1, 1).expand(*scores.shape[:3], 1)
+        probs = torch.softmax(torch.cat([scores, sink], -1), -1)[..., :-1]
+        return torch.matmul(probs, v)
+
+
+def _write_cache(
+    past: torch.Tensor | None, new: torch.Tensor, start: torch.Tensor, length: int
+) -> torch.Tensor:
+    """The present cache: ``past`` with ``new``'s rows written from row ``start[b]`` on.
+
+    Both are (batch, kv heads, rows, size); rows beyond the past keep its values (zeros where
+    it has none).
+    """
+    b, n, s, d = new.shape
+    if past is None:
+        past = new.new_zeros(b, n, 0, d)
+    if past.shape[0] != b or past.shape[1] != n or past.shape[3] != d:
+        raise BadInputError(
+            f"GroupQueryAttention: past_key/past_value must be (batch {b}, kv heads {n}, past "
+            f"length, head size {d}) in BNSH layout, received {tuple(past.shape)}"
+        )
+    base = torch.nn.functional.pad(past, (0, 0, 0, length - past.shape[2]))
+    offset = torch.arange(length, device=new.device) - start.reshape(-1, 1)  # (batch, length)
+    inside = (offset >= 0) & (offset < s)
+    index = offset.clamp(0, s - 1).reshape(b, 1, length, 1).expand(b, n, length, d)
+    written = torch.gather(new, 2, index)
+    return torch.where(inside.reshape(b, 1, length, 1), written, base)

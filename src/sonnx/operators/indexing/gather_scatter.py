@@ -1,0 +1,531 @@
+"""Indexing and data-dependent ops: Gather, GatherElements, GatherND, ScatterElements (which
+also serves the deprecated Scatter), ScatterND, TensorScatter, OneHot, NonZero, Compress; TopK,
+Unique, ArgMax, ArgMin and NonMaxSuppression live in :mod:`sonnx.operators.indexing.select`.
+
+Gathers and scatters are differentiable with respect to the tensors they move (data, updates);
+their index inputs are integers and carry no gradient.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from sonnx.engine.host_values import host
+from sonnx.engine.memory_guard import check_shape
+from sonnx.engine.operator import Operator, OutputShape
+from sonnx.engine.tracing import defers_checks_on, value_checks
+from sonnx.errors import BadInputError
+from sonnx.operators.indexing.common import (
+    from_order_key,
+    norm_axis,
+    norm_indices,
+    order_key,
+    require_int,
+    require_opset,
+    restore_bits,
+    signed_bits,
+)
+from sonnx.operators.indexing.select import (
+    ArgMax,
+    ArgMin,
+    NonMaxSuppression,
+    TopK,
+    Unique,
+    argmax,
+    argmin,
+    non_max_suppression,
+    topk,
+    unique,
+)
+from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.proto.graph_builder import GraphBuilder
+
+__all__ = [
+    "ArgMax",
+    "ArgMin",
+    "Compress",
+    "Gather",
+    "GatherElements",
+    "GatherND",
+    "NonMaxSuppression",
+    "NonZero",
+    "OneHot",
+    "ScatterElements",
+    "ScatterND",
+    "TensorScatter",
+    "TopK",
+    "Unique",
+    "argmax",
+    "argmin",
+    "compress",
+    "gather",
+    "gather_elements",
+    "gather_nd",
+    "non_max_suppression",
+    "nonzero",
+    "onehot",
+    "scatter_elements",
+    "scatter_nd",
+    "tensor_scatter",
+    "topk",
+    "unique",
+]
+
+
+#: At most this many indices are kept by :meth:`Gather._wrap` (larger ones are rarely
+#: constants, and keeping them would hold a caller's input after its run).
+_KEPT_INDICES = 1024
+
+
+def _moved(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """Run a pure data-movement ``fn`` on ``x``, via the signed twin for unsigned types."""
+    return restore_bits(fn(signed_bits(x)), x.dtype)
+
+
+class Gather(Operator):
+    """``output = data`` indexed along ``axis`` by ``indices`` (any shape; negative wrap)."""
+
+    op_type = "Gather"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    # Indices are data.
+    parameterising_inputs = frozenset()
+    # The last indices checked and wrapped, with what they were found for: (indices tensor,
+    # its version, the axis size, the wrapped indices). A constant index (a model taking the
+    # last step of a sequence) is the same tensor at every run of an imported graph.
+    _wrapped: tuple[torch.Tensor, int, int, torch.Tensor] | None = None
+
+    def forward(self, data: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        require_int(self.op_type, "indices", indices)
+        axis = norm_axis(self.op_type, self.attr("axis"), data.dim())
+        idx = self._wrap(indices, data.shape[axis])
+        shape = data.shape[:axis] + idx.shape + data.shape[axis + 1 :]
+        return _moved(lambda d: torch.index_select(d, axis, idx.reshape(-1)), data).reshape(shape)
+
+    def _wrap(self, indices: torch.Tensor, size: int) -> torch.Tensor:
+        """``indices`` range-checked, negatives wrapped; kept for the same unchanged tensor
+        (outside graph tracing, few indices, and only when the check was made now, not
+        deferred)."""
+        last = self._wrapped
+        if (
+            last is not None
+            and last[0] is indices
+            and last[1] == indices._version
+            and last[2] == size
+        ):
+            return last[3]
+        idx = norm_indices(self.op_type, "indices", indices, size)
+        if (
+            value_checks()
+            and type(size) is int
+            and indices.numel() <= _KEPT_INDICES
+            and not defers_checks_on(indices.device)
+        ):
+            self._wrapped = (indices, indices._version, size, idx)
+        return idx
+
+
+class GatherElements(Operator):
+    """``output[i][j][k] = data[index[i][j][k]][j][k]`` for axis 0 (``torch.gather``)."""
+
+    op_type = "GatherElements"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    parameterising_inputs = frozenset()
+
+    def forward(self, data: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        require_int(self.op_type, "indices", indices)
+        _same_rank(self.op_type, data, indices)
+        axis = norm_axis(self.op_type, self.attr("axis"), data.dim())
+        idx = norm_indices(self.op_type, "indices", indices, data.shape[axis])
+        return _moved(lambda d: torch.gather(d, axis, idx), data)
+
+
+def _same_rank(op: str, data: torch.Tensor, indices: torch.Tensor) -> None:
+    if indices.dim() != data.dim():
+        raise BadInputError(
+            f"{op}: input indices must have the rank of data ({data.dim()}), received shape "
+            f"{tuple(indices.shape)}"
+        )
+
+
+def _nd_positions(op: str, data: torch.Tensor, indices: torch.Tensor, first: int) -> torch.Tensor:
+    """Row-major linear positions into ``data.shape[first:first + k]`` of the last-axis index
+    tuples of ``indices`` (each coordinate range-checked, negatives wrapped)."""
+    require_int(op, "indices", indices)
+    k = indices.shape[-1]
+    if first + k > data.dim():
+        raise BadInputError(
+            f"{op}: the last dimension of indices ({k}) must not exceed the rank of data "
+            f"({data.dim()}) minus batch_dims ({first})"
+        )
+    dims = data.shape[first : first + k]
+    linear = torch.zeros(indices.shape[:-1], dtype=torch.int64, device=indices.device)
+    for j, size in enumerate(dims):
+        linear = linear * size + norm_indices(op, "indices", indices[..., j], size)
+    return linear
+
+
+class GatherND(Operator):
+    """Gather slices of ``data`` addressed by the index tuples in the last axis of ``indices``;
+    the first ``batch_dims`` axes of both are batch axes gathered in lock-step."""
+
+    op_type = "GatherND"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    parameterising_inputs = frozenset()
+
+    def forward(self, data: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        b = self.attr("batch_dims") or 0
+        if indices.dim() < 1 or data.shape[:b] != indices.shape[:b]:
+            raise BadInputError(
+                f"GatherND: the first batch_dims={b} dimensions of data {tuple(data.shape)} and "
+                f"indices {tuple(indices.shape)} must be equal, and indices must be at least 1-D"
+            )
+        k = indices.shape[-1]
+        linear = _nd_positions(self.op_type, data, indices, b)
+        batch = math.prod(data.shape[:b])
+        rest = data.shape[b + k :]
+        flat = data.reshape(batch, math.prod(data.shape[b : b + k]), *rest)
+        rows = torch.arange(batch, device=data.device).view(-1, 1)
+        picked = _moved(lambda d: d[rows, linear.reshape(batch, -1)], flat)
+        return picked.reshape(*indices.shape[:-1], *rest)
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        b = self.attr("batch_dims") or 0
+        if b:
+            require_opset(g, self.op_type, 12, "batch_dims")
+        attrs = {"batch_dims": b} if g.opset >= 12 else {}
+        g.add_node(self.op_type, inputs, outputs, **attrs)
+
+
+_TORCH_REDUCE = {"mul": "prod", "max": "amax", "min": "amin"}
+_REDUCTION_SINCE = {"none": 11, "add": 16, "mul": 16, "max": 18, "min": 18}
+
+
+def _reduction(op: Operator) -> str:
+    reduction = op.attr("reduction") or "none"
+    if reduction not in _REDUCTION_SINCE:
+        raise BadInputError(
+            f"{op.op_type}: attribute reduction must be one of none, add, mul, max, min, "
+            f"received {reduction!r}"
+        )
+    return reduction
+
+
+def _scatter_domain(
+    reduction: str, data: torch.Tensor, updates: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """Data and updates in a dtype torch's scatter kernels accept, and the way back.
+
+    max/min compare, so they need the order-preserving key; the others only move bits or do
+    wrap-around arithmetic, which the signed twin does identically.
+    """
+    dtype = data.dtype
+    if reduction in ("max", "min"):
+        return order_key(data), order_key(updates), lambda y: from_order_key(y, dtype)
+    return signed_bits(data), signed_bits(updates), lambda y: restore_bits(y, dtype)
+
+
+def _export_scatter(op: Operator, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+    """ScatterElements/ScatterND: ``reduction`` exists from 16 and max/min from 18."""
+    reduction = _reduction(op)
+    require_opset(g, op.op_type, _REDUCTION_SINCE[reduction], f"reduction={reduction!r}")
+    attrs: dict[str, Any] = {"reduction": reduction} if g.opset >= 16 else {}
+    if op.op_type == "ScatterElements":
+        attrs["axis"] = op.attr("axis")
+    g.add_node(op.op_type, inputs, outputs, **attrs)
+
+
+class ScatterElements(Operator):
+    """A copy of ``data`` with ``updates`` written (or combined by ``reduction``) at the
+    positions ``indices`` gives along ``axis``: the inverse of GatherElements."""
+
+    op_type = "ScatterElements"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    moved_inputs = frozenset({0, 2})
+    parameterising_inputs = frozenset()
+
+    def forward(
+        self, data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
+    ) -> torch.Tensor:
+        require_int(self.op_type, "indices", indices)
+        _same_rank(self.op_type, data, indices)
+        if indices.shape != updates.shape:
+            raise BadInputError(
+                f"ScatterElements: input updates must have the shape of indices "
+                f"{tuple(indices.shape)}, received {tuple(updates.shape)}"
+            )
+        axis = norm_axis(self.op_type, self.attr("axis"), data.dim())
+        idx = norm_indices(self.op_type, "indices", indices, data.shape[axis])
+        reduction = _reduction(self)
+        d, u, back = _scatter_domain(reduction, data, updates.to(data.dtype))
+        if reduction == "none":
+            out = d.scatter(axis, idx, u)
+        elif reduction == "add":
+            out = d.scatter_add(axis, idx, u)
+        else:
+            out = d.scatter_reduce(axis, idx, u, _TORCH_REDUCE[reduction], include_self=True)
+        return back(out)
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        _export_scatter(self, g, inputs, outputs)
+
+
+class ScatterND(Operator):
+    """A copy of ``data`` with the slices addressed by the index tuples in the last axis of
+    ``indices`` replaced by (or combined by ``reduction`` with) ``updates``."""
+
+    op_type = "ScatterND"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    moved_inputs = frozenset({0, 2})
+    parameterising_inputs = frozenset()
+
+    def forward(
+        self, data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
+    ) -> torch.Tensor:
+        if indices.dim() < 1:
+            raise BadInputError("ScatterND: input indices must be at least 1-D, received 0-D")
+        linear = _nd_positions(self.op_type, data, indices, 0).reshape(-1)
+        k = indices.shape[-1]
+        rest = data.shape[k:]
+        expected = tuple(indices.shape[:-1]) + tuple(rest)
+        if tuple(updates.shape) != expected:
+            raise BadInputError(
+                f"ScatterND: input updates must have shape indices.shape[:-1] + "
+                f"data.shape[k:] = {expected}, received {tuple(updates.shape)}"
+            )
+        reduction = _reduction(self)
+        d, u, back = _scatter_domain(reduction, data, updates.to(data.dtype))
+        rows = math.prod(data.shape[:k])
+        flat, src = d.reshape(rows, *rest), u.reshape(-1, *rest)
+        if reduction == "none":
+            out = flat.index_copy(0, linear, src)
+        elif reduction == "add":
+            out = flat.index_add(0, linear, src)
+        else:
+            with warnings.catch_warnings():  # torch flags index_reduce as a beta API
+                warnings.filterwarnings("ignore", message="index_reduce", category=UserWarning)
+                out = flat.index_reduce(0, linear, src, _TORCH_REDUCE[reduction], include_self=True)
+        return back(out.reshape(data.shape))
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        _export_scatter(self, g, inputs, outputs)
+
+
+class TensorScatter(Operator):
+    """Write ``update`` into a copy of ``past_cache`` along the sequence ``axis``, starting
+    per batch row at ``write_indices`` (0 when absent); ``mode="circular"`` wraps around."""
+
+    op_type = "TensorScatter"
+    output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: only numeric caches are written.
+    moves_elements_only = False
+    # The write positions are data of each call.
+    parameterising_inputs = frozenset()
+
+    def forward(
+        self,
+        past_cache: torch.Tensor,
+        update: torch.Tensor,
+        write_indices: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        rank = past_cache.dim()
+        axis = norm_axis(self.op_type, self.attr("axis"), rank)
+        if axis == 0 or update.dim() != rank:
+            raise BadInputError(
+                f"TensorScatter: axis must not be the batch axis 0 and update must have the rank "
+                f"of past_cache ({rank}); received axis {self.attr('axis')}, update shape "
+                f"{tuple(update.shape)}"
+            )
+        batch, length, capacity = past_cache.shape[0], update.shape[axis], past_cache.shape[axis]
+        if write_indices is None:
+            write_indices = torch.zeros(batch, dtype=torch.int64, device=past_cache.device)
+        ones = [1] * (rank - 1)
+        steps = [length if d == axis else 1 for d in range(rank)]
+        pos = write_indices.to(torch.int64).view(batch, *ones) + torch.arange(
+            length, device=past_cache.device
+        ).view(steps)
+        mode = self.attr("mode")
+        if mode == "circular":
+            pos = pos % capacity
+        elif pos.numel() and (int(pos.max()) >= capacity or int(pos.min()) < 0):
+            raise BadInputError(
+                f"TensorScatter: write_indices + sequence length must stay within "
+                f"[0, {capacity}) in linear mode, received positions up to {int(pos.max())}"
+            )
+        index = pos.expand(update.shape)
+        return _moved_pair(lambda p, u: p.scatter(axis, index, u), past_cache, update)
+
+
+def _moved_pair(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], a: torch.Tensor, b: torch.Tensor
+) -> torch.Tensor:
+    return restore_bits(fn(signed_bits(a), signed_bits(b.to(a.dtype))), a.dtype)
+
+
+class OneHot(Operator):
+    """``values[1]`` where ``indices`` (negatives wrapped by ``depth``) hits the new ``axis``
+    position and ``values[0]`` elsewhere; out-of-range indices give an all-off row."""
+
+    op_type = "OneHot"
+    output_shape = OutputShape.FROM_SHAPES
+    shape_inputs = frozenset({1})
+    # depth, and the (off, on) values.
+    parameterising_inputs = frozenset({1, 2})
+
+    def forward(
+        self, indices: torch.Tensor, depth: torch.Tensor, values: torch.Tensor
+    ) -> torch.Tensor:
+        if depth.numel() != 1 or values.numel() != 2:
+            raise BadInputError(
+                f"OneHot: depth must be a scalar and values a pair [off, on], received depth "
+                f"shape {tuple(depth.shape)} and values shape {tuple(values.shape)}"
+            )
+        n = int(host(depth).reshape(-1)[0].item())
+        if n < 1:
+            raise BadInputError(f"OneHot: depth must be positive, received {n}")
+        axis = norm_axis(self.op_type, self.attr("axis"), indices.dim() + 1)
+        out = [*indices.shape[:axis], n, *indices.shape[axis:]]
+        check_shape("OneHot: output", out, values.dtype, indices.device)
+        idx = indices.to(torch.int64)
+        idx = torch.where(idx < 0, idx + n, idx).unsqueeze(axis)
+        classes = torch.arange(n, device=indices.device).view(n, *[1] * (indices.dim() - axis))
+        off, on = values.reshape(2)
+        return _moved_pair(lambda a, b: torch.where(idx == classes, b, a), off, on)
+
+
+class NonZero(Operator):
+    """The indices of the non-zero elements, as an int64 ``(rank, count)`` tensor."""
+
+    op_type = "NonZero"
+    output_shape = OutputShape.VALUE_SIZED
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # A 0-d input is treated as 1-D, as numpy.nonzero (ONNX's reference) does.
+        x = signed_bits(x).reshape(1) if x.dim() == 0 else signed_bits(x)
+        return torch.nonzero(x).T.contiguous()
+
+
+class Compress(Operator):
+    """The slices along ``axis`` (of the flattened input when axis is unset) where the 1-D
+    ``condition`` is true (``numpy.compress``: a shorter condition selects a prefix)."""
+
+    op_type = "Compress"
+    output_shape = OutputShape.VALUE_SIZED
+    moves_elements_only = True
+
+    def forward(self, x: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
+        axis = self.attr("axis")
+        if axis is None:
+            x, axis = x.reshape(-1), 0
+        else:
+            axis = norm_axis(self.op_type, axis, x.dim())
+        if condition.dim() != 1:
+            raise BadInputError(
+                f"Compress: input condition must be 1-D, received shape {tuple(condition.shape)}"
+            )
+        keep = torch.nonzero(condition.to(torch.bool)).reshape(-1)
+        if keep.numel() and int(keep[-1]) >= x.shape[axis]:
+            raise BadInputError(
+                f"Compress: input condition selects index {int(keep[-1])} beyond the size "
+                f"{x.shape[axis]} of axis {axis}"
+            )
+        return _moved(lambda d: torch.index_select(d, axis, keep), x)
+
+
+# ---- SINGA-style functions --------------------------------------------------------------------
+
+
+def _index_tensor(value: Any, like: Tensor) -> Tensor:
+    """An index input: tensors pass through, Python ints/lists become int64 constants."""
+    if isinstance(value, Tensor):
+        return value
+    return Tensor(data=np.asarray(value, dtype=np.int64), device=like.device, requires_grad=False)
+
+
+def gather(x: Tensor, axis: int, indices: Tensor | Sequence[int] | int) -> Tensor:
+    """Take the entries ``indices`` of ``x`` along ``axis`` (ONNX Gather)."""
+    return Gather(axis=axis)(x, _index_tensor(indices, x))
+
+
+def gather_elements(x: Tensor, indices: Tensor | Sequence[Any], axis: int = 0) -> Tensor:
+    """``torch.gather``-style element gather (ONNX GatherElements)."""
+    return GatherElements(axis=axis)(x, _index_tensor(indices, x))
+
+
+def gather_nd(x: Tensor, indices: Tensor | Sequence[Any], batch_dims: int = 0) -> Tensor:
+    """Gather the slices addressed by index tuples (ONNX GatherND)."""
+    return GatherND(batch_dims=batch_dims)(x, _index_tensor(indices, x))
+
+
+def scatter_elements(
+    x: Tensor,
+    indices: Tensor | Sequence[Any],
+    updates: Tensor,
+    axis: int = 0,
+    reduction: str = "none",
+) -> Tensor:
+    """A copy of ``x`` with ``updates`` scattered along ``axis`` (ONNX ScatterElements)."""
+    return ScatterElements(axis=axis, reduction=reduction)(x, _index_tensor(indices, x), updates)
+
+
+def scatter_nd(
+    x: Tensor, indices: Tensor | Sequence[Any], updates: Tensor, reduction: str = "none"
+) -> Tensor:
+    """A copy of ``x`` with slices replaced by ``updates`` (ONNX ScatterND)."""
+    return ScatterND(reduction=reduction)(x, _index_tensor(indices, x), updates)
+
+
+def tensor_scatter(
+    past_cache: Tensor,
+    update: Tensor,
+    write_indices: Tensor | Sequence[int] | None = None,
+    axis: int = -2,
+    mode: str = "linear",
+) -> Tensor:
+    """Write ``update`` into a KV-cache-like buffer along ``axis`` (ONNX TensorScatter)."""
+    wi = None if write_indices is None else _index_tensor(write_indices, past_cache)
+    return TensorScatter(axis=axis, mode=mode)(past_cache, update, wi)
+
+
+def onehot(
+    axis: int,
+    indices: Tensor,
+    depth: int | Tensor,
+    values: Sequence[Any] | Tensor,
+) -> Tensor:
+    """One-hot encode ``indices`` with ``depth`` classes along a new ``axis``; ``values`` is
+    ``[off_value, on_value]`` (SINGA's argument order); Python floats give float32 values."""
+    if not isinstance(depth, Tensor):
+        depth = _index_tensor(depth, indices)
+    if not isinstance(values, Tensor):
+        array = np.asarray(values)
+        if array.dtype == np.float64:  # Python floats: sonnx's default float type, as Tensor()
+            array = array.astype(np.float32)
+        values = Tensor(data=array, device=indices.device, requires_grad=False)
+    return OneHot(axis=axis)(indices, depth, values)
+
+
+def nonzero(x: Tensor) -> Tensor:
+    """The indices of the non-zero elements of ``x``, shape ``(rank, count)``."""
+    return NonZero()(x)
+
+
+def compress(x: Tensor, condition: Tensor | Sequence[bool], axis: int | None = None) -> Tensor:
+    """The slices of ``x`` along ``axis`` where ``condition`` holds (ONNX Compress)."""
+    if not isinstance(condition, Tensor):
+        condition = Tensor(
+            data=np.asarray(condition, dtype=bool), device=x.device, requires_grad=False
+        )
+    return Compress(axis=axis)(x, condition)

@@ -1,0 +1,596 @@
+"""Operators that cut, join or fill: Concat, Split, Slice, Pad, CenterCropPad, ReverseSequence,
+Trilu.
+
+All are built from torch slicing, ``index_select``, ``cat`` and ``where``, which work for every
+dtype torch holds and carry gradients through torch autograd.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.nn import functional
+
+from sonnx.engine.host_values import host
+from sonnx.engine.memory_guard import check_shape
+from sonnx.engine.operator import Operator, OutputShape, host_ints
+from sonnx.engine.tracing import value_checks
+from sonnx.errors import BadInputError, ExportError
+from sonnx.operators.shape.common import (
+    as_int_list,
+    attrs_without,
+    constant_input,
+    int64_input,
+    ints_for_attribute,
+    normalize_axes,
+    normalize_axis,
+    require_opset,
+)
+from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.proto.graph_builder import GraphBuilder
+
+__all__ = [
+    "CenterCropPad",
+    "Concat",
+    "Pad",
+    "ReverseSequence",
+    "Slice",
+    "Split",
+    "Trilu",
+    "cat",
+    "center_crop_pad",
+    "concat",
+    "pad",
+    "reverse_sequence",
+    "slice",
+    "split",
+    "trilu",
+]
+
+
+class Concat(Operator):
+    """Join the inputs along ``axis``."""
+
+    op_type = "Concat"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    moved_inputs = None
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        if not xs:
+            raise BadInputError("Concat: needs at least one input, received none")
+        axis = self.attr("axis")
+        # Concat-1 documents 1 as the default axis without declaring it in its schema.
+        axis = normalize_axis("Concat", 1 if axis is None else axis, xs[0].dim())
+        ranks = {x.dim() for x in xs}
+        if len(ranks) != 1:
+            raise BadInputError(
+                f"Concat: every input must have the same rank, received shapes "
+                f"{[tuple(x.shape) for x in xs]}"
+            )
+        try:
+            return torch.cat(xs, dim=axis)
+        except RuntimeError:
+            raise BadInputError(
+                f"Concat: inputs must match in every dim but axis {axis}, received shapes "
+                f"{[tuple(x.shape) for x in xs]}"
+            ) from None
+
+
+def equal_split_sizes(dim: int, parts: int) -> list[int]:
+    """ONNX's sizes for ``parts`` chunks of ``dim``: equal, or equal but a smaller last one."""
+    if parts < 1:
+        raise BadInputError(f"Split: the number of outputs must be positive, received {parts}")
+    size = -(-dim // parts)
+    sizes = [size] * (parts - 1) + [dim - size * (parts - 1)]
+    if sizes[-1] < 0:
+        raise BadInputError(f"Split: cannot split a dim of {dim} into {parts} outputs")
+    return sizes
+
+
+class Split(Operator):
+    """Cut ``x`` along ``axis`` into pieces of the sizes in ``split`` (an input from opset 13),
+    else into ``num_outputs`` (opset 18) or as many pieces as the node has outputs."""
+
+    op_type = "Split"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    shape_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1})
+
+    def forward(self, x: torch.Tensor, split: torch.Tensor | None = None) -> tuple[torch.Tensor]:
+        axis = normalize_axis("Split", self.attr("axis"), x.dim())
+        dim = x.shape[axis]
+        sizes = host_ints(split)
+        if sizes:
+            if sum(sizes) != dim or any(s < 0 for s in sizes):
+                raise BadInputError(
+                    f"Split: split sizes must be non-negative and sum to {dim} (axis {axis} of "
+                    f"input shape {tuple(x.shape)}), received {sizes}"
+                )
+        else:
+            parts = self.attr("num_outputs") or self.requested_outputs
+            if parts is None:
+                raise BadInputError(
+                    "Split: give split sizes or num_outputs; received neither (and no node "
+                    "output count)"
+                )
+            sizes = equal_split_sizes(dim, parts)
+        if self.requested_outputs is not None and len(sizes) != self.requested_outputs:
+            raise BadInputError(
+                f"Split: the node has {self.requested_outputs} outputs but the split makes "
+                f"{len(sizes)} pieces ({sizes})"
+            )
+        return tuple(torch.split(x, sizes, dim=axis))
+
+    def _recorded_sizes(self) -> list[int]:
+        x = self.inputs[0]
+        axis = normalize_axis("Split", self.attr("axis"), x.ndim())
+        return equal_split_sizes(x.shape[axis], self.num_outputs)
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        has_split = len(inputs) > 1 and inputs[1] != ""
+        attrs = attrs_without(self.attrs, "num_outputs", "split")
+        if g.opset >= 18:
+            if not has_split:
+                attrs["num_outputs"] = self.num_outputs
+            g.add_node("Split", inputs, outputs, **attrs)
+            return
+        # Before 18 an absent split means equal pieces, which an uneven num_outputs split is not.
+        sizes = None if has_split else self._recorded_sizes()
+        if sizes is not None and len(set(sizes)) == 1:
+            sizes = None
+        if g.opset >= 13:
+            if sizes is not None:
+                inputs = [inputs[0], g.constant(sizes, "split", np.int64)]
+            g.add_node("Split", inputs, outputs, **attrs)
+            return
+        if has_split:
+            sizes = ints_for_attribute(self, 1, "split", g, 13)
+        if sizes is not None:
+            attrs["split"] = sizes
+        g.add_node("Split", inputs[:1], outputs, **attrs)
+
+
+def _slice_bounds(dim: int, start: int, end: int, step: int) -> tuple[int, int, int]:
+    """ONNX clamping of start/end; Python's ``slice.indices`` applies exactly these rules
+    (including the INT64 max/min sentinels)."""
+    return builtins.slice(start, end, step).indices(dim)
+
+
+class Slice(Operator):
+    """Take ``x[starts:ends:steps]`` on ``axes`` (inputs from opset 10; negative steps walk
+    backwards)."""
+
+    op_type = "Slice"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    shape_inputs = frozenset({1, 2, 3, 4})
+    size_inputs = frozenset({1, 2, 3, 4})
+    parameterising_inputs = frozenset({1, 2, 3, 4})
+    # The last index resolved, with what it was resolved from: (the input's sizes, the
+    # starts/ends/axes/steps tensors and their versions, the index and the axes to flip). An
+    # imported graph hands a Slice the same constant bounds at every run.
+    _resolved: tuple[Any, tuple[Any, ...], tuple[Any, ...], tuple[Any, list[int]]] | None = None
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        starts: torch.Tensor,
+        ends: torch.Tensor,
+        axes: torch.Tensor | None = None,
+        steps: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        bounds = (starts, ends, axes, steps)
+        last = self._resolved
+        if (
+            last is not None
+            and value_checks()  # first: sizes traced as symbols must not meet a comparison
+            and all(a is b for a, b in zip(last[1], bounds, strict=True))
+            and last[2] == tuple(None if t is None else t._version for t in bounds)
+            and last[0] == x.shape
+        ):
+            index, flips = last[3]
+        else:
+            index, flips = self._index(x, *bounds)
+            if value_checks() and all(t is None or isinstance(t, torch.Tensor) for t in bounds):
+                versions = tuple(None if t is None else t._version for t in bounds)
+                self._resolved = (x.shape, bounds, versions, (index, flips))
+        y = x[index]
+        return y.flip(flips) if flips else y
+
+    def _index(
+        self,
+        x: torch.Tensor,
+        starts: torch.Tensor,
+        ends: torch.Tensor,
+        axes: torch.Tensor | None,
+        steps: torch.Tensor | None,
+    ) -> tuple[tuple[builtins.slice, ...], list[int]]:
+        """The index taking the slice forwards, and the axes to flip after (negative steps)."""
+        st, en = host_ints(starts), host_ints(ends)
+        ax = host_ints(axes)
+        ax = list(builtins.range(len(st))) if ax is None else ax
+        sp = host_ints(steps) or [1] * len(st)
+        if not len(st) == len(en) == len(ax) == len(sp):
+            raise BadInputError(
+                f"Slice: starts, ends, axes and steps must have equal lengths, received "
+                f"{len(st)}, {len(en)}, {len(ax)}, {len(sp)}"
+            )
+        if 0 in sp:
+            raise BadInputError(f"Slice: steps must be non-zero, received {sp}")
+        index = [builtins.slice(None)] * x.dim()
+        flips = []
+        for a, s, e, p in zip(normalize_axes("Slice", ax, x.dim()), st, en, sp, strict=True):
+            first, stop, step = _slice_bounds(x.shape[a], s, e, p)
+            if step > 0:
+                index[a] = builtins.slice(first, stop, step)
+                continue
+            # torch has no negative-step slicing: take the same elements forwards, then flip.
+            count = len(builtins.range(first, stop, step))
+            last = first + (count - 1) * step
+            index[a] = builtins.slice(last, first + 1, -step) if count else builtins.slice(0, 0)
+            flips.append(a)
+        return tuple(index), flips
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        if g.opset >= 10:
+            super().export(g, inputs, outputs)
+            return
+        steps = ints_for_attribute(self, 4, "steps", g, 10)
+        if steps is not None and any(s != 1 for s in steps):
+            raise ExportError(
+                f"Slice: steps other than 1 exist only from opset 10; cannot export at opset "
+                f"{g.opset}"
+            )
+        attrs = {
+            "starts": ints_for_attribute(self, 1, "starts", g, 10),
+            "ends": ints_for_attribute(self, 2, "ends", g, 10),
+        }
+        axes = ints_for_attribute(self, 3, "axes", g, 10)
+        if axes is not None:
+            attrs["axes"] = axes
+        g.add_node("Slice", inputs[:1], outputs, **attrs)
+
+
+def _pad_index(n: int, begin: int, end: int, mode: str, device: torch.device) -> torch.Tensor:
+    """Source positions along one axis for reflect/edge/wrap padding of a length-n axis.
+
+    Outside graph tracing, made once per geometry: five small torch calls otherwise cost more
+    than the ``index_select`` itself (the pads torch's own kernels do not compute, see
+    :func:`_torch_pad`, run at every call of a model).
+    """
+    if not value_checks() or not all(type(v) is int for v in (n, begin, end)):
+        return _new_pad_index(n, begin, end, mode, device)
+    return _kept_pad_index(n, begin, end, mode, device)
+
+
+@lru_cache(maxsize=256)
+def _kept_pad_index(n: int, begin: int, end: int, mode: str, device: torch.device) -> torch.Tensor:
+    return _new_pad_index(n, begin, end, mode, device)
+
+
+def _new_pad_index(n: int, begin: int, end: int, mode: str, device: torch.device) -> torch.Tensor:
+    pos = torch.arange(-begin, n + end, device=device)
+    if mode == "edge":
+        return pos.clamp(0, n - 1)
+    if mode == "wrap":
+        return pos.remainder(n)
+    if n == 1:
+        return torch.zeros_like(pos)
+    period = 2 * (n - 1)
+    m = pos.abs().remainder(period)
+    return torch.where(m < n, m, period - m)
+
+
+#: Element types torch's reflection and replication pads take.
+_TORCH_PAD_TYPES = frozenset(
+    {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8,
+     torch.int16, torch.int32, torch.int64}
+)  # fmt: skip
+
+
+def _torch_pad(
+    x: torch.Tensor, begins: list[int], ends: list[int], mode: str
+) -> tuple[str, list[int]] | None:
+    """torch's own kernel for a reflect or edge pad, and its pads (last axis first), where it
+    computes the ONNX one (several times faster than ``index_select`` along a last axis): at
+    most the last three axes padded, one or two axes before them, fixed sizes, each reflect pad
+    shorter than its axis (ONNX reflects again beyond that, torch refuses)."""
+    padded = [a for a in builtins.range(x.dim()) if begins[a] or ends[a]]
+    if mode not in ("reflect", "edge") or not padded or x.dtype not in _TORCH_PAD_TYPES:
+        return None
+    first = padded[0]
+    trailing = x.dim() - first
+    if trailing > 3 or x.dim() - trailing not in (1, 2):
+        return None
+    if not all(type(n) is int and n > 0 for n in x.shape[first:]):
+        return None
+    if mode == "reflect" and any(
+        max(begins[a], ends[a]) >= x.shape[a] for a in builtins.range(first, x.dim())
+    ):
+        return None
+    return ("reflect" if mode == "reflect" else "replicate"), _torch_pads(begins, ends, first)
+
+
+def _torch_pads(begins: list[int], ends: list[int], first: int = 0) -> list[int]:
+    """``functional.pad``'s pad list for axes ``first`` on: last axis first, begin then end."""
+    return [p for a in reversed(builtins.range(first, len(begins))) for p in (begins[a], ends[a])]
+
+
+def full_rank_pads(pads: list[int], axes: list[int] | None, rank: int, op: str) -> list[int]:
+    """ONNX pads ``[b_axes..., e_axes...]`` over ``axes`` expanded to every axis."""
+    axes = list(builtins.range(rank)) if axes is None else normalize_axes(op, axes, rank)
+    if len(pads) != 2 * len(axes):
+        raise BadInputError(
+            f"{op}: pads must hold 2 values per padded axis ({2 * len(axes)}), received {pads}"
+        )
+    full = [0] * (2 * rank)
+    for i, a in enumerate(axes):
+        full[a], full[rank + a] = pads[i], pads[len(axes) + i]
+    return full
+
+
+class Pad(Operator):
+    """Pad (or crop, for negative pads) every axis; modes constant, reflect, edge, wrap."""
+
+    op_type = "Pad"
+    output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: a constant pad needs a string constant.
+    moves_elements_only = False
+    shape_inputs = frozenset({1, 3})
+    # pads, the constant value and axes.
+    parameterising_inputs = frozenset({1, 2, 3})
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        pads: torch.Tensor,
+        constant_value: torch.Tensor | None = None,
+        axes: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        mode = self.attr("mode") or "constant"
+        modes = (
+            ("constant", "reflect", "edge")
+            if self.version and self.version < 19
+            else ("constant", "reflect", "edge", "wrap")
+        )
+        if mode not in modes:
+            raise BadInputError(f"Pad: mode must be one of {modes}, received {mode!r}")
+        rank = x.dim()
+        full = full_rank_pads(host_ints(pads), host_ints(axes), rank, "Pad")
+        begins, ends = full[:rank], full[rank:]
+        for a in builtins.range(rank):
+            if begins[a] < 0 or ends[a] < 0:
+                first, last = max(-begins[a], 0), max(-ends[a], 0)
+                x = x.narrow(a, first, max(x.shape[a] - first - last, 0))
+        begins, ends = [max(b, 0) for b in begins], [max(e, 0) for e in ends]
+        out = [n + b + e for n, b, e in zip(x.shape, begins, ends, strict=True)]
+        check_shape("Pad: output", out, x.dtype, x.device)
+        if mode == "constant":
+            value = 0 if constant_value is None else host(constant_value).reshape(-1)[0].item()
+            return functional.pad(x, _torch_pads(begins, ends), value=value) if rank else x.clone()
+        by_torch = _torch_pad(x, begins, ends, mode)
+        if by_torch is not None:
+            torch_mode, flat = by_torch
+            return functional.pad(x, flat, mode=torch_mode)
+        for a in builtins.range(rank):
+            if begins[a] or ends[a]:
+                if x.shape[a] == 0:
+                    raise BadInputError(
+                        f"Pad: mode {mode!r} cannot pad axis {a} of size 0 "
+                        f"(input shape {tuple(x.shape)})"
+                    )
+                idx = _pad_index(x.shape[a], begins[a], ends[a], mode, x.device)
+                x = x.index_select(a, idx)
+        return x
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        mode = self.attr("mode") or "constant"
+        if mode == "wrap":
+            require_opset(g, "Pad", 19, "mode 'wrap'")
+        has_axes = len(inputs) > 3 and inputs[3] != ""
+        if g.opset >= 18 or (g.opset >= 11 and not has_axes):
+            super().export(g, inputs, outputs)
+            return
+        rank = self.inputs[0].ndim()
+        pads = constant_input(self, 1)
+        axes = ints_for_attribute(self, 3, "axes", g, 18) if has_axes else None
+        if g.opset >= 11:
+            if pads is None:
+                raise ExportError(
+                    f"Pad: an axes input exists only from opset 18, and the pads of this graph "
+                    f"are computed at run time; cannot export at opset {g.opset}"
+                )
+            full = full_rank_pads(host_ints(pads), axes, rank, "Pad")
+            g.add_node(
+                "Pad",
+                [inputs[0], g.constant(full, "pads", np.int64), *inputs[2:3]],
+                outputs,
+                mode=mode,
+            )
+            return
+        full = full_rank_pads(ints_for_attribute(self, 1, "pads", g, 11), axes, rank, "Pad")
+        value = 0.0
+        if len(inputs) > 2 and inputs[2] != "":
+            constant = constant_input(self, 2)
+            if constant is None:
+                raise ExportError(
+                    f"Pad: at opset {g.opset} the pad value must be an attribute, but this "
+                    "graph computes it at run time; export at opset 11 or later"
+                )
+            value = float(host(constant).reshape(-1)[0].item())
+        name = "pads" if g.opset >= 2 else "paddings"
+        g.add_node("Pad", inputs[:1], outputs, mode=mode, value=value, **{name: full})
+
+
+class CenterCropPad(Operator):
+    """Crop or zero-pad ``axes`` (default all) to ``shape`` around the centre."""
+
+    op_type = "CenterCropPad"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    shape_inputs = frozenset({1})
+    parameterising_inputs = frozenset({1})
+
+    def forward(self, x: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
+        target = host_ints(shape)
+        axes = self.attr("axes")
+        axes = list(builtins.range(x.dim())) if axes is None else axes
+        axes = normalize_axes("CenterCropPad", axes, x.dim())
+        if len(target) != len(axes) or any(t < 0 for t in target):
+            raise BadInputError(
+                f"CenterCropPad: shape must hold one non-negative size per axis {axes}, "
+                f"received {target}"
+            )
+        pads = [0] * (2 * x.dim())
+        for a, size in zip(axes, target, strict=True):
+            dim = x.shape[a]
+            if size < dim:
+                x = x.narrow(a, (dim - size) // 2, size)
+            elif size > dim:
+                extra = size - dim
+                pads[2 * (x.dim() - 1 - a)] = extra // 2
+                pads[2 * (x.dim() - 1 - a) + 1] = extra - extra // 2
+        return functional.pad(x, pads) if any(pads) else x
+
+
+class ReverseSequence(Operator):
+    """Reverse the first ``sequence_lens[b]`` time steps of every batch entry b."""
+
+    op_type = "ReverseSequence"
+    output_shape = OutputShape.FROM_SHAPES
+    moves_elements_only = True
+    # The sequence lengths are data of each call.
+    parameterising_inputs = frozenset()
+
+    def forward(self, x: torch.Tensor, sequence_lens: torch.Tensor) -> torch.Tensor:
+        if x.dim() < 2:
+            raise BadInputError(
+                f"ReverseSequence: input must be at least 2-D, received shape {tuple(x.shape)}"
+            )
+        batch_axis = normalize_axis("ReverseSequence", self.attr("batch_axis"), x.dim())
+        time_axis = normalize_axis("ReverseSequence", self.attr("time_axis"), x.dim())
+        if batch_axis == time_axis:
+            raise BadInputError(
+                f"ReverseSequence: batch_axis and time_axis must differ, both are {batch_axis}"
+            )
+        lens = sequence_lens.to(torch.int64).reshape(-1)
+        n_batch, n_time = x.shape[batch_axis], x.shape[time_axis]
+        if lens.numel() != n_batch or bool(((lens < 0) | (lens > n_time)).any()):
+            raise BadInputError(
+                f"ReverseSequence: sequence_lens must hold {n_batch} lengths in [0, {n_time}], "
+                f"received {lens.tolist()}"
+            )
+        # Move (batch, time) to the front, pick rows of the flattened (batch*time) axis.
+        rest = [a for a in builtins.range(x.dim()) if a not in (batch_axis, time_axis)]
+        perm = [batch_axis, time_axis, *rest]
+        moved = x.permute(*perm)
+        t = torch.arange(n_time, device=x.device)
+        src = torch.where(t[None, :] < lens[:, None], lens[:, None] - 1 - t[None, :], t[None, :])
+        rows = (src + torch.arange(n_batch, device=x.device)[:, None] * n_time).reshape(-1)
+        picked = moved.reshape(n_batch * n_time, -1).index_select(0, rows).reshape(moved.shape)
+        return picked.permute(*np.argsort(perm).tolist())
+
+
+class Trilu(Operator):
+    """Keep the upper (``upper=1``) or lower triangle of the last two axes, from diagonal k."""
+
+    op_type = "Trilu"
+    output_shape = OutputShape.FROM_SHAPES
+    # Strings, which ONNX lets in, are refused: the zeroed part needs a string zero.
+    moves_elements_only = False
+    parameterising_inputs = frozenset({1})
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor | None = None) -> torch.Tensor:
+        if x.dim() < 2:
+            raise BadInputError(
+                f"Trilu: input must be at least 2-D, received shape {tuple(x.shape)}"
+            )
+        diagonal = 0 if k is None else host_ints(k)[0]
+        rows = torch.arange(x.shape[-2], device=x.device)[:, None]
+        cols = torch.arange(x.shape[-1], device=x.device)[None, :]
+        offset = cols - rows
+        keep = offset >= diagonal if self.attr("upper") else offset <= diagonal
+        return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+# ---- SINGA-named functions -------------------------------------------------------------------
+
+
+def concat(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Join the tensors along ``axis``."""
+    return Concat(axis=axis)(*xs)
+
+
+cat = concat
+
+
+def split(
+    x: Tensor, axis: int, parts: Sequence[int] | None, num_output: int | None = None
+) -> tuple[Tensor, ...]:
+    """Cut ``x`` along ``axis`` into pieces of the sizes in ``parts`` (SINGA), or into
+    ``num_output`` equal pieces (the last may be smaller)."""
+    if parts is not None:
+        return Split(axis=axis)(x, int64_input(list(parts), x))
+    if num_output is None:
+        raise BadInputError("split: give parts (a list of sizes) or num_output, received neither")
+    return Split(axis=axis, num_outputs=num_output)(x)
+
+
+def slice(
+    x: Tensor,
+    starts: Sequence[int] | Tensor,
+    ends: Sequence[int] | Tensor,
+    axes: Sequence[int] | Tensor | None = None,
+    steps: Sequence[int] | Tensor | None = None,
+) -> Tensor:
+    """``x[starts:ends:steps]`` along ``axes`` (default: the first len(starts) axes)."""
+    ints = [int64_input(v, x) for v in (starts, ends, axes, steps)]
+    return Slice()(x, *ints)
+
+
+def pad(
+    x: Tensor,
+    mode: str = "constant",
+    pads: Sequence[int] | Tensor = (),
+    constant: float = 0.0,
+) -> Tensor:
+    """Pad ``x``: ``pads`` is ONNX's ``[begin_0, ..., begin_n, end_0, ..., end_n]``."""
+    if not isinstance(pads, Tensor) and len(as_int_list(pads)) != 2 * x.ndim():
+        raise BadInputError(
+            f"pad: pads must hold {2 * x.ndim()} values (begins then ends for each axis of "
+            f"shape {x.shape}), received {list(pads)}"
+        )
+    value = None
+    if mode == "constant":
+        value = Tensor(
+            data=torch.tensor(constant, dtype=x.dtype), device=x.device, requires_grad=False
+        )
+    return Pad(mode=mode)(x, int64_input(pads, x), value)
+
+
+def center_crop_pad(x: Tensor, shape: Sequence[int], axes: Sequence[int] | None = None) -> Tensor:
+    attrs = {} if axes is None else {"axes": as_int_list(axes)}
+    return CenterCropPad(**attrs)(x, int64_input(shape, x))
+
+
+def reverse_sequence(
+    x: Tensor, sequence_lens: Sequence[int] | Tensor, batch_axis: int = 1, time_axis: int = 0
+) -> Tensor:
+    return ReverseSequence(batch_axis=batch_axis, time_axis=time_axis)(
+        x, int64_input(sequence_lens, x)
+    )
+
+
+def trilu(x: Tensor, k: int = 0, upper: bool = True) -> Tensor:
+    """The upper (or lower) triangle of the last two axes from diagonal ``k``."""
+    diagonal = Tensor(data=torch.tensor(k, dtype=torch.int64), device=x.device, requires_grad=False)
+    return Trilu(upper=int(upper))(x, diagonal if k else None)

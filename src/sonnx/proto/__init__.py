@@ -1,0 +1,1 @@
+"""ONNX's vocabulary every operator speaks: schema attribute defaults, writing nodes and tensors."""

@@ -1,0 +1,1 @@
+"""Running an imported graph: the program, its passes, its executors, compiled graphs."""

@@ -1,0 +1,141 @@
+"""A segment of steps compiled ahead of time into a shared library, and the guards it serves.
+
+Graph mode compiles with AOTInductor: inductor writes the kernels, the C++ code launching
+them and the frozen weights into one ``.so``, which a runner loads with ``dlopen`` (0.07 s for
+ResNet-50) and calls from C++, with no Python per kernel. Unlike a graph compiled in memory,
+the library outlives the process: :mod:`sonnx.runtime.store` keeps it, so a new process's
+first run of a model seen before loads its graphs instead of tracing and compiling them.
+
+A library serves the inputs its *guards* admit: a Python expression over the inputs
+(``L['t0'].size()[0] <= 1``, a stride), kept as text beside the library and checked before each
+run. inductor's on-disk FX-graph cache is off for these compiles: it checks guards only against
+integer graph inputs, which a trace of tensors does not have, and would hand a graph compiled
+for a batch of one back for a batch of eight without the guards that say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.fx import GraphModule
+
+from sonnx.runtime.conv_prepack import prepack_convolution_weights
+from sonnx.runtime.plain_linears import keep_linears_plain
+from sonnx.runtime.transposed_convs import fold_into_transposed_convolutions
+
+
+@dataclass
+class CompiledGraph:
+    """A compiled segment: the weight versions it froze in, the guards saying which inputs it
+    serves, the callable computing the segment's outputs, and whether it was loaded from disk
+    (rather than compiled by this process)."""
+
+    versions: tuple[Any, ...]
+    guards: str
+    run: Callable[..., Any]
+    loaded: bool = False
+    _check: Any = field(default=None, repr=False)
+
+    def fits(self, inputs: Sequence[torch.Tensor]) -> bool:
+        """Whether the guards admit ``inputs``."""
+        if not self.guards:
+            return True
+        if self._check is None:
+            self._check = compile(self.guards, "<graph mode guards>", "eval")
+        return _evaluate(self._check, inputs)
+
+
+def admits(guards: str, inputs: Sequence[torch.Tensor]) -> bool:
+    """Whether ``guards`` (a graph's, as text) admit ``inputs``."""
+    return not guards or _evaluate(compile(guards, "<graph mode guards>", "eval"), inputs)
+
+
+def _evaluate(check: Any, inputs: Sequence[torch.Tensor]) -> bool:
+    """The guard expression's value; ``L['t0']`` is the first input (``ShapeEnv``'s names)."""
+    try:
+        return bool(eval(check, {"L": {f"t{i}": t for i, t in enumerate(inputs)}}))
+    except (IndexError, KeyError):  # another rank or number of inputs than compiled for
+        return False
+
+
+def freeze(graph: GraphModule, params: list[torch.Tensor]) -> GraphModule:
+    """The graph with its first ``len(params)`` inputs turned into attributes holding
+    ``params``: it takes only the model inputs, and inductor sees the weights as constants."""
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"][: len(params)]
+    for i, (node, value) in enumerate(zip(placeholders, params, strict=True)):
+        attr = f"_weight_{i}"
+        graph.register_buffer(attr, value)
+        with graph.graph.inserting_before(node):
+            constant = graph.graph.get_attr(attr)
+        node.replace_all_uses_with(constant)
+        graph.graph.erase_node(node)
+    graph.graph.lint()
+    graph.recompile()
+    return graph
+
+
+def compile_library(graph: GraphModule, example_inputs: Sequence[Any], library: Path) -> None:
+    """Compile ``graph`` (weights frozen in as attributes) into the shared library ``library``,
+    for the sizes of ``example_inputs`` (fake tensors with symbolic sizes, or real ones).
+
+    inductor's pattern rewrites (attention fusion) can reject a graph whose constants are
+    tensors (a softmax scale computed from a shape); without them the graph still compiles.
+    Constant operations after a transposed convolution are folded into it first, as inductor's
+    own folding would get them wrong (:mod:`~sonnx.runtime.transposed_convs`).
+    """
+    from torch._inductor import config as inductor_config  # loads inductor (~2 s) on first use
+    from torch._inductor.compile_fx import compile_fx_aot
+
+    fold_into_transposed_convolutions(graph)
+    for pattern_matcher in (True, False):
+        options = {
+            "freezing": True,
+            "pattern_matcher": pattern_matcher,
+            "fx_graph_cache": False,
+            "aot_inductor.output_path": str(library),
+            "post_grad_custom_pre_pass": _weight_passes,
+        }
+        if hasattr(inductor_config.aot_inductor, "embed_kernel_binary"):
+            # GPU kernels inside the library, not in cubin files beside it: the store moves
+            # the library out of the folder it was compiled in ("CUDA driver error: file not
+            # found" at the first run, seen on an H200).
+            options["aot_inductor.embed_kernel_binary"] = True
+        try:
+            compile_fx_aot(graph, list(example_inputs), config_patches=options)
+            return
+        except Exception:
+            if not pattern_matcher:
+                raise
+
+
+def _weight_passes(graph: torch.fx.Graph) -> None:
+    """How the frozen weights are laid out: convolutions packed for oneDNN where that pays
+    (:mod:`~sonnx.runtime.conv_prepack`), matrix products on plain weights
+    (:mod:`~sonnx.runtime.plain_linears`)."""
+    prepack_convolution_weights(graph)
+    keep_linears_plain(graph)
+
+
+def load_library(library: Path, device: torch.device) -> Callable[..., list[torch.Tensor]]:
+    """A callable running the compiled library ``library`` on ``device``'s tensors."""
+    aoti = torch._C._aoti
+    if device.type == "cpu":
+        runner = aoti.AOTIModelContainerRunnerCpu(str(library), 1)
+    elif device.type == "cuda":
+        runner = aoti.AOTIModelContainerRunnerCuda(str(library), 1, str(device))
+    else:
+        raise NotImplementedError(f"graph mode cannot load a compiled graph on {device}")
+
+    def run(*inputs: torch.Tensor) -> list[torch.Tensor]:
+        # The library's OpenMP loops and oneDNN calls use the calling thread's OpenMP thread
+        # count, which in a thread that has not yet run a parallel torch op is OpenMP's
+        # default (every core), not torch's: asking torch for its count sets it (the
+        # thread's results then equal, bit for bit, those of the thread that compiled).
+        torch.get_num_threads()
+        return runner.run(list(inputs))
+
+    return run

@@ -1,0 +1,103 @@
+"""What an imported graph's constants are: initializers decoded onto the device, float ones
+made trainable weights, except those that parameterise an operation (an exponent, a
+quantization scale, a Resize's scales: the inputs its operator class declares
+``parameterising_inputs``) and BatchNorm running statistics, which are constants and buffers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from sonnx import dtypes
+from sonnx.device import Device
+from sonnx.engine.host_values import constant_device
+from sonnx.errors import BadModelError
+from sonnx.onnx.registry import operator_class
+from sonnx.proto.attributes import densify
+from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.runtime.program import Step
+
+CPU = Device("cpu")
+
+
+def initializer_tensors(graph: onnx.GraphProto, dev: Device) -> dict[str, Tensor]:
+    """Initializers as tensors: float ones are trainable parameters, the rest constants."""
+    tensors: dict[str, Tensor] = {}
+    for init in graph.initializer:
+        try:
+            array = numpy_helper.to_array(init)
+        except Exception as e:  # malformed or unreadable initializer data
+            raise BadModelError(f"initializer {init.name!r} cannot be decoded: {e}") from e
+        t = Tensor(data=np.array(array), device=CPU, requires_grad=False, name=init.name)
+        place_constant(t, dev)
+        # A 0-d float is a constant that parameterises an operation (an epsilon, an exponent,
+        # a quantization scale), not a weight.
+        if dtypes.is_float(t.dtype) and t.data.dim() > 0:
+            t.requires_grad = True
+            t.stores_grad = True
+        tensors[init.name] = t
+    for sparse in graph.sparse_initializer:
+        name = sparse.values.name
+        tensors[name] = Tensor(data=densify(sparse), device=CPU, requires_grad=False, name=name)
+        place_constant(tensors[name], dev)
+    return tensors
+
+
+def place_constant(t: Tensor, dev: Device) -> None:
+    """Move a constant to the graph's device, except small integer ones (shape arithmetic's
+    indices and axes), which stay on the host: see :mod:`sonnx.engine.host_values`."""
+    t.to_device(Device(constant_device(t.data, dev.torch_device)))
+
+
+#: What the importer appends to a shared statistics input's name for its own buffer.
+STATISTICS_SUFFIX = "/statistics"
+# Inputs that hold running statistics rather than weights: (op type, input positions).
+_STATISTICS_INPUTS = {"BatchNormalization": (3, 4)}
+
+
+def mark_parameterising_constants(steps: list[Step], constants: dict[str, Tensor]) -> None:
+    """Float initializers read only where they parameterise an operation (exponents, bounds,
+    quantization parameters, a Resize's scales) are constants: training them is never meant (a
+    trained exponent's gradient is NaN for negative bases), and graph mode may read a
+    constant on the host where it could not read a weight."""
+    parameter_use: dict[str, bool] = {}
+    for step in steps:
+        positions = operator_class(step.info).parameterising_inputs
+        for position, name in enumerate(step.inputs):
+            parameter_use[name] = parameter_use.get(name, True) and position in positions
+    for name, only_parameterising in parameter_use.items():
+        if name in constants and only_parameterising:
+            constants[name].stores_grad = False
+            constants[name].requires_grad = False
+
+
+def mark_statistics_as_buffers(steps: list[Step], constants: dict[str, Tensor]) -> None:
+    """Float initializers used as running statistics are states, not trainable weights.
+
+    torch's exporter stores equal initializers once and hands out copies through Identity
+    nodes, so a fresh network's running variance (all ones) can be its scale's tensor. Such a
+    statistic gets a buffer of its own, so updating it in training never writes the weight.
+    """
+    producers = {o: step for step in steps for o in step.outputs}
+    for step in steps:
+        for position in _STATISTICS_INPUTS.get(step.info.op_type, ()):
+            name = step.inputs[position] if position < len(step.inputs) else ""
+            source = producers.get(name)
+            if (
+                source is not None
+                and source.info.op_type == "Identity"
+                and source.inputs[0] in constants
+            ):
+                own = name + STATISTICS_SUFFIX
+                if own not in constants:
+                    constants[own] = constants[source.inputs[0]].clone()
+                    constants[own].name = own
+                step.inputs[position] = name = own
+            if name in constants:
+                constants[name].stores_grad = False
+                constants[name].requires_grad = False

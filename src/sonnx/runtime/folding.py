@@ -1,0 +1,91 @@
+"""Load-time folding: steps that read only weights and constants, and the results they keep.
+
+A DequantizeLinear or Cast of an int8 weight, a Transpose of a weight, the Shape of an
+initializer: such a step computes the same result at every run as long as the tensors it reads
+are the same and unchanged. :func:`mark_foldable` finds these steps when a graph is compiled;
+:class:`FoldedResults` keeps each one's result with the tensors it was computed from and their
+version counters, and hands it back until one of them is replaced (``load_states``) or changed
+in place (an optimizer step). In training, a step on a trainable weight is computed at every
+run, so that the weight stays in torch's graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sonnx.engine.operator import Randomness, is_training
+from sonnx.engine.tracing import value_checks
+from sonnx.onnx.registry import operator_class
+from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.runtime.program import Step
+
+__all__ = ["FoldedResults", "mark_foldable"]
+
+
+def mark_foldable(steps: Sequence[Step], constants: dict[str, Tensor]) -> None:
+    """Mark the steps that read only constants and steps marked before them (no subgraphs, no
+    random draws): what depends only on weights and constants."""
+    known = set(constants)
+    for step in steps:
+        reads = [n for n in step.inputs if n]
+        if (
+            reads
+            and not step.has_subgraphs
+            and operator_class(step.info).random is not Randomness.ALWAYS
+            and all(n in known for n in reads)
+        ):
+            step.foldable = True
+            known.update(o for o in step.outputs if o)
+
+
+class FoldedResults:
+    """The kept results of foldable steps, by step index, each with the torch tensors it was
+    computed from and their versions."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[list[Any], tuple[int, ...], Any]] = {}
+
+    def result(self, index: int, args: list[Any]) -> Any:
+        """Step ``index``'s kept result, if its inputs are the same tensors, unchanged (else
+        None)."""
+        kept = self._kept.get(index)
+        if kept is None:
+            return None
+        inputs, versions, result = kept
+        if len(inputs) != len(args) or not _foldable_now(args):
+            return None
+        for kept_input, version, a in zip(inputs, versions, args, strict=True):
+            # a loop, not generators: a plan calls this for every folded step of every run
+            if isinstance(a, Tensor):
+                if a.data is not kept_input or a.data._version != version:
+                    return None
+            elif a is not kept_input:
+                return None
+        return result
+
+    def keep(self, index: int, args: list[Any], result: Any) -> None:
+        """Keep step ``index``'s ``result`` of ``args``, if it may be kept now."""
+        if _foldable_now(args):
+            # The inputs' torch tensors are kept and compared by identity: a weight whose
+            # ``data`` was replaced (load_states) is a different tensor.
+            kept = [a.data if isinstance(a, Tensor) else a for a in args]
+            self._kept[index] = (kept, _versions(args), result)
+
+
+def _foldable_now(args: list[Any]) -> bool:
+    """Whether a result can be kept: outside graph tracing (its values would be placeholders)
+    and not part of a gradient (a trainable weight in training mode must stay in torch's
+    graph)."""
+    if not value_checks():
+        return False
+    return not is_training() or not any(
+        isinstance(a, Tensor) and a.data.requires_grad for a in args
+    )
+
+
+def _versions(args: list[Any]) -> tuple[int, ...]:
+    """In-place updates (an optimizer step, ``copy_``) bump a tensor's version counter."""
+    return tuple(a.data._version if isinstance(a, Tensor) else -1 for a in args)

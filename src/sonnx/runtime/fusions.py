@@ -1,0 +1,191 @@
+"""Runs of nodes that torch computes in one call: found when a graph is prepared.
+
+Exporters write some functions as several nodes because the target opset lacks them: GELU
+before opset 20 is ``Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5``. Run node by node,
+that is five kernels forward and about fifteen backward; ``torch.nn.functional.gelu`` is one
+each way. A :class:`Fusion` records such a run; the program computes it with the one call when
+a run goes through the whole group (a cut inside it, or a request for an intermediate value,
+runs the nodes as they are). Export is unaffected: it writes the original nodes.
+
+Likewise a ``MatMul`` by a 2-D weight followed by the ``Add`` of a 1-D bias (every exported
+``Linear``) runs as ``torch.nn.functional.linear``: one GEMM with the bias fused in, and a
+backward that does the same.
+
+Chains of ``Conv`` nodes, each with the BatchNormalization and activation after it, run as
+oneDNN calls on channels-last tensors in CPU float32 inference, and as their nodes otherwise:
+see :mod:`sonnx.runtime.conv_fusions`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from sonnx import dtypes
+from sonnx.operators.elementwise.binary import Add
+from sonnx.operators.linalg.products import MatMul
+from sonnx.runtime.conv_fusions import find_conv_group
+from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.runtime.program import Step
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """Steps ``internal`` (skipped) and ``final`` (run as ``compute``) of one group."""
+
+    name: str
+    internal: tuple[int, ...]
+    final: int
+    inputs: tuple[str, ...]
+    intermediates: frozenset[str]
+    compute: Callable[..., torch.Tensor]
+
+
+def _scalar(constants: dict[str, Tensor], name: str) -> float | None:
+    t = constants.get(name)
+    if t is None or t.data.numel() != 1 or not dtypes.is_float(t.dtype) or t.is_param:
+        return None
+    if t.data.device.type == "meta":  # no values to read: a graph checked for placement
+        return None
+    return float(t.data.reshape(()))  # once, when the graph is prepared
+
+
+def _other(step: Step, name: str) -> str | None:
+    """The input of a two-input step that is not ``name`` (None if ``name`` is not one)."""
+    if len(step.inputs) != 2 or name not in step.inputs:
+        return None
+    first, second = step.inputs
+    return second if first == name else first
+
+
+def find_fusions(
+    steps: Sequence[Step], constants: dict[str, Tensor], outputs: Sequence[str]
+) -> dict[int, Fusion]:
+    """Every fusable group, by the index of its final step."""
+    producer = {o: i for i, step in enumerate(steps) for o in step.outputs if o}
+    readers: dict[str, list[int]] = {}
+    for i, step in enumerate(steps):
+        for name in step.inputs:
+            readers.setdefault(name, []).append(i)
+    graph_outputs = set(outputs)
+    found: dict[int, Fusion] = {}
+    claimed: set[int] = set()  # the steps of the groups found so far
+    for index, step in enumerate(steps):
+        fusion = None
+        if step.info.op_type == "Erf":
+            fusion = _gelu(index, steps, constants, producer, readers, graph_outputs)
+        elif step.info.op_type == "MatMul":
+            fusion = _linear(index, steps, constants, readers, graph_outputs)
+        elif step.info.op_type == "Conv":
+            fusion = _conv(index, steps, constants, producer, readers, graph_outputs)
+        if fusion is not None and not ({*fusion.internal, fusion.final} & claimed):
+            found[fusion.final] = fusion
+            claimed.update((*fusion.internal, fusion.final))
+    return found
+
+
+def _conv(
+    conv: int,
+    steps: Sequence[Step],
+    constants: dict[str, Tensor],
+    producer: dict[str, int],
+    readers: dict[str, list[int]],
+    outputs: set[str],
+) -> Fusion | None:
+    """A Conv with what follows it (see :mod:`sonnx.runtime.conv_fusions`)."""
+    group = find_conv_group(conv, steps, constants, producer, readers, outputs)
+    if group is None:
+        return None
+    *internal, final = group.steps
+    names = frozenset(o for i in internal for o in steps[i].outputs if o)
+    return Fusion(group.name, tuple(internal), final, group.inputs, names, group.compute)
+
+
+def _linear(
+    matmul: int,
+    steps: Sequence[Step],
+    constants: dict[str, Tensor],
+    readers: dict[str, list[int]],
+    outputs: set[str],
+) -> Fusion | None:
+    """``Add(MatMul(x, W), b)`` with W a 2-D float weight and b a 1-D one of W's width."""
+    if len(steps[matmul].inputs) != 2:
+        return None
+    x, w = steps[matmul].inputs
+    product = steps[matmul].outputs[0]
+    found = readers.get(product, [])
+    weight = constants.get(w)
+    if len(found) != 1 or product in outputs or weight is None or weight.data.dim() != 2:
+        return None
+    add = found[0]
+    bias = constants.get(_other(steps[add], product) or "")
+    if (
+        steps[add].info.op_type != "Add"
+        or bias is None
+        or bias.data.dim() != 1
+        or bias.data.shape[0] != weight.data.shape[1]
+        or not dtypes.is_float(weight.dtype)
+        or bias.dtype != weight.dtype
+        or steps[matmul].foldable
+    ):
+        return None
+    b = _other(steps[add], product)
+    return Fusion("Linear", (matmul,), add, (x, w, b), frozenset({product}), _linear_call)
+
+
+def _linear_call(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """ONNX MatMul keeps W as [in, out]; ``F.linear`` takes [out, in] (a view, no copy)."""
+    if x.dim() < 2 or x.dtype != w.dtype or x.shape[-1] != w.shape[0]:
+        # the nodes themselves, with their checks and errors, for what F.linear does not take
+        return Add().forward(MatMul().forward(x, w), b)
+    return F.linear(x, w.t(), b)
+
+
+def _gelu(
+    erf: int,
+    steps: Sequence[Step],
+    constants: dict[str, Tensor],
+    producer: dict[str, int],
+    readers: dict[str, list[int]],
+    outputs: set[str],
+) -> Fusion | None:
+    """``Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)``, operands in either order."""
+
+    def only_reader(name: str, op_type: str) -> int | None:
+        found = readers.get(name, [])
+        if len(found) != 1 or name in outputs or steps[found[0]].info.op_type != op_type:
+            return None
+        return found[0]
+
+    div = producer.get(steps[erf].inputs[0])
+    if div is None or steps[div].info.op_type != "Div" or len(steps[div].inputs) != 2:
+        return None
+    x, root = steps[div].inputs
+    if not math.isclose(_scalar(constants, root) or 0.0, math.sqrt(2.0), rel_tol=1e-6):
+        return None
+    add = only_reader(steps[erf].outputs[0], "Add")
+    if add is None or _scalar(constants, _other(steps[add], steps[erf].outputs[0]) or "") != 1.0:
+        return None
+    times_x = only_reader(steps[add].outputs[0], "Mul")
+    if times_x is None or _other(steps[times_x], steps[add].outputs[0]) != x:
+        return None
+    half = only_reader(steps[times_x].outputs[0], "Mul")
+    if (
+        half is None
+        or _scalar(constants, _other(steps[half], steps[times_x].outputs[0]) or "") != 0.5
+    ):
+        return None
+    if only_reader(steps[div].outputs[0], "Erf") != erf:
+        return None
+    group = (div, erf, add, times_x)
+    if any(steps[i].foldable for i in (*group, half)):
+        return None
+    names = frozenset(steps[i].outputs[0] for i in group)
+    return Fusion("Gelu", group, half, (x,), names, F.gelu)

@@ -1,0 +1,565 @@
+"""Graph mode for imported models: ``prepare(model, use_graph=True)``.
+
+An inference run (``sonnx.autograd.training`` off, the whole graph, its declared outputs) is
+traced into an FX graph of torch operations (``make_fx``, with symbolic sizes: see
+:mod:`sonnx.runtime.symbolic_graphs`) and compiled ahead of time by inductor into a shared
+library (:mod:`sonnx.runtime.compiled_graphs`), the weights frozen in as constants so that, for
+instance, convolution weights are packed once for oneDNN. All of sonnx's per-node Python runs
+at trace time only. Compiled libraries are kept on disk (:mod:`sonnx.runtime.store`): a new
+process running a model seen before loads them instead of tracing and compiling.
+
+Shape arithmetic (``Shape -> Gather -> Concat -> Reshape``, as in every exported BERT) depends
+only on the input shapes: :class:`ValueFlow` follows which tensors carry input or weight values
+and runs every operation that touches none of them *outside* the trace, on plain tensors or
+symbolic sizes.
+
+A step whose control flow or output shapes depend on input values (NonZero, Unique, an ``If``
+on a computed condition, a host read of a computed value), or that draws random numbers, cannot
+be part of a static graph. Such a step runs eagerly, *there*: the steps between such steps form
+segments, each traced and compiled on its own, so the rest of the model stays compiled. A
+segment that inductor fails to compile is split in halves, and the halves compiled, until the
+step it fails on is found: that step runs eagerly, and the steps before and after it are
+compiled again as the segments around it. Each case is warned about once, with the node's
+name; the steps found to run eagerly are stored with the model's compiled graphs.
+:meth:`GraphRunner.parts` lists what ran compiled and what eagerly.
+An ``If`` whose condition comes from a one-value integer input (Silero-VAD's sample rate) is
+no such step: that input is baked into the graph like a shape value, and each of its values
+gets a graph holding the branch it takes.
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sonnx.compiler_warnings import torch_deprecations_ignored
+from sonnx.engine.host_values import HOST_CONSTANT_SIZE, is_host_value
+from sonnx.engine.operator import Randomness
+from sonnx.engine.tracing import NotTraceableError, ValueFlow, tracing
+from sonnx.errors import BadInputError
+from sonnx.onnx.registry import operator_class
+from sonnx.runtime.compiled_graphs import CompiledGraph
+from sonnx.runtime.program import GraphProgram, reads_of
+from sonnx.runtime.segments import (
+    Choice,
+    RunPart,
+    Segment,
+    plan_segments,
+    segment_reads,
+    whole_graph,
+)
+from sonnx.runtime.store import GraphStore, WeightDigests, digest
+from sonnx.symbolic_sizes import SymbolicInts, materialize, viewable
+from sonnx.tensor import Tensor, computed_tensor
+
+
+def _kind(t: torch.Tensor) -> tuple[Any, ...]:
+    """What a compiled graph is specialised on whatever its guards say: rank, dtype, device."""
+    return (t.dim(), t.dtype, t.device)
+
+
+_DATA = operator.attrgetter("data")
+_VERSION = operator.attrgetter("_version")
+
+#: How many input signatures a segment remembers its graph for (a server fed every sequence
+#: length would otherwise grow the memo without bound); past it, the memo starts afresh.
+RECENT_SIGNATURES = 64
+
+
+def layout(t: torch.Tensor) -> tuple[Any, ...]:
+    """All a traced input's graph depends on: dtype, device, sizes, strides and offset (all its
+    guards can read). Whether an input is baked in follows from its layout too (see
+    :meth:`GraphRunner._bake_test`); a baked input's graph depends on its values as well."""
+    return (t.dtype, t.device, t.shape, t.stride(), t.storage_offset())
+
+
+def _values(t: torch.Tensor) -> tuple[Any, ...]:
+    """A baked value's elements, flat (``tolist`` is cheap, ``reshape`` a dispatched op)."""
+    if t.dim() == 0:
+        return (t.item(),)
+    return tuple(t.tolist() if t.dim() == 1 else t.reshape(-1).tolist())
+
+
+def _baked_values(datas: list[torch.Tensor], positions: tuple[int, ...]) -> tuple[Any, ...]:
+    """The values of the inputs at ``positions`` (the baked ones), as a graph's key."""
+    return tuple(_values(datas[i]) for i in positions)
+
+
+def _is_shape_value(t: torch.Tensor) -> bool:
+    """A small integer tensor on the host: a shape value, baked into a segment's graph."""
+    return is_host_value(t) and t.numel() <= HOST_CONSTANT_SIZE
+
+
+def _is_control_value(t: torch.Tensor) -> bool:
+    """One integer or boolean on the host: a switch (a sample rate, a mode flag) that can
+    select an ``If`` branch, baked into a segment's graph."""
+    return is_host_value(t) and t.numel() == 1
+
+
+class _ReplanError(Exception):
+    """The segments changed (a step turned out not to be traceable, or inductor failed on a
+    segment, which is split): the run starts over."""
+
+
+class GraphRunner:
+    """Compiled inference runs of one :class:`GraphProgram`.
+
+    The steps are split into compiled segments around the steps that must run eagerly (found
+    while tracing, or random draws, known up front). Each segment is compiled for the input
+    shapes its guards admit; trainable weights (``stores_grad``) are frozen into it as
+    constants, and every constant's identity and version counter are part of the in-memory
+    key (its bytes, of the on-disk one), so after a training step or ``load_states`` the next
+    run compiles afresh.
+
+    ``identity`` names the model's graph (:func:`~sonnx.runtime.store.graph_digest`); with
+    it, compiled graphs are stored on disk and loaded from there (see
+    :mod:`sonnx.runtime.store`), without it they are kept in memory only.
+    """
+
+    def __init__(
+        self,
+        program: GraphProgram,
+        declared_shapes: dict[str, Any] | None = None,
+        identity: str | None = None,
+    ) -> None:
+        self.program = program
+        #: The graph inputs' shapes as the model declares them (see ``compile_symbolic``).
+        self.declared_shapes = declared_shapes or {}
+        # The program's own (the SingaRep's tensor_map is the same dict), so weights a user
+        # changes or trains are the ones compiled in.
+        self.constants = program.constants
+        self.input_names = program.input_names
+        self.output_names = program.output_names
+        self.identity = identity
+        self.store = GraphStore.from_environment() if identity else GraphStore(None)
+        self._weight_digests = WeightDigests()
+        #: The constants as loaded: graphs of these are stored; graphs of weights changed
+        #: in this process (a training step, ``load_states``) are kept in memory only, so a
+        #: training loop that evaluates in graph mode does not fill the disk.
+        self._loaded_versions = self._versions()
+        #: The versions the segments' ``recent`` choices were made under.
+        self._recent_versions = self._loaded_versions
+        #: Trace segments with symbolic sizes: one graph for every shape its guards admit
+        #: (see :mod:`sonnx.runtime.symbolic_graphs`); a segment torch cannot trace or compile
+        #: that way is compiled for each input shape. False compiles every segment per shape.
+        self.dynamic = True
+        #: Why the steps that run eagerly do, by step index.
+        self.eager_steps: dict[int, str] = {
+            i: f"it draws random numbers ({step.info.op_type})"
+            for i, step in enumerate(program.steps)
+            if operator_class(step.info).random is Randomness.ALWAYS
+        }
+        self._segments: list[Segment | int] | None = None
+        #: Where segments inductor failed on were split (the first step of each second half)
+        #: while the step it fails on is searched for, in this process.
+        self._splits: set[int] = set()
+        #: The segments of the plan before the last change, kept by their steps: a new plan
+        #: takes over the ones it still has, with their graphs.
+        self._previous: dict[tuple[int, int], Segment] = {}
+        #: The segment computing the whole graph when it is the only part (no step runs
+        #: eagerly), with the positions of the graph's outputs among the segment's.
+        self._whole: tuple[Segment, list[int]] | None = None
+        self._warned: set[str] = set()
+        if identity:
+            for index, why in self.store.load_plan(identity).items():
+                if index < len(program.steps) and index not in self.eager_steps:
+                    self.eager_steps[index] = why
+                    self._warn(f"node {program.steps[index].info.name!r} ({why})")
+
+    @property
+    def fallback(self) -> str | None:
+        """What runs eagerly and why (None: the whole graph is compiled)."""
+        parts = [
+            f"node {self.program.steps[i].info.name!r} runs eagerly: {why}"
+            for i, why in sorted(self.eager_steps.items())
+        ]
+        return "; ".join(parts) or None
+
+    def parts(self) -> list[RunPart]:
+        """What a run does, part by part: each compiled segment and each step run eagerly,
+        as of the runs so far (before the first, no segment is compiled yet)."""
+        names = [step.info.name for step in self.program.steps]
+        found: list[RunPart] = []
+        for part in self.segments:
+            if isinstance(part, int):
+                steps = range(part, part + 1)
+                found.append(RunPart(steps, (names[part],), False, self.eager_steps[part]))
+                continue
+            steps = range(part.start, part.stop)
+            compiled = any(part.compiled.values())
+            why = None
+            if not compiled:
+                constant = any(not c.traced for c in part.recent.values())
+                why = "it reads only constants and shape values" if constant else "not run yet"
+            found.append(RunPart(steps, tuple(names[i] for i in steps), compiled, why))
+        return found
+
+    @property
+    def compile_count(self) -> int:
+        """How many graphs this runner compiled (for each segment, one per set of shapes its
+        guards cannot cover with one graph)."""
+        return sum(not g.loaded for g in self._graphs())
+
+    @property
+    def loaded_count(self) -> int:
+        """How many graphs this runner loaded from the store instead of compiling them."""
+        return sum(g.loaded for g in self._graphs())
+
+    def _graphs(self) -> list[CompiledGraph]:
+        return [
+            g
+            for s in self.segments
+            if isinstance(s, Segment)
+            for graphs in s.compiled.values()
+            for g in graphs
+        ]
+
+    @property
+    def segments(self) -> list[Segment | int]:
+        """Compiled segments, and the indices of the steps run eagerly between them."""
+        if self._segments is None:
+            parts = plan_segments(self.program, set(self.eager_steps), self._splits)
+            self._segments = [
+                self._previous.get((p.start, p.stop), p) if isinstance(p, Segment) else p
+                for p in parts
+            ]
+            self._previous = {}
+            self._whole = whole_graph(self._segments, self.output_names)
+        return self._segments
+
+    def _replan(self) -> None:
+        """The segments change at the next run (a step runs eagerly, a segment is split);
+        those that stay keep their graphs."""
+        if self._segments is not None:
+            self._previous = {
+                (s.start, s.stop): s for s in self._segments if isinstance(s, Segment)
+            }
+        self._segments = None
+        self._whole = None
+
+    def run(self, inputs: dict[str, Tensor]) -> list[torch.Tensor] | None:
+        """The outputs' values of a compiled run, or None when an input or an output is not a
+        tensor."""
+        if not all(isinstance(inputs.get(n), Tensor) for n in self.input_names):
+            return None
+        versions = self.current_versions()
+        if self._whole is not None:  # the common case, without the general path's bookkeeping
+            whole, positions = self._whole
+            outs = self._chosen_outputs(whole, [inputs[n].data for n in whole.inputs])
+            if outs is not None:
+                return [outs[i] for i in positions]
+        # Each new plan runs another step eagerly, or splits a segment further while the
+        # search for one goes on: a bounded number of plans.
+        for _ in range((len(self.program.steps) + 1) ** 2):
+            values: dict[str, Any] = dict(self.constants)
+            values.update(inputs)
+            try:
+                for part in self.segments:
+                    if isinstance(part, int):
+                        self._execute(values, part, part + 1)
+                    else:
+                        self._run_segment(part, values, versions)
+            except _ReplanError:
+                continue
+            outs = [values[n] for n in self.output_names]
+            return [o.data for o in outs] if all(isinstance(o, Tensor) for o in outs) else None
+        raise RuntimeError("graph mode could not settle which steps run eagerly")
+
+    def current_versions(self) -> tuple[Any, ...]:
+        """The constants' identities and versions now; the choices made under others (a
+        weight changed) are dropped."""
+        versions = self._versions()
+        if versions != self._recent_versions:
+            self._recent_versions = versions
+            for part in self.segments:
+                if isinstance(part, Segment):
+                    for choice in part.recent.values():  # others may hold on to a choice
+                        choice.graphs.clear()
+                    part.recent.clear()
+        return versions
+
+    @property
+    def whole(self) -> tuple[Segment, list[int]] | None:
+        """The segment computing the whole graph when it is the only part (no step runs
+        eagerly), with the positions of the graph's outputs among its outputs; None before
+        the first run."""
+        return self._whole
+
+    @staticmethod
+    def _chosen_outputs(segment: Segment, datas: list[torch.Tensor]) -> list[Any] | None:
+        """The segment's outputs from the graph chosen before for inputs of these layouts and
+        baked values; None if none was (the general path then chooses one)."""
+        choice = segment.recent.get(tuple(map(layout, datas)))
+        if choice is None or not choice.traced:
+            return None
+        entry = choice.graphs.get(_baked_values(datas, choice.baked))
+        if entry is None:
+            return None
+        return entry.run(*[datas[i] for i in choice.traced])
+
+    def _run_segment(
+        self, segment: Segment, values: dict[str, Any], versions: tuple[Any, ...]
+    ) -> None:
+        args = [values.get(n) for n in segment.inputs]
+        if not all(isinstance(a, Tensor) for a in args):
+            self._execute(values, segment.start, segment.stop)
+            return
+        datas = [a.data for a in args]
+        outs = self._chosen_outputs(segment, datas)
+        if outs is None:
+            outs = self._choose(segment, args, datas, versions)
+        if outs is None:
+            self._execute(values, segment.start, segment.stop)
+            return
+        values.update(
+            (n, computed_tensor(t, n)) for n, t in zip(segment.outputs, outs, strict=True)
+        )
+
+    def _choose(
+        self,
+        segment: Segment,
+        args: list[Tensor],
+        datas: list[torch.Tensor],
+        versions: tuple[Any, ...],
+    ) -> list[Any] | None:
+        """The segment's outputs from the graph for these inputs, chosen now (and remembered);
+        None when the segment has nothing to compile (its steps read only constants and shape
+        values)."""
+        # A shape value (fixed by the input shapes) computed outside the segment is baked in,
+        # and so is a one-value graph input an If's condition is computed from (a sample rate):
+        # the graph then holds the branch taken, one graph per value. Other graph inputs (token
+        # ids are small host integers too) or value-dependent results (NonZero's indices) never
+        # are: a graph per value would compile at every new input.
+        if segment.bake_tests is None:
+            segment.bake_tests = [self._bake_test(n) for n in segment.inputs]
+        layouts = tuple(map(layout, datas))
+        choice = segment.recent.get(layouts)
+        if choice is None:
+            tests = zip(segment.bake_tests, datas, strict=True)
+            bake = [test is not None and test(d) for test, d in tests]
+            choice = Choice(
+                tuple(i for i, b in enumerate(bake) if b),
+                tuple(i for i, b in enumerate(bake) if not b),
+            )
+            if len(segment.recent) >= RECENT_SIGNATURES:
+                segment.recent.clear()
+            segment.recent[layouts] = choice
+        if not choice.traced:  # the steps read only constants and shape values
+            return None
+        baked = [i in choice.baked for i in range(len(datas))]
+        traced = [datas[i] for i in choice.traced]
+        with torch.no_grad():
+            entry = self._graph_for(segment, args, baked, traced, versions)
+        key = _baked_values(datas, choice.baked)
+        if len(choice.graphs) >= RECENT_SIGNATURES:
+            choice.graphs.clear()
+        choice.graphs[key] = entry
+        # The compiled library records no autograd graph, so it needs no no_grad around it.
+        return entry.run(*traced)
+
+    def _execute(self, values: dict[str, Any], start: int, stop: int) -> None:
+        """Steps ``[start, stop)`` run eagerly, recording no autograd graph."""
+        with torch.no_grad():
+            self.program.execute(values, start=start, stop=stop)
+
+    def _graph_for(
+        self,
+        segment: Segment,
+        args: list[Tensor],
+        baked: list[bool],
+        traced: list[torch.Tensor],
+        versions: tuple[Any, ...],
+    ) -> CompiledGraph:
+        """The segment's graph whose guards admit ``traced``: compiled before, loaded from the
+        store or compiled now. When inductor cannot compile the segment, it is split (see
+        :meth:`_split`) and the run starts over."""
+        key = tuple(
+            (_kind(a.data), _values(a.data)) if bake else _kind(a.data)
+            for a, bake in zip(args, baked, strict=True)
+        )
+        graphs = segment.compiled.setdefault(key, [])
+        graphs[:] = [g for g in graphs if g.versions == versions]
+        entry = next((g for g in graphs if g.fits(traced)), None)
+        if entry is not None:
+            return entry
+        try:
+            stored = self._store_key(segment, key)
+            entry = self.store.find(stored, traced, versions, self._device)
+            if entry is None:
+                entry = self._compile(segment, args, baked, versions, stored)
+        except NotTraceableError as e:
+            if e.step_index is None or e.step_index in self.eager_steps:
+                raise
+            self._run_eagerly(e.step_index, str(e))
+            raise _ReplanError from e
+        except BadInputError:  # the caller's inputs, not the compiler: nothing to remember
+            raise
+        except Exception as e:  # inductor's own failure
+            self._split(segment, e)
+            raise _ReplanError from e
+        graphs.append(entry)
+        return entry
+
+    def _bake_test(self, name: str) -> Callable[[torch.Tensor], bool] | None:
+        """How to tell whether input ``name`` of a segment is baked in: a shape value's
+        name, if small integers; a switch input's, if one value (which is a shape value too)."""
+        if name in self._shape_value_names:
+            return _is_shape_value
+        return _is_control_value if name in self._switch_inputs else None
+
+    @cached_property
+    def _shape_value_names(self) -> set[str]:
+        """The values fixed by the input signature (see :mod:`sonnx.runtime.shape_values`)."""
+        steps = self.program.steps
+        return {o for i in self.program.shape_value_steps for o in steps[i].outputs if o}
+
+    @cached_property
+    def _switch_inputs(self) -> set[str]:
+        """The graph inputs some ``If``'s condition is computed from."""
+        program, inputs = self.program, set(self.input_names)
+        pending = [s.inputs[0] for s in program.steps if s.info.op_type == "If" and s.inputs]
+        found: set[str] = set()
+        seen: set[str] = set()
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in inputs:
+                found.add(name)
+            producer = program.step_producing(name)
+            if producer is not None:
+                pending.extend(reads_of(producer))
+        return found
+
+    def _versions(self) -> tuple[Any, ...]:
+        """Each constant's identity, then each one's version counter."""
+        datas = list(map(_DATA, self.constants.values()))
+        return (*map(id, datas), *map(_VERSION, datas))
+
+    @property
+    def _device(self) -> torch.device:
+        return self.program.device.torch_device
+
+    def _store_key(self, segment: Segment, key: tuple[Any, ...]) -> str:
+        """The on-disk key of a segment's graphs for inputs of ``key`` (see
+        :mod:`sonnx.runtime.store`)."""
+        reads = segment_reads(self.program, segment.start, segment.stop)
+        weights = [
+            (n, self._weight_digests.of(self.constants[n].data))
+            for n in reads
+            if n in self.constants
+        ]
+        declared = [self.declared_shapes.get(n) for n in segment.inputs]
+        return digest(
+            [self.identity, segment.start, segment.stop, self.dynamic, key, declared, weights]
+        )
+
+    def _split(self, segment: Segment, error: Exception) -> None:
+        """After inductor failed on ``segment``: its one step runs eagerly, or it is split in
+        halves, each compiled on its own, to find the step inductor fails on. Once found,
+        the search's other splits around it go: the steps before it and after it are
+        segments again (the halves were a way to find it)."""
+        if segment.stop - segment.start > 1:
+            self._splits.add((segment.start + segment.stop) // 2)
+            self._replan()
+            return
+        index = segment.start
+        eager = [i for i in self.eager_steps if i != index]
+        before = max((i for i in eager if i < index), default=-1)
+        after = min((i for i in eager if i > index), default=len(self.program.steps))
+        self._splits = {i for i in self._splits if not before < i <= after}
+        self._run_eagerly(index, f"inductor could not compile it: {_reason(error)}")
+
+    def _run_eagerly(self, index: int, reason: str) -> None:
+        self.eager_steps[index] = reason
+        self._replan()
+        self._warn(f"node {self.program.steps[index].info.name!r} ({reason})")
+        if self.identity:
+            self.store.save_plan(self.identity, self.eager_steps)
+
+    def _warn(self, what: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(
+                f"graph mode runs {what} eagerly; the rest stays compiled, with the same results",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
+    def _compile(
+        self,
+        segment: Segment,
+        args: list[Tensor],
+        baked: list[bool],
+        versions: tuple[Any, ...],
+        stored: str,
+    ) -> CompiledGraph:
+        reads = segment_reads(self.program, segment.start, segment.stop)
+        names = [n for n in reads if n in self.constants and self.constants[n].stores_grad]
+        fixed = {n: a for n, a, bake in zip(segment.inputs, args, baked, strict=True) if bake}
+        traced_names = [n for n, bake in zip(segment.inputs, baked, strict=True) if not bake]
+
+        def pure(*flat: torch.Tensor) -> list[torch.Tensor]:
+            params, inputs = flat[: len(names)], flat[len(names) :]
+            values: dict[str, Any] = dict(self.constants)
+            values.update(fixed)
+            values.update(
+                (n, Tensor(data=p, requires_grad=False, name=n))
+                for n, p in zip(names, params, strict=True)
+            )
+            values.update(
+                (n, Tensor(data=x, requires_grad=False, name=n))
+                for n, x in zip(traced_names, inputs, strict=True)
+            )
+            with tracing(), ValueFlow([*params, *inputs]):
+                self.program.execute(
+                    values, start=segment.start, stop=segment.stop, keep=set(segment.outputs)
+                )
+                outs = [values.get(n) for n in segment.outputs]
+                if not all(isinstance(o, Tensor) for o in outs):
+                    error = NotTraceableError(
+                        "an output is not a tensor (a sequence or an optional)"
+                    )
+                    error.step_index = segment.stop - 1
+                    raise error
+                # A shape value leaving the segment becomes a tensor of the graph; a strided
+                # output of symbolic sizes leaves contiguous (inductor cannot always give a
+                # symbolic output the strides of the trace).
+                return [
+                    materialize(o.data) if type(o.data) is SymbolicInts else viewable(o.data)
+                    for o in outs
+                ]
+
+        params = [self.constants[n].data.detach() for n in names]
+        xs = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
+        declared = [self.declared_shapes.get(n) for n in traced_names]
+
+        def build(library: Path) -> str:
+            with torch.no_grad(), torch_deprecations_ignored():
+                # Imported when a graph is first compiled: it loads inductor (1-2 s), which a
+                # process that only loads stored graphs or runs eagerly never needs.
+                from sonnx.runtime.symbolic_graphs import compile_static, compile_symbolic
+
+                if self.dynamic and segment.per_shape is None:
+                    try:
+                        return compile_symbolic(pure, params, xs, library, declared)
+                    except NotTraceableError:
+                        raise
+                    except Exception as e:  # a symbolic trace or compile torch cannot do
+                        segment.per_shape = _reason(e)
+                return compile_static(pure, params, xs, library)
+
+        keep = versions == self._loaded_versions
+        return self.store.compile(stored, build, versions, self._device, keep)
+
+
+def _reason(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

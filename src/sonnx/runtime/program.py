@@ -1,0 +1,528 @@
+"""A graph compiled into steps: the part of the importer that runs nodes.
+
+:func:`compile_graph` turns a ``GraphProto`` into a :class:`GraphProgram`: initializers and
+``Constant`` values as tensors, and every other node as a :class:`Step` (converter, decoded
+attributes, wiring) in execution order. The same machinery compiles the subgraphs of ``If``,
+``Loop`` and ``Scan``: their graph attributes become :class:`Subgraph` objects, bound to the
+enclosing scope's values when the node runs, so converters only call ``branch.run(inputs)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import onnx
+import torch
+
+from sonnx import dtypes
+from sonnx.device import Device, default_device_for_run
+from sonnx.engine.host_values import forget, place_inputs
+from sonnx.engine.operator import Operator, is_training
+from sonnx.engine.tracing import NotTraceableError, deferred_checks, value_checks
+from sonnx.errors import BadInputError, BadModelError, SonnxError
+from sonnx.onnx.gradient_graph import with_forward_graphs
+from sonnx.onnx.model_loading import (
+    ResolvedNode,
+    check_graph_order,
+    needed_inputs,
+    resolve_nodes,
+)
+from sonnx.onnx.registry import (
+    NodeInfo,
+    OperatorConverter,
+    check_constant_types,
+    check_node,
+    node_attributes,
+)
+from sonnx.onnx.subgraphs import BoundSubgraph as BoundSubgraph  # re-exported for converters
+from sonnx.onnx.subgraphs import Subgraph
+from sonnx.onnx.values import is_single_value
+from sonnx.runtime.constants import (
+    initializer_tensors,
+    mark_parameterising_constants,
+    mark_statistics_as_buffers,
+    place_constant,
+)
+from sonnx.runtime.folding import FoldedResults, mark_foldable
+from sonnx.runtime.fusions import Fusion, find_fusions
+from sonnx.runtime.plan import Plan, build_plan
+from sonnx.runtime.run_paths import debugging, report, step_loop_reason
+from sonnx.runtime.schedule import Action, Schedule, build_schedule
+from sonnx.runtime.shape_values import (
+    ShapeValueCache,
+    input_signature,
+    shape_value_sources,
+    shape_value_steps,
+)
+from sonnx.runtime.step_errors import free_inputs, input_dependent, node_error
+from sonnx.strings import StringArray
+from sonnx.symbolic_sizes import SymbolicInts
+from sonnx.tensor import Tensor, computed_tensor, string_tensor, symbolic_tensor
+
+CPU = Device("cpu")
+
+
+@dataclass
+class Step:
+    """One node ready to run: converter, decoded attributes and wiring.
+
+    ``op`` is the node's operator, built once, for nodes whose converter is an Operator class:
+    a run calls its ``forward`` on the inputs' torch tensors directly. The run as a whole is
+    recorded as one :class:`~sonnx.runtime.imported_graph.ImportedGraph` (export writes the
+    original graph; ``backward`` needs only torch's graph and the weights), so nothing per
+    node is recorded.
+    """
+
+    info: NodeInfo
+    attrs: dict[str, Any]
+    inputs: list[str]
+    outputs: list[str]
+    convert: Callable[..., Any]
+    has_subgraphs: bool = False
+    op: Operator | None = None
+    #: Reads only constants (a Cast or DequantizeLinear of int8 weights, a Transpose of a
+    #: weight): its result is kept between runs until an input changes.
+    foldable: bool = False
+    #: Depends on a graph input the run may feed freely: a failure here is a BadInputError
+    #: (see :mod:`sonnx.runtime.step_errors`).
+    blames_input: bool = False
+
+    def failure(
+        self, args: list[Any], error: Exception, names: Sequence[str] | None = None
+    ) -> Exception:
+        """The sonnx error to raise for ``error`` raised while this step ran on ``args``
+        (named ``names``, by default the step's inputs)."""
+        if not value_checks():
+            return error  # a graph tracer's own failure: graph mode runs the step eagerly
+        return node_error(
+            self.info,
+            self.inputs if names is None else names,
+            args,
+            error,
+            self.blames_input,
+            self.has_subgraphs,
+        )
+
+    def run(self, args: list[Any], attrs: dict[str, Any]) -> Any:
+        """The node's output value(s) for input values ``args``."""
+        op = self.op
+        if op is None:
+            return self.convert(self.info, args, attrs)
+        raw: list[Any] = []
+        for a in args:  # a loop, not comprehensions: this runs once per node per run
+            if a is None:
+                raw.append(None)
+            elif type(a) is Tensor:
+                raw.append(a.data)
+            else:  # a sequence, an optional, a string tensor: the converter's own handling
+                return self.convert(self.info, args, attrs)
+        placed = place_inputs(op.op_type, raw)
+        try:
+            result = op.forward(*placed)
+        finally:
+            if placed is not raw:
+                forget(placed)
+        if isinstance(result, (torch.Tensor, StringArray, SymbolicInts)):
+            return _plain(result)
+        return tuple(None if r is None else _plain(r) for r in result)
+
+
+def _plain(data: torch.Tensor | StringArray | SymbolicInts) -> Tensor:
+    """A tensor computed inside an imported run: values only, no creator."""
+    if type(data) is StringArray:  # Cast to strings, a string-valued op on numbers
+        return string_tensor(data)
+    if type(data) is SymbolicInts:  # Shape in a symbolic trace
+        return symbolic_tensor(data)
+    return computed_tensor(data)
+
+
+@dataclass
+class GraphProgram:
+    """A compiled graph: constant tensors by name, the steps that compute the rest, and the
+    device everything lives on."""
+
+    constants: dict[str, Tensor]
+    input_names: list[str]
+    output_names: list[str]
+    steps: list[Step]
+    device: Device
+    # Results of foldable steps, kept while the tensors they read are unchanged.
+    _folded: FoldedResults = field(default_factory=FoldedResults, repr=False)
+    _shape_values: ShapeValueCache = field(default_factory=ShapeValueCache, repr=False)
+    #: Groups of steps run as one torch call, by the index of their final step.
+    fusions: dict[int, Fusion] = field(default_factory=dict, repr=False)
+    #: Plans of whole runs by the names they keep (see :mod:`sonnx.runtime.plan`); None
+    #: once a plan failed where the step loop did not (the step loop then runs every time).
+    _plans: dict[frozenset[str], Plan] | None = field(default_factory=dict, repr=False)
+    _schedules: dict[tuple[Any, ...], Schedule] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def shape_value_steps(self) -> set[int]:
+        """The steps computing shape values (see :mod:`sonnx.runtime.shape_values`)."""
+        return shape_value_steps(self.steps, self.constants, set(self.input_names))
+
+    @cached_property
+    def _shape_value_sources(self) -> tuple[str, ...]:
+        return shape_value_sources(self.steps, self.shape_value_steps, self.constants)
+
+    def _known_shape_values(self, signature: tuple[Any, ...] | None) -> dict[str, Any] | None:
+        if signature is None:
+            return None
+        return self._shape_values.get(signature, self.constants, self._shape_value_sources)
+
+    def execute(
+        self,
+        values: dict[str, Tensor],
+        stop: int | None = None,
+        computed: dict[str, Tensor] | None = None,
+        keep: set[str] | None = None,
+        start: int = 0,
+    ) -> dict[str, Tensor]:
+        """Run steps ``[start:stop]``, adding each named output to ``values`` (and
+        ``computed``); ``values`` must hold what those steps read.
+
+        With ``keep``, a value is dropped from ``values`` once no later step reads it unless its
+        name is in ``keep``: an activation then lives no longer than torch needs it (for
+        backward, torch holds what it saved), not until the end of the run.
+        """
+        grad = torch.set_grad_enabled(is_training())
+        # A node with no tensor input (RandomUniform, SequenceLength of an empty sequence, a
+        # Loop without trip count and condition) creates its output on the default device,
+        # which while a graph runs must be the graph's.
+        with default_device_for_run(self.device), deferred_checks(), grad:
+            why = self.step_loop_reason(start, stop, computed, keep)
+            if why is None and self._run_plan(values, frozenset(keep or ())):
+                return values
+            return self._execute(values, start, stop, computed, keep)
+
+    def step_loop_reason(
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        computed: dict[str, Tensor] | None = None,
+        keep: set[str] | None = None,
+    ) -> str | None:
+        """Why a run of steps ``[start:stop]`` goes through the step loop (None: through the
+        generated plan, once the input signature's shape values are known)."""
+        return step_loop_reason(
+            whole=start == 0 and (stop is None or stop >= len(self.steps)),
+            every_value=computed is not None,
+            keeps=keep is not None,
+            value_checks=value_checks(),
+            plans_work=self._plans is not None,
+        )
+
+    def knows_shape_values(self, values: dict[str, Any]) -> bool:
+        """Whether an earlier run found the shape values of ``values``' input signature (then
+        the generated plan can run)."""
+        signature = input_signature(values, self.input_names)
+        return self._known_shape_values(signature) is not None
+
+    def _run_plan(self, values: dict[str, Tensor], keep: frozenset[str]) -> bool:
+        """Run the whole graph by its plan, if the input signature's shape values are known
+        (False: the step loop must run). When the plan raises, the step loop runs the graph
+        again: it names the node that fails, and if it does not fail, plans are not used
+        again for this graph."""
+        plans = self._plans
+        signature = input_signature(values, self.input_names)
+        known = self._known_shape_values(signature)
+        if plans is None or known is None:
+            return False
+        plan = plans.get(keep)
+        if plan is None:
+            plan = plans[keep] = build_plan(self, keep, values)
+        try:
+            plan(values, known)
+            return True
+        except Exception:
+            pass  # the step loop reports it, naming the node
+        self._execute(values, 0, None, None, set(keep))
+        self._plans = None
+        return True
+
+    @property
+    def runs_plans(self) -> bool:
+        """False once a plan failed where the step loop did not (a bug in the plan; the step
+        loop then runs every time)."""
+        return self._plans is not None
+
+    @property
+    def plans(self) -> dict[frozenset[str], Plan]:
+        """The plans built so far, by the names they keep (each has its ``source``)."""
+        return dict(self._plans or {})
+
+    def run_step(self, index: int, args: list[Any], scope: dict[str, Any]) -> Any:
+        """Step ``index``'s result on ``args`` (``scope``: what its subgraphs read)."""
+        return self._run_step(index, self.steps[index], args, scope)
+
+    def outer_names(self) -> list[str]:
+        """Names this (sub)graph reads that it does not define (the enclosing scope's), in
+        the order first read (store keys list them: no per-process hash order)."""
+        defined = set(self.input_names) | set(self.constants)
+        defined |= {o for step in self.steps for o in step.outputs}
+        reads = (n for step in self.steps for n in reads_of(step) if n not in defined)
+        return list(dict.fromkeys(reads))
+
+    def step_producing(self, name: str) -> Step | None:
+        """The step that computes tensor ``name``, or None."""
+        return self._producers.get(name)
+
+    @cached_property
+    def _producers(self) -> dict[str, Step]:
+        return {o: step for step in self.steps for o in step.outputs if o}
+
+    def schedule(
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        keep: set[str] | frozenset[str] | None = None,
+        every_value: bool = False,
+        prune: bool = False,
+    ) -> Schedule:
+        """The schedule of a run of steps ``[start:stop)`` keeping ``keep`` (see
+        :mod:`sonnx.runtime.schedule`), built once for each kind of run and kept."""
+        stop = len(self.steps) if stop is None else min(stop, len(self.steps))
+        frozen = None if keep is None else frozenset(keep)
+        key = (start, stop, frozen, every_value, prune, tuple(self.fusions))
+        found = self._schedules.get(key)
+        if found is None:
+            found = build_schedule(self, start, stop, frozen, every_value, prune, reads_of)
+            self._schedules[key] = found
+        return found
+
+    def _execute(
+        self,
+        values: dict[str, Tensor],
+        start: int,
+        stop: int | None,
+        computed: dict[str, Tensor] | None,
+        keep: set[str] | None,
+    ) -> dict[str, Tensor]:
+        debug = debugging()
+        signature = input_signature(values, self.input_names) if value_checks() else None
+        known = None if debug else self._known_shape_values(signature)  # trace every node
+        whole = start == 0 and (stop is None or stop >= len(self.steps))
+        fresh: dict[str, Any] | None = {} if signature is not None and known is None else None
+        # SONNX_DEBUG traces every node, so fused groups run node by node
+        schedule = self.schedule(start, stop, keep, every_value=computed is not None or debug)
+        for entry in schedule.steps:
+            index = entry.index
+            step = self.steps[index]
+            if known is not None and entry.action is Action.SHAPE_VALUE:
+                # Shape values of this input signature, computed by an earlier run.
+                for name in step.outputs:
+                    if name in known:
+                        values[name] = known[name]
+                        if computed is not None:
+                            computed[name] = known[name]
+                for name in entry.frees:
+                    values.pop(name, None)
+                continue
+            started = time.perf_counter() if debug else 0.0
+            fusion = entry.fusion
+            if fusion is not None:
+                args = [values[n] for n in fusion.inputs]
+                try:
+                    result = _plain(fusion.compute(*(a.data for a in args)))
+                except Exception as e:
+                    failure = step.failure(args, e, fusion.inputs)
+                    if failure is e:
+                        raise
+                    raise failure from e
+            else:
+                args = _arguments(step, values)
+                try:
+                    result = self._run_step(index, step, args, values)
+                except NotTraceableError as e:
+                    e.step_index = index  # the outermost program's index wins (subgraphs)
+                    raise
+                except Exception as e:
+                    failure = step.failure(args, e)
+                    if failure is e:
+                        raise
+                    raise failure from e
+            outs = (result,) if type(result) is Tensor or is_single_value(result) else result
+            for name, t in zip(step.outputs, outs, strict=False):
+                if name and t is not None:
+                    if isinstance(t, Tensor):
+                        t.name = name
+                    values[name] = t
+                    if computed is not None:
+                        computed[name] = t
+            if fresh is not None and entry.action is Action.SHAPE_VALUE:
+                fresh.update((n, values[n]) for n in step.outputs if n in values)
+            if debug:
+                _trace(step, args, values, time.perf_counter() - started)
+            for name in entry.frees:
+                values.pop(name, None)
+        if fresh is not None and whole:
+            self._shape_values.store(signature, fresh)
+        return values
+
+    def _run_step(self, index: int, step: Step, args: list[Any], values: dict[str, Any]) -> Any:
+        """A step's result: kept from an earlier run when it is folded, else computed."""
+        attrs = step.attrs
+        if step.has_subgraphs:
+            attrs = {k: v.bind(values) if isinstance(v, Subgraph) else v for k, v in attrs.items()}
+        result = self._folded.result(index, args) if step.foldable else None
+        if result is None:
+            result = step.run(args, attrs)
+            if step.foldable:
+                self._folded.keep(index, args, result)
+        return result
+
+
+def _arguments(step: Step, values: dict[str, Any]) -> list[Any]:
+    """The step's input values (None for absent optional inputs)."""
+    try:
+        return [values[n] if n else None for n in step.inputs]
+    except KeyError as e:
+        raise BadInputError(
+            f"node {step.info.name!r} ({step.info.op_type}) needs tensor {e.args[0]!r}, "
+            "which was not computed (an optional input left out, or a cut too early?)"
+        ) from None
+
+
+def reads_of(step: Step) -> list[str]:
+    """The names a step reads: its inputs and what its subgraphs take from the outer scope."""
+    names = [n for n in step.inputs if n]
+    if step.has_subgraphs:
+        for value in step.attrs.values():
+            if isinstance(value, Subgraph):
+                names.extend(value.program.outer_names())
+    return names
+
+
+def _trace(step: Step, args: list[Any], values: dict[str, Any], seconds: float) -> None:
+    """One node of the ``SONNX_DEBUG`` trace: its inputs, its outputs by name, its time."""
+    inputs = ", ".join(_described(a) for a in args)
+    outputs = ", ".join(f"{n}: {_described(values.get(n))}" for n in step.outputs if n)
+    report(
+        f"{step.info.op_type:<20} {step.info.name:<30} ({inputs}) -> {outputs} "
+        f"{seconds * 1e3:.3f} ms"
+    )
+
+
+def _described(value: Any) -> str:
+    if value is None:
+        return "-"
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        return f"{value.dtype}{list(value.shape)}"
+    return type(value).__name__  # a sequence, an optional
+
+
+def compile_graph(
+    graph: onnx.GraphProto,
+    versions: dict[str, int],
+    dev: Device,
+    input_names: list[str],
+    is_subgraph: bool = False,
+) -> GraphProgram:
+    """Resolve, order and prepare every node of ``graph``; evaluate its Constant nodes.
+
+    In a subgraph, names that nothing local defines are read from the enclosing scope at run
+    time, so they count as known here.
+    """
+    constants = initializer_tensors(graph, dev)
+    known = set(constants) | set(input_names) | {""}
+    if is_subgraph:
+        local = known | {o for n in graph.node for o in n.output}
+        known |= {i for n in graph.node for i in needed_inputs(n) if i not in local}
+    order = check_graph_order(graph, known)
+    resolved = with_forward_graphs(graph, resolve_nodes(graph, versions), known)
+    by_index = {r.index: r for r in resolved}
+    steps: list[Step] = []
+    for i in order:
+        step = _make_step(by_index[i], versions, dev)
+        _check_constant_types(by_index[i].node, step, constants)
+        if step.info.op_type == "Constant" and step.info.domain == "":
+            value = _evaluate_constant(step)
+            place_constant(value, dev)
+            value.name = step.outputs[0]
+            value.creator = None
+            constants[step.outputs[0]] = value
+            continue
+        steps.append(step)
+    mark_statistics_as_buffers(steps, constants)
+    mark_parameterising_constants(steps, constants)
+    mark_foldable(steps, constants)
+    free = free_inputs(graph, input_names, is_subgraph)
+    if is_subgraph:
+        free |= known - set(constants) - set(input_names)  # the enclosing scope's names
+    flags = input_dependent([reads_of(s) for s in steps], [s.outputs for s in steps], free)
+    for step, flag in zip(steps, flags, strict=True):
+        step.blames_input = flag
+    produced = known | {o for s in steps for o in s.outputs} | set(constants)
+    for out in graph.output:
+        if out.name not in produced:
+            raise BadModelError(f"graph output {out.name!r} is not produced by any node")
+    outputs = [o.name for o in graph.output]
+    program = GraphProgram(constants, list(input_names), outputs, steps, dev)
+    program.fusions = find_fusions(steps, constants, outputs)
+    return program
+
+
+def _check_constant_types(node: onnx.NodeProto, step: Step, constants: dict[str, Tensor]) -> None:
+    """Hold the inputs known before any run (initializers, earlier Constant values) to the
+    element types the schema allows, so a mistyped weight is reported as such, not as whatever
+    torch raises when it meets it."""
+    known = {}
+    for position, name in enumerate(step.inputs):
+        if name in constants:
+            try:
+                known[position] = dtypes.torch_to_onnx(constants[name].dtype)
+            except SonnxError:
+                continue  # a dtype with no ONNX code: the operator reports it
+    check_constant_types(node, step.info, known)
+
+
+def _evaluate_constant(step: Step) -> Tensor:
+    """The value of a Constant node, computed once when the graph is compiled."""
+    try:
+        return step.convert(step.info, [], step.attrs)
+    except Exception as e:
+        failure = node_error(step.info, [], [], e, blames_input=False)
+        if failure is e:
+            raise
+        raise failure from e
+
+
+def _make_step(r: ResolvedNode, versions: dict[str, int], dev: Device) -> Step:
+    node = r.node
+    info = NodeInfo(
+        op_type=node.op_type,
+        domain=node.domain if node.domain != "ai.onnx" else "",
+        name=node.name or f"{node.op_type}_{r.index}",
+        since_version=r.since_version,
+        opset=r.opset,
+        num_outputs=len(node.output),
+    )
+    check_node(node, info)
+    try:
+        attrs = node_attributes(node, r.since_version)
+    except SonnxError as e:
+        node_error(info, [], [], e, blames_input=False)  # names the node in the message
+        raise
+    except Exception as e:  # a malformed attribute in the protobuf
+        raise BadModelError(f"node {info.label()}: bad attribute: {e}") from e
+    has_subgraphs = False
+    op = None
+    for key, value in attrs.items():
+        if isinstance(value, onnx.GraphProto):
+            inputs = [i.name for i in value.input]
+            attrs[key] = Subgraph(
+                compile_graph(value, versions, dev, inputs, is_subgraph=True), f"{info.name}.{key}"
+            )
+            has_subgraphs = True
+    if isinstance(r.convert, OperatorConverter) and not has_subgraphs:
+        try:
+            op = r.convert.build(info, attrs)
+        except Exception:
+            op = None  # a bad attribute: running the node reports it, naming the node
+    step = Step(info, attrs, list(node.input), list(node.output), r.convert, has_subgraphs)
+    step.op = op
+    return step

@@ -1,0 +1,460 @@
+"""``prepare`` and ``SingaRep``: an ONNX model as a runnable, trainable sonnx graph.
+
+``prepare`` validates the model, turns initializers into tensors (float ones into trainable
+parameters), evaluates ``Constant`` nodes once, and resolves every node to a converter before
+anything runs. ``SingaRep.run`` then executes the nodes in order on sonnx tensors; torch
+autograd records the gradient, so the result can be trained with
+:func:`sonnx.autograd.backward`. Each run is recorded as one
+:class:`~sonnx.runtime.imported_graph.ImportedGraph` operator, so :func:`sonnx.to_onnx` writes the
+original graph (pruned at a cut, with the current weights) rather than a trace of the run.
+
+``prepare(model, use_graph=True)`` runs inference through one compiled graph per input
+signature instead (see :mod:`sonnx.runtime.graph_mode`); such runs are not recorded.
+
+``SONNX_DEBUG=1`` in the environment prints, per node, its op, its inputs' shapes and dtypes
+and the time it took.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx.inliner
+import torch
+
+import sonnx.onnx.converters  # noqa: F401  (registers every converter)
+from sonnx import dtypes
+from sonnx.device import Device, as_device
+from sonnx.engine.operator import is_training
+from sonnx.errors import BadInputError
+from sonnx.onnx.model_loading import ModelSource, load_model, opset_versions
+from sonnx.onnx.values import (
+    GraphValue,
+    MapSequence,
+    MapValue,
+    OptionalValue,
+    TensorSequence,
+)
+from sonnx.runtime.array_runs import ArrayRuns, is_plain_array
+from sonnx.runtime.graph_mode import GraphRunner
+from sonnx.runtime.imported_graph import GraphSource, ImportedGraph
+from sonnx.runtime.program import GraphProgram, compile_graph
+from sonnx.runtime.run_paths import Path, choose_path, debugging, explain_run, report
+from sonnx.runtime.store import graph_digest
+from sonnx.tensor import Tensor, computed_tensor
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A graph input's declared element type and shape (None or a name for a free dim)."""
+
+    name: str
+    dtype: Any
+    shape: tuple[int | str | None, ...] | None
+    kind: str = "tensor_type"
+
+    @cached_property
+    def _fixed_sizes(self) -> tuple[tuple[int, int], ...]:
+        """The declared sizes that are numbers, by dimension."""
+        return tuple((i, d) for i, d in enumerate(self.shape or ()) if isinstance(d, int))
+
+    @cached_property
+    def plain_array_dtype(self) -> np.dtype | None:
+        """The NumPy type of a plain numeric array this tensor input takes as it is (None:
+        not a tensor input of a NumPy-native number type)."""
+        if self.kind != "tensor_type" or self.dtype is None:
+            return None
+        found = dtypes.torch_to_numpy(self.dtype)
+        if found is None or found.kind not in "biufc" or found.type.__module__ != "numpy":
+            return None
+        return found
+
+    def admits(self, sizes: Sequence[int]) -> bool:
+        """Whether a tensor of ``sizes`` has the declared rank and fixed sizes."""
+        if self.shape is None:
+            return True
+        if len(sizes) != len(self.shape):
+            return False
+        return all(sizes[i] == d for i, d in self._fixed_sizes)
+
+    def describe(self) -> str:
+        dims = (
+            "?"
+            if self.shape is None
+            else "(" + ", ".join("?" if d is None else str(d) for d in self.shape) + ")"
+        )
+        return f"{self.dtype} {dims}"
+
+
+@dataclass
+class SingaRep:
+    """A prepared ONNX model. Run it with :meth:`run`; its weights are in :attr:`params`.
+
+    ``program.steps`` are the model's layers in execution order: every node except ``Constant``
+    nodes, whose values were computed once by :func:`prepare` and live in :attr:`constants`
+    with the initializers. ``tensor_map`` holds the model's weights only (trainable float
+    initializers), so SINGA's idiom of setting ``requires_grad``/``stores_grad`` on every
+    tensor in it never makes an exponent, an epsilon or a shape trainable.
+    """
+
+    model: onnx.ModelProto
+    device: Device
+    tensor_map: dict[str, Tensor]
+    input_specs: list[InputSpec]
+    outputs: list[str]
+    program: GraphProgram
+    source: GraphSource
+    graph_runner: GraphRunner | None = None
+    #: Graph-mode runs of plain NumPy arrays (see :mod:`sonnx.runtime.array_runs`).
+    array_runs: ArrayRuns | None = None
+
+    @property
+    def constants(self) -> dict[str, Tensor]:
+        """Every value the graph holds by name: weights, statistics, other initializers and
+        the values of Constant nodes."""
+        return self.program.constants
+
+    @property
+    def steps(self) -> list:
+        """The layers in execution order (see :meth:`summary`)."""
+        return self.program.steps
+
+    @property
+    def inputs(self) -> list[str]:
+        """Names of the inputs to feed (graph inputs that are not initializers)."""
+        return [s.name for s in self.input_specs]
+
+    @property
+    def params(self) -> dict[str, Tensor]:
+        """The trainable weights by name (float initializers)."""
+        return {k: t for k, t in self.constants.items() if t.stores_grad}
+
+    # ---- running --------------------------------------------------------------------------
+    def run(
+        self,
+        inputs: Any,
+        last_layers: int = -1,
+        all_outputs: bool = False,
+        aux_output: Sequence[str] = (),
+        output: str | None = None,
+    ) -> list[Tensor] | dict[str, Tensor]:
+        """Run the model on ``inputs`` (tensors, arrays, a dict by name, or one tensor).
+
+        ``last_layers=-1`` runs the whole model and returns its outputs; ``-k`` drops the last
+        ``k - 1`` layers (nodes other than Constant) and returns the outputs of the last layer
+        run. ``output="name"`` stops once tensor ``name`` is computed and returns it.
+        ``all_outputs=True`` returns every computed tensor by name; ``aux_output`` names extra
+        tensors appended to the returned list.
+        """
+        whole = last_layers == -1 and output is None and not all_outputs and not aux_output
+        choice = choose_path(self.graph_runner is not None, whole, is_training())
+        if debugging():
+            report(f"run: {choice.path.value} ({choice.why})")
+        compiled_run = choice.path is Path.COMPILED
+        arrays = self.array_runs if compiled_run and type(inputs) in (list, dict) else None
+        if arrays is not None:
+            fast = arrays.run(inputs)
+            if fast is not None:
+                return ImportedGraph.record_values(self.source, fast[0], self.outputs, fast[1])
+        bound = self._bind_inputs(inputs)
+        if compiled_run:
+            compiled = self.graph_runner.run(bound)
+            if compiled is not None:
+                if arrays is not None:
+                    arrays.remember(inputs, bound)
+                return ImportedGraph.record_values(self.source, bound, self.outputs, compiled)
+        values = dict(self.constants)
+        values.update(bound)
+        stop, wanted = self._plan_stop(last_layers, output)
+        if all_outputs:
+            computed: dict[str, Tensor] = {}
+            self.program.execute(values, stop, computed)
+            return ImportedGraph.record(self.source, bound, computed)
+        if wanted is not None:
+            names = wanted
+        elif stop < len(self.steps):
+            names = [n for n in self.steps[stop - 1].outputs if n]
+        else:
+            names = list(self.outputs)
+        self.program.execute(values, stop, keep={*names, *aux_output})
+        missing = [n for n in [*names, *aux_output] if n not in values]
+        if missing:
+            raise BadInputError(f"run: tensor(s) {missing} were not computed by this run")
+        order = list(dict.fromkeys([*names, *aux_output]))
+        results = ImportedGraph.record(self.source, bound, {n: values[n] for n in order})
+        return [results[n] for n in names] + [results[n] for n in aux_output]
+
+    def _plan_stop(self, last_layers: int, output: str | None) -> tuple[int, list[str] | None]:
+        """How many steps to run, and which tensor names to return (None: the default)."""
+        if output is not None:
+            for i, step in enumerate(self.steps):
+                if output in step.outputs:
+                    return i + 1, [output]
+            if output in self.constants:
+                return 0, [output]
+            raise BadInputError(
+                f"run: no node produces a tensor named {output!r}; layer outputs are e.g. "
+                f"{[s.outputs[0] for s in self.steps[-5:] if s.outputs]}"
+            )
+        n = len(self.steps)
+        if last_layers == -1:
+            return n, None
+        if not isinstance(last_layers, int) or last_layers >= 0 or last_layers < -n:
+            raise BadInputError(
+                f"run: last_layers must be an int in [-{n}, -1] (-1 runs the whole model, -k "
+                f"drops the last k-1 of its {n} layers), received {last_layers!r}"
+            )
+        return n + last_layers + 1, None
+
+    def _bind_inputs(self, inputs: Any) -> dict[str, Tensor]:
+        if type(inputs) is list and self.device.torch_device.type == "cpu":
+            bound = self._bind_plain_arrays(inputs)
+            if bound is not None:
+                return bound
+        specs = self.input_specs
+        if isinstance(inputs, Mapping):
+            unknown = set(inputs) - {s.name for s in specs}
+            if unknown:
+                raise BadInputError(
+                    f"run: unknown input name(s) {sorted(unknown)}; the model's inputs are "
+                    f"{self.inputs}"
+                )
+            pairs = [(s, inputs[s.name]) for s in specs if s.name in inputs]
+            missing = [s.name for s in specs if s.name not in inputs]
+        else:
+            if isinstance(inputs, (Tensor, np.ndarray)):
+                inputs = [inputs]
+            inputs = list(inputs)
+            if len(inputs) > len(specs):
+                raise BadInputError(
+                    f"run: the model takes {len(specs)} input(s) {self.inputs}, received "
+                    f"{len(inputs)}"
+                )
+            pairs = list(zip(specs, inputs, strict=False))
+            missing = [s.name for s in specs[len(inputs) :]]
+        if missing:
+            raise BadInputError(f"run: no value given for input(s) {missing}")
+        return {spec.name: self._check_input(spec, value) for spec, value in pairs}
+
+    def _bind_plain_arrays(self, arrays: list[Any]) -> dict[str, Tensor] | None:
+        """The binding of a list of one NumPy array per input, each C-ordered, writable, of
+        the declared number type and of sizes the input admits, in one short loop (the general
+        path costs 5-8 us per input); None for anything else, which the general path binds or
+        refuses with its errors."""
+        specs = self.input_specs
+        if len(arrays) != len(specs):
+            return None
+        bound: dict[str, Tensor] = {}
+        for spec, a in zip(specs, arrays, strict=True):
+            if not is_plain_array(a, spec.plain_array_dtype) or not spec.admits(a.shape):
+                return None
+            bound[spec.name] = computed_tensor(torch.from_numpy(a))
+        return bound
+
+    def _as_tensor(self, name: str, value: Any) -> Tensor:
+        if isinstance(value, Tensor):
+            if value.data.device != self.device.torch_device:
+                raise BadInputError(
+                    f"run: input {name!r} is on {value.device}, the model on {self.device}; "
+                    "move it with Tensor.to_device"
+                )
+            return value
+        data = value if isinstance(value, torch.Tensor) else np.asarray(value)
+        try:
+            if isinstance(data, np.ndarray) and data.dtype.kind in "biufc":
+                # The common case, NumPy numbers, without Tensor's general conversion.
+                t = dtypes.array_to_torch(data)
+                device = self.device.torch_device
+                return computed_tensor(t if device.type == "cpu" else t.to(device))
+            return Tensor(data=data, device=self.device, requires_grad=False)
+        except BadInputError as e:  # a string or object array: say which input it was
+            spec = next((s.describe() for s in self.input_specs if s.name == name), "a tensor")
+            raise BadInputError(
+                f"run: input {name!r} expects {spec}, received an array of {data.dtype} "
+                f"with shape {tuple(data.shape)} ({e})"
+            ) from e
+
+    def _check_input(self, spec: InputSpec, value: Any) -> GraphValue:
+        if spec.kind == "map_type":
+            if not isinstance(value, Mapping):
+                raise BadInputError(
+                    f"run: input {spec.name!r} is a map; give a dict, received "
+                    f"{type(value).__name__}"
+                )
+            return MapValue(dict(value), spec.dtype)
+        if spec.kind == "sequence_type" and _is_map_list(value):
+            return MapSequence([dict(v) for v in value])
+        if spec.kind == "sequence_type":
+            return TensorSequence([self._as_tensor(spec.name, v) for v in value])
+        if spec.kind == "optional_type":
+            if value is None:
+                return OptionalValue(None)
+            if isinstance(value, list):
+                return OptionalValue(TensorSequence([self._as_tensor(spec.name, v) for v in value]))
+            return OptionalValue(self._as_tensor(spec.name, value))
+        return self._check_tensor(spec, value)
+
+    def _check_tensor(self, spec: InputSpec, value: Any) -> Tensor:
+        t = self._as_tensor(spec.name, value)
+        data = t.data
+        if spec.dtype is not None and data.dtype != spec.dtype:
+            raise BadInputError(
+                f"run: input {spec.name!r} expects {spec.describe()}, received {t.dtype} "
+                f"with shape {t.shape}"
+            )
+        if spec.shape == () and data.dim() > 0 and data.numel() == 1:
+            # A one-element tensor is accepted for a scalar input (official cases feed them).
+            t = Tensor(data=data.reshape(()), requires_grad=t.requires_grad, name=t.name)
+        elif not spec.admits(data.shape):  # torch's sizes: Tensor.shape builds exportable Dims
+            raise BadInputError(
+                f"run: input {spec.name!r} expects {spec.describe()}, received shape {t.shape}"
+            )
+        return t
+
+    # ---- describing -----------------------------------------------------------------------
+    @cached_property
+    def shapes(self) -> dict[str, str]:
+        """Tensor shapes by name from ONNX shape inference (computed on first use)."""
+        return _inferred_shapes(self.model)
+
+    def explain(
+        self,
+        inputs: Any = None,
+        last_layers: int = -1,
+        all_outputs: bool = False,
+        aux_output: Sequence[str] = (),
+        output: str | None = None,
+    ) -> str:
+        """Which way :meth:`run` with these arguments goes in this thread, and why: compiled
+        graph mode part by part (compiled segments, steps run eagerly and the reason), or the
+        program through its generated plan or its step loop. ``inputs`` (optional) decide
+        whether their shapes were seen before. ``SONNX_DEBUG=1`` prints the path of every run."""
+        whole = last_layers == -1 and output is None and not all_outputs and not aux_output
+        choice = choose_path(self.graph_runner is not None, whole, is_training())
+        stop, _ = self._plan_stop(last_layers, output)
+        values = None
+        if inputs is not None:
+            values = dict(self.constants)
+            values.update(self._bind_inputs(inputs))
+        return explain_run(self.program, self.graph_runner, choice, stop, all_outputs, values)
+
+    def summary(self) -> str:
+        """A table of layers: index, the ``last_layers`` value that stops after it, op, name,
+        output shape."""
+        n = len(self.steps)
+        rows = [f"{'#':>4}  {'cut':>5}  {'op':<22} {'name':<32} output shape"]
+        for k, step in enumerate(self.steps):
+            out = step.outputs[0] if step.outputs else ""
+            rows.append(
+                f"{k:>4}  {k - n:>5}  {step.info.op_type:<22} {step.info.name[:32]:<32} "
+                f"{self.shapes.get(out, '?')}"
+            )
+        return "\n".join(rows)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def prepare(
+    model: ModelSource, device: Device | None = None, use_graph: bool = False, **options: Any
+) -> SingaRep:
+    """Load and check an ONNX model and make it runnable on ``device``.
+
+    Accepts a ModelProto, a path or serialized bytes. Unsupported nodes are all reported in one
+    :class:`~sonnx.errors.UnsupportedOperatorError` before anything runs. With ``use_graph``,
+    inference runs of the whole model go through ``torch.compile`` (see
+    :mod:`sonnx.runtime.graph_mode`); training runs, cuts and ``all_outputs`` stay eager.
+    """
+    if options:
+        raise BadInputError(f"prepare: unknown option(s) {sorted(options)}")
+    proto = load_model(model)
+    dev = as_device(device)
+    # Model-local functions run inlined; the export writes the original calls (GraphSource).
+    graph = onnx.inliner.inline_local_functions(proto).graph if proto.functions else proto.graph
+    initializer_names = {i.name for i in graph.initializer}
+    input_specs = [_input_spec(v) for v in graph.input if v.name not in initializer_names]
+    opsets = opset_versions(proto)
+    program = compile_graph(graph, opsets, dev, [s.name for s in input_specs])
+    weights = {
+        name: program.constants[name]
+        for name in initializer_names
+        if name in program.constants and program.constants[name].stores_grad
+    }
+    runner = (
+        GraphRunner(
+            program,
+            declared_shapes={s.name: s.shape for s in input_specs},
+            identity=graph_digest(graph, opsets),
+        )
+        if use_graph
+        else None
+    )
+    return SingaRep(
+        model=proto,
+        device=dev,
+        tensor_map=weights,
+        input_specs=input_specs,
+        outputs=list(program.output_names),
+        program=program,
+        source=GraphSource(proto, program),
+        graph_runner=runner,
+        array_runs=(
+            ArrayRuns(
+                runner, [s.name for s in input_specs], [s.plain_array_dtype for s in input_specs]
+            )
+            if runner is not None and dev.torch_device.type == "cpu"
+            else None
+        ),
+    )
+
+
+def _is_map_list(value: Any) -> bool:
+    """A non-empty list of dicts: a ``seq(map(K, V))`` input (ZipMap's output fed back)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
+
+
+def _dims(value: onnx.ValueInfoProto) -> tuple[int | str | None, ...] | None:
+    """A tensor value's declared dims (an int, a symbolic name, or None), or None if unknown."""
+    tt = value.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    dims: list[int | str | None] = []
+    for d in tt.shape.dim:
+        if d.WhichOneof("value") == "dim_value" and d.dim_value > 0:
+            dims.append(d.dim_value)
+        else:
+            # A -1 or 0 dim_value (paddle2onnx writes -1) or a missing dim means any size, as
+            # in onnxruntime.
+            dims.append(d.dim_param or None)
+    return tuple(dims)
+
+
+def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
+    kind = value.type.WhichOneof("value")
+    if kind == "map_type":
+        values = value.type.map_type.value_type.tensor_type.elem_type
+        return InputSpec(value.name, dtypes.onnx_to_torch(values) if values else None, None, kind)
+    if kind != "tensor_type":
+        return InputSpec(value.name, None, None, kind or "tensor_type")
+    tt = value.type.tensor_type
+    dtype = dtypes.onnx_to_torch(tt.elem_type) if tt.elem_type else None
+    return InputSpec(value.name, dtype, _dims(value))
+
+
+def _inferred_shapes(model: onnx.ModelProto) -> dict[str, str]:
+    """Output shapes by tensor name from ONNX shape inference, for :meth:`SingaRep.summary`."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # shape inference is only a display aid here
+        return {}
+    shapes = {}
+    for v in [*inferred.graph.value_info, *inferred.graph.output]:
+        dims = _dims(v) if v.type.WhichOneof("value") == "tensor_type" else None
+        if dims is not None:
+            shapes[v.name] = "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
+    return shapes

@@ -1,0 +1,116 @@
+"""How graph mode splits a program's steps into parts: compiled segments between the steps
+that run eagerly (see :mod:`sonnx.runtime.graph_mode`), what each segment reads and leaves for
+later steps, and what a run did, part by part (:class:`RunPart`)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from sonnx.runtime.compiled_graphs import CompiledGraph
+from sonnx.runtime.program import GraphProgram, reads_of
+
+
+@dataclass
+class Choice:
+    """What a segment does with inputs of one set of layouts: which inputs are baked in and
+    which traced (by position), and the graph chosen for each tuple of baked values."""
+
+    baked: tuple[int, ...]
+    traced: tuple[int, ...]
+    graphs: dict[tuple[Any, ...], CompiledGraph] = field(default_factory=dict)
+
+
+@dataclass
+class Segment:
+    """Steps ``[start, stop)`` compiled together: what they read from before and what later
+    steps (or the graph's outputs) read from them; compiled graphs by the inputs' ranks,
+    dtypes and devices and the baked shape values, each serving the shapes its guards admit."""
+
+    start: int
+    stop: int
+    inputs: list[str]
+    outputs: list[str]
+    compiled: dict[tuple[Any, ...], list[CompiledGraph]] = field(default_factory=dict)
+    #: The choices made for each exact set of input layouts seen under the current weight
+    #: versions (see :func:`sonnx.runtime.graph_mode.layout`): a repeated shape skips the bake
+    #: tests, key and guards.
+    recent: dict[tuple[Any, ...], Choice] = field(default_factory=dict)
+    #: For each input, the test saying whether its value is baked in (None: never is).
+    bake_tests: list[Callable[[torch.Tensor], bool] | None] | None = None
+    #: Why the segment is compiled for each input shape (no symbolic trace), if it is.
+    per_shape: str | None = None
+
+
+@dataclass(frozen=True)
+class RunPart:
+    """One part of a graph-mode run, in the order they run: steps computed by one compiled
+    segment, or steps run eagerly, with why."""
+
+    steps: range
+    #: The ONNX nodes' names, one per step.
+    nodes: tuple[str, ...]
+    #: Whether a compiled graph computed the steps in the runs so far.
+    compiled: bool
+    #: Why the steps ran eagerly (None when compiled).
+    why_eager: str | None = None
+
+
+def segment_reads(program: GraphProgram, start: int, stop: int) -> list[str]:
+    """The names steps ``[start, stop)`` read, subgraph reads and fused inputs included."""
+    names: list[str] = []
+    for index in range(start, stop):
+        names.extend(reads_of(program.steps[index]))
+        fusion = program.fusions.get(index)
+        if fusion is not None:
+            names.extend(fusion.inputs)
+    return list(dict.fromkeys(names))
+
+
+def plan_segments(program: GraphProgram, eager: set[int], splits: set[int]) -> list[Segment | int]:
+    """Segments between the eager steps, each with its inputs and the outputs read later; a
+    segment is split where ``splits`` says one starts."""
+    parts: list[Segment | int] = []
+    bounds = [-1, *sorted(eager), len(program.steps)]
+    for before, after in itertools.pairwise(bounds):
+        starts = [before + 1, *sorted(i for i in splits if before + 1 < i < after), after]
+        for start, stop in itertools.pairwise(starts):
+            if stop > start:
+                parts.append(_segment(program, start, stop))
+        if after < len(program.steps):
+            parts.append(after)
+    return parts
+
+
+def whole_graph(
+    parts: list[Segment | int], outputs: list[str]
+) -> tuple[Segment, list[int]] | None:
+    """The only part, if it is a segment computing every output, with the outputs' positions
+    among the segment's."""
+    if len(parts) != 1 or isinstance(parts[0], int):
+        return None
+    segment = parts[0]
+    if not set(outputs) <= set(segment.outputs):  # an output is a graph input or a constant
+        return None
+    return segment, [segment.outputs.index(n) for n in outputs]
+
+
+def _segment(program: GraphProgram, start: int, stop: int) -> Segment:
+    produced = {o for i in range(start, stop) for o in program.steps[i].outputs if o}
+    inputs = [
+        n
+        for n in segment_reads(program, start, stop)
+        if n not in produced and n not in program.constants
+    ]
+    later = set(program.output_names)
+    for index in range(stop, len(program.steps)):
+        later.update(reads_of(program.steps[index]))
+        fusion = program.fusions.get(index)
+        if fusion is not None:
+            later.update(fusion.inputs)
+    outputs = [o for i in range(start, stop) for o in program.steps[i].outputs if o in later]
+    return Segment(start, stop, inputs, list(dict.fromkeys(outputs)))

@@ -1,0 +1,135 @@
+"""``SONNXModel``: an imported ONNX model as a trainable :class:`~sonnx.model.Model`.
+
+Subclass it as SINGA's examples do: call ``super().forward(*x)`` (optionally with
+``last_layers`` or ``output`` to cut the graph), append your own layers, override
+``train_one_batch``, ``set_optimizer`` and ``compile``. Every imported float weight is a
+registered parameter under its initializer name, so ``get_params``, ``get_states``,
+``save_states`` and ``load_states`` include them, and :meth:`SONNXModel.freeze` /
+:meth:`SONNXModel.unfreeze` choose which of them train.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from sonnx.autograd import softmax_cross_entropy
+from sonnx.device import Device
+from sonnx.errors import BadInputError
+from sonnx.layer import Layer
+from sonnx.model import Model
+from sonnx.onnx.model_loading import ModelSource
+from sonnx.runtime.rep import SingaRep, prepare
+from sonnx.tensor import Tensor
+
+# SINGA's names for the distributed update modes, mapped to DistOpt's methods.
+DIST_METHODS = {
+    "fp16": "backward_and_update_half",
+    "partialUpdate": "backward_and_partial_update",
+    "sparseTopK": "backward_and_sparse_update",
+    "sparseThreshold": "backward_and_sparse_update",
+}
+
+
+class SONNXModel(Model):
+    """A Model whose forward runs an imported ONNX graph (see :func:`sonnx.prepare`)."""
+
+    def __init__(self, onnx_model: ModelSource, device: Device | None = None) -> None:
+        super().__init__()
+        self._rep = prepare(onnx_model, device=device)
+        self._weight_names = [i.name for i in self._rep.model.graph.initializer]
+
+    @property
+    def rep(self) -> SingaRep:
+        """The prepared graph (``rep.summary()`` lists the layers and their cut values)."""
+        return self._rep
+
+    def _children(self) -> Iterator[tuple[str, Layer | Tensor]]:
+        """The user's attributes, then the imported initializers under their ONNX names."""
+        yield from super()._children()
+        for name in self._weight_names:
+            yield name, self._rep.constants[name]
+
+    def forward(self, *x: Any, last_layers: int = -1, output: str | None = None) -> list[Tensor]:
+        """The imported graph's outputs (a list), or those at a cut: ``last_layers=-k`` drops
+        the last k-1 layers, ``output="name"`` stops at that tensor."""
+        return self._rep.run(list(x), last_layers=last_layers, output=output)
+
+    def train_one_batch(
+        self, x: Tensor, y: Tensor, dist_option: str = "fp32", spars: float | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Forward, softmax cross-entropy on the first output, then the optimizer step chosen
+        by ``dist_option`` (SINGA's five modes; plain optimizers support ``"fp32"``)."""
+        if self.optimizer is None:
+            raise BadInputError(
+                f"{type(self).__name__}.train_one_batch: no optimizer; call "
+                "model.set_optimizer(...) first"
+            )
+        out = self.forward(x)
+        out = out[0] if isinstance(out, list) else out
+        loss = softmax_cross_entropy(out, y)
+        apply_update(self.optimizer, loss, dist_option, spars)
+        return out, loss
+
+    def _matching(self, patterns: tuple[str, ...], what: str) -> list[Tensor]:
+        params = {
+            n: self._rep.constants[n]
+            for n in self._weight_names
+            if self._rep.constants[n].stores_grad
+        }
+        chosen = []
+        for pattern in patterns:
+            # An exact name means that parameter alone; anything else is a prefix.
+            names = [pattern] if pattern in params else [n for n in params if n.startswith(pattern)]
+            chosen.extend(params[n] for n in names if all(params[n] is not c for c in chosen))
+        if not chosen:
+            raise BadInputError(
+                f"{type(self).__name__}.{what}: no imported parameter matches {list(patterns)}; "
+                f"parameters are e.g. {list(params)[:5]}"
+            )
+        return chosen
+
+    def freeze(self, *names_or_prefixes: str) -> int:
+        """Stop training imported parameters; returns how many.
+
+        Each argument is an initializer name (that parameter only) or else a name prefix
+        (``"features."``); no argument means every imported parameter.
+        """
+        chosen = self._matching(names_or_prefixes or ("",), "freeze")
+        for t in chosen:
+            t.requires_grad = False
+        return len(chosen)
+
+    def unfreeze(self, *names_or_prefixes: str) -> int:
+        """Train the imported parameters named (or prefixed) so again; returns how many."""
+        chosen = self._matching(names_or_prefixes or ("",), "unfreeze")
+        for t in chosen:
+            t.requires_grad = True
+        return len(chosen)
+
+
+def apply_update(
+    optimizer: Any, loss: Tensor, dist_option: str = "fp32", spars: float | None = None
+) -> None:
+    """Backward and update with SINGA's ``dist_option`` names: ``fp32`` (plain all-reduce or
+    local), ``fp16``, ``partialUpdate``, ``sparseTopK``, ``sparseThreshold``."""
+    if dist_option == "fp32":
+        optimizer(loss)
+        return
+    method = DIST_METHODS.get(dist_option)
+    if method is None:
+        raise BadInputError(
+            f"dist_option must be one of {['fp32', *DIST_METHODS]}, received {dist_option!r}"
+        )
+    if not hasattr(optimizer, method):
+        raise BadInputError(
+            f"dist_option {dist_option!r} needs a distributed optimizer (opt.DistOpt); "
+            f"received {type(optimizer).__name__}"
+        )
+    if dist_option.startswith("sparse"):
+        kwargs = {"topK": dist_option == "sparseTopK"}
+        if spars is not None:
+            kwargs["spars"] = spars
+        getattr(optimizer, method)(loss, **kwargs)
+    else:
+        getattr(optimizer, method)(loss)

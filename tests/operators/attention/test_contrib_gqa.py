@@ -1,0 +1,217 @@
+"""com.microsoft RotaryEmbedding and GroupQueryAttention against onnxruntime's CPU kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import helper
+
+from sonnx.errors import BadInputError, UnsupportedOperatorError
+from sonnx.onnx.exporter import to_onnx
+from sonnx.operators.attention.contrib_gqa import GroupQueryAttention, RotaryEmbedding
+from sonnx.tensor import Tensor, to_numpy
+from tests.helpers import check_grad
+from tests.operators.attention.contrib_helpers import RNG, close, contrib_model, randn, run_both
+
+
+def caches(positions: int, half: int) -> tuple[np.ndarray, np.ndarray]:
+    angles = RNG.uniform(0, 6, (positions, half)).astype(np.float32)
+    return np.cos(angles), np.sin(angles)
+
+
+POSITIONS = np.array([[0, 1, 2], [5, 6, 7]], np.int64)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize(
+    "shape, positions, half, attrs",
+    [
+        ((2, 3, 16), POSITIONS, 4, {"num_heads": 2}),
+        ((2, 3, 16), np.array([3], np.int64), 4, {}),
+        ((2, 2, 3, 8), POSITIONS, 4, {}),
+        ((2, 3, 16), POSITIONS, 2, {"num_heads": 2, "rotary_embedding_dim": 4}),
+        ((2, 3, 16), POSITIONS, 4, {"num_heads": 2, "scale": 3.0, "is_packed_batching": 1}),
+    ],
+    ids=["3d_num_heads", "3d_start_position", "4d", "partial_rotary", "ignored_attributes"],
+)
+def test_rotary_embedding_matches_onnxruntime(interleaved, shape, positions, half, attrs) -> None:
+    cos, sin = caches(16, half)
+    inputs = [randn(*shape), positions, cos, sin]
+    model = contrib_model("RotaryEmbedding", inputs, 1, interleaved=interleaved, **attrs)
+    (expected,), (got,) = run_both(model, inputs)
+    close(got, expected)
+
+
+def test_rotary_embedding_exports_as_it_came_and_has_a_gradient() -> None:
+    cos, sin = caches(16, 4)
+    arrays = [randn(2, 3, 16), POSITIONS, cos, sin]
+    inputs = [Tensor(data=a, requires_grad=False) for a in arrays]
+    out = RotaryEmbedding(num_heads=2, interleaved=1)(*inputs)
+    model = to_onnx(inputs, [out])
+    (node,) = model.graph.node
+    assert (node.op_type, node.domain, len(node.attribute)) == (
+        "RotaryEmbedding", "com.microsoft", 2
+    )
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {i.name: a for i, a in zip(model.graph.input, arrays, strict=True)}
+    close(to_numpy(out), session.run(None, feed)[0])
+    rotate_x = RotaryEmbedding(num_heads=2, interleaved=1)
+    check_grad(lambda x, p, c, s: rotate_x(x, p, c, s),
+               [arrays[0].astype(np.float64), POSITIONS, cos.astype(np.float64),
+                sin.astype(np.float64)], wrt=[0])  # fmt: skip
+
+
+def test_rotary_embedding_names_a_bad_cache() -> None:
+    cos, sin = caches(16, 3)
+    op = RotaryEmbedding(num_heads=2)
+    with pytest.raises(BadInputError, match="cos_cache and sin_cache"):
+        op(Tensor(data=randn(2, 3, 16)), Tensor(data=POSITIONS), Tensor(data=cos), Tensor(data=sin))
+
+
+def _gqa_steps(lengths: list[int], packed: bool, heads: int, kv_heads: int, size: int,
+               rotary_half: int, attrs: dict, buffer: int = 0,
+               extra: Callable[[int, np.ndarray], list] | None = None) -> None:  # fmt: skip
+    """A prompt of ``lengths`` (right-padded), then three decode steps, each step's present
+    fed back as the next past (grown to ``buffer`` rows, as a preallocated cache is); only
+    rows onnxruntime defines (within each sequence) compared. ``extra(seq, seqlens_k)``
+    gives the inputs after sin_cache (position_ids, attention_bias, head_sink)."""
+    batch, prompt = len(lengths), max(lengths)
+    cos, sin = caches(32, rotary_half) if rotary_half else (None, None)
+    past: dict[str, list] = {"ort": [None, None], "sonnx": [None, None]}
+    steps = [(prompt, np.array(lengths) - 1)]
+    steps += [(1, np.array(lengths) - 1 + i) for i in (1, 2, 3)]
+    for seq, seqlens_k in steps:
+        total = np.array(seqlens_k.max() + 1, np.int32)
+        q, k = randn(batch, seq, heads * size), randn(batch, seq, kv_heads * size)
+        v = randn(batch, seq, kv_heads * size)
+        after = extra(seq, seqlens_k) if extra else []
+        outs = {}
+        for who in past:
+            inputs = [np.concatenate([q, k, v], 2), None, None] if packed else [q, k, v]
+            inputs += [*past[who], seqlens_k.astype(np.int32), total]
+            inputs += [cos, sin, *after]
+            model = contrib_model("GroupQueryAttention", inputs, 3, num_heads=heads,
+                                  kv_num_heads=kv_heads, do_rotary=int(bool(rotary_half)),
+                                  **attrs)  # fmt: skip
+            expected, got = run_both(model, inputs)
+            outs[who] = expected if who == "ort" else got
+            grow = ((0, 0), (0, 0), (0, max(0, buffer - outs[who][1].shape[2])), (0, 0))
+            past[who] = [np.pad(cache, grow) for cache in outs[who][1:]]
+        assert outs["sonnx"][1].shape == outs["ort"][1].shape
+        for b in range(batch):
+            valid = int(seqlens_k[b]) + 1
+            close(outs["sonnx"][0][b, : min(seq, valid)], outs["ort"][0][b, : min(seq, valid)])
+            for i in (1, 2):
+                close(outs["sonnx"][i][b, :, :valid], outs["ort"][i][b, :, :valid])
+
+
+@pytest.mark.parametrize(
+    "packed, heads, kv_heads, size, rotary_half, attrs",
+    [
+        (False, 4, 2, 8, 0, {}),
+        (False, 4, 4, 8, 0, {"scale": 0.3}),
+        (False, 4, 2, 16, 8, {}),
+        (False, 4, 1, 32, 8, {"rotary_interleaved": 1}),
+        (True, 4, 2, 16, 8, {}),
+        (False, 4, 2, 16, 0, {"local_window_size": 2}),
+        (False, 4, 2, 16, 0, {"softcap": 0.5}),
+        (True, 4, 2, 16, 8, {"local_window_size": 3, "softcap": 0.7, "scale": 0.2}),
+    ],
+    ids=["gqa", "mha_scale", "rotary", "rotary_interleaved_partial", "packed_rotary",
+         "local_window", "softcap", "packed_everything"],
+)  # fmt: skip
+def test_group_query_attention_prompt_then_decode(
+    packed, heads, kv_heads, size, rotary_half, attrs
+) -> None:
+    _gqa_steps([6, 3], packed, heads, kv_heads, size, rotary_half, attrs)
+
+
+def _decode_arrays() -> list[np.ndarray]:
+    """One decode step's query, key, value and past (4 heads over 2 KV heads of size 8)."""
+    return [randn(2, 1, 32), randn(2, 1, 16), randn(2, 1, 16), randn(2, 2, 3, 8),
+            randn(2, 2, 3, 8)]  # fmt: skip
+
+
+def _gqa_decode(q, k, v, past_k, past_v):
+    op = GroupQueryAttention(num_heads=4, kv_num_heads=2, softcap=0.8)
+    seqlens = Tensor(data=np.array([3, 2], np.int32), requires_grad=False)
+    total = Tensor(data=np.array(4, np.int32), requires_grad=False)
+    return op(q, k, v, past_k, past_v, seqlens, total)[0]
+
+
+def _positions(seq: int, seqlens_k: np.ndarray) -> list:
+    """position_ids 10 past where the kernel would count from, one per token; the prompt's
+    rows differ (the kernel reads only the first element of a first prompt's)."""
+    batch = len(seqlens_k)
+    start = seqlens_k.reshape(-1, 1) + 1 - seq if seq == 1 else 3 * np.arange(batch)[:, None]
+    return [(start + 10 + np.arange(seq)).astype(np.int64)]
+
+
+@pytest.mark.parametrize(
+    "rotary_half, attrs, extra",
+    [
+        (8, {}, _positions),
+        (0, {}, lambda seq, k: [None, randn(2, 1, seq, int(k.max()) + 1)]),
+        (0, {"softcap": 0.5}, lambda seq, k: [None, randn(1, 4, seq, int(k.max()) + 1)]),
+        (0, {}, lambda seq, k: [None, None, randn(4)]),
+        (0, {"smooth_softmax": 1}, lambda seq, k: []),
+    ],
+    ids=["position_ids", "attention_bias", "attention_bias_softcap", "head_sink",
+         "smooth_softmax"],
+)  # fmt: skip
+def test_group_query_attention_optional_inputs(rotary_half, attrs, extra) -> None:
+    _gqa_steps([5, 3], False, 4, 2, 16, rotary_half, attrs, extra=extra)
+
+
+def test_group_query_attention_over_a_preallocated_cache() -> None:
+    def bias(seq: int, seqlens_k: np.ndarray) -> list:
+        return [None, randn(2, 4, seq, int(seqlens_k.max()) + 1)]
+
+    _gqa_steps([5, 3], False, 4, 2, 16, 8, {"local_window_size": 3}, buffer=12, extra=bias)
+
+
+def test_group_query_attention_gradient_matches_finite_differences() -> None:
+    arrays = _decode_arrays()
+    check_grad(_gqa_decode, [a.astype(np.float64) for a in arrays])
+
+
+def test_group_query_attention_exports_as_it_came() -> None:
+    arrays = _decode_arrays()
+    inputs = [Tensor(data=a, requires_grad=False) for a in arrays]
+    out = _gqa_decode(*inputs)
+    model = to_onnx(inputs, [out])
+    (node,) = model.graph.node
+    assert (node.op_type, node.domain) == ("GroupQueryAttention", "com.microsoft")
+    assert {a.name: helper.get_attribute_value(a) for a in node.attribute} == pytest.approx(
+        {"num_heads": 4, "kv_num_heads": 2, "softcap": 0.8}
+    )
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {i.name: a for i, a in zip(model.graph.input, arrays, strict=True)}
+    close(to_numpy(out), session.run(None, feed)[0])
+
+
+def test_group_query_attention_refuses_what_it_does_not_run() -> None:
+    op = GroupQueryAttention(num_heads=2, kv_num_heads=2, k_quant_type="PER_TENSOR")
+    q = torch.zeros(1, 1, 8)
+    with pytest.raises(UnsupportedOperatorError, match="quantized KV cache"):
+        op.forward(q, q, q, None, None, torch.zeros(1, dtype=torch.int32),
+                   torch.tensor(1, dtype=torch.int32))  # fmt: skip
+
+
+def test_group_query_attention_names_a_bad_head_split() -> None:
+    op = GroupQueryAttention(num_heads=3, kv_num_heads=2)
+    q = torch.zeros(1, 1, 12)
+    with pytest.raises(BadInputError, match="kv_num_heads dividing num_heads"):
+        op.forward(q, q, q, None, None, torch.zeros(1, dtype=torch.int32),
+                   torch.tensor(1, dtype=torch.int32))  # fmt: skip
+
+
+def test_group_query_attention_names_absent_required_inputs() -> None:
+    op = GroupQueryAttention(num_heads=2, kv_num_heads=2)
+    q = torch.zeros(1, 1, 16)
+    with pytest.raises(BadInputError, match=r"\['seqlens_k', 'total_sequence_length'\] absent"):
+        op.forward(q, q, q)
