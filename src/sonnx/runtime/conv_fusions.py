@@ -51,15 +51,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from sonnx.engine.operator import is_training
-from sonnx.engine.tracing import NotTraceableError, value_checks
+from sonnx.engine.tracing import value_checks
 from sonnx.operators.conv.windows import forward_pads, one_point, spatial_ints, torch_pad
-from sonnx.tensor import Tensor, computed_tensor
+from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.runtime.program import Step
@@ -126,7 +126,7 @@ def find_conv_group(
     inside = {o for i in order for o in steps[i].outputs}
     reads = (n for i in order for n in steps[i].inputs if n and n not in inside)
     inputs = tuple(dict.fromkeys(reads))
-    chain = ConvChain([_Unit(unit, finder, inputs) for unit in units], inputs, constants)
+    chain = ConvChain([_Unit(unit, finder, inputs) for unit in units], inputs)
     return ConvGroup(chain.name, tuple(order), inputs, chain)
 
 
@@ -426,67 +426,31 @@ class _Unit:
             w = (w.double() * factor.reshape(-1, 1, 1, 1)).float()
         return w.contiguous(), b
 
-    def unfused(self, x: Tensor | None, env: dict[str, Tensor]) -> Tensor:
-        """The unit's steps one by one, as without the fusion, on ``x`` (the group's input
-        of that name when None); a failing step names itself."""
-        if x is not None:
-            env[self.x_name] = x
-        result: Any = None
-        for index, step in zip(self.indices, self.steps, strict=True):
-            step_args = [env[n] if n else None for n in step.inputs]
-            try:
-                result = step.run(step_args, step.attrs)
-            except NotTraceableError as e:  # graph mode then runs this step eagerly
-                e.step_index = index
-                raise
-            except Exception as e:
-                failure = step.failure(step_args, e)
-                if failure is e:
-                    raise
-                raise failure from e
-            env[step.outputs[0]] = result
-        return result
-
 
 class ConvChain:
-    """Computes a group from the tensors of its inputs: unit by unit, each fused where it
-    can be (see the module's docstring), else as its steps."""
+    """Computes a group from the tensors of its inputs, unit by unit, each by its fused call
+    (see the module's docstring); declines (None) where a unit's call does not apply, and the
+    executor then runs the group's steps."""
 
-    def __init__(self, units: list[_Unit], inputs: tuple[str, ...], constants: dict[str, Tensor]):
+    def __init__(self, units: list[_Unit], inputs: tuple[str, ...]):
         self.units = units
         self.inputs = inputs
-        self.constants = constants
         self.x = inputs.index(units[0].x_name)
         self.name = "+".join(u.name for u in units)
 
-    def __call__(self, *args: torch.Tensor) -> torch.Tensor:
-        env: dict[str, Tensor] | None = None
+    def __call__(self, *args: torch.Tensor) -> torch.Tensor | None:
         y = args[self.x]
-        fast = (
+        if not (
             _MKLDNN
             and y.dtype == torch.float32
             and y.device.type == "cpu"
             and not torch.is_grad_enabled()
             and not is_training()
             and value_checks()
-        )
-        for k, unit in enumerate(self.units):
-            fused = unit.fused(y, args) if fast else None
-            if fused is not None:
-                y = fused
-                continue
-            if env is None:
-                env = self._env(args)
-            # the first unit reads the group's input by name
-            y = unit.unfused(computed_tensor(y) if k else None, env).data
+        ):
+            return None
+        for unit in self.units:
+            y = unit.fused(y, args)
+            if y is None:
+                return None
         return y
-
-    def _env(self, args: Sequence[torch.Tensor]) -> dict[str, Tensor]:
-        """The group's inputs as graph values: the constants' own tensors (a BatchNormalization
-        in training updates its running statistics in place, a weight takes its gradient),
-        the rest wrapped."""
-        env: dict[str, Tensor] = {}
-        for name, t in zip(self.inputs, args, strict=True):
-            const = self.constants.get(name)
-            env[name] = const if const is not None and const.data is t else computed_tensor(t)
-        return env

@@ -27,8 +27,6 @@ import torch
 import torch.nn.functional as F
 
 from sonnx import dtypes
-from sonnx.operators.elementwise.binary import Add
-from sonnx.operators.linalg.products import MatMul
 from sonnx.runtime.conv_fusions import find_conv_group
 from sonnx.tensor import Tensor
 
@@ -38,14 +36,19 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Fusion:
-    """Steps ``internal`` (skipped) and ``final`` (run as ``compute``) of one group."""
+    """Steps ``internal`` (skipped) and ``final`` (run as ``compute``) of one group.
+
+    ``compute`` takes the torch tensors of ``inputs`` and returns the final step's output, or
+    None where it declines them (the Conv chain outside CPU float32 inference, a Linear of
+    shapes ``F.linear`` does not take): the executor then runs the group's steps one by one
+    (:meth:`~sonnx.runtime.program.GraphProgram.run_group`), as without the fusion."""
 
     name: str
     internal: tuple[int, ...]
     final: int
     inputs: tuple[str, ...]
     intermediates: frozenset[str]
-    compute: Callable[..., torch.Tensor]
+    compute: Callable[..., torch.Tensor | None]
 
 
 def _scalar(constants: dict[str, Tensor], name: str) -> float | None:
@@ -140,11 +143,11 @@ def _linear(
     return Fusion("Linear", (matmul,), add, (x, w, b), frozenset({product}), _linear_call)
 
 
-def _linear_call(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """ONNX MatMul keeps W as [in, out]; ``F.linear`` takes [out, in] (a view, no copy)."""
+def _linear_call(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+    """ONNX MatMul keeps W as [in, out]; ``F.linear`` takes [out, in] (a view, no copy).
+    Declines what F.linear does not take: the nodes then run, with their checks and errors."""
     if x.dim() < 2 or x.dtype != w.dtype or x.shape[-1] != w.shape[0]:
-        # the nodes themselves, with their checks and errors, for what F.linear does not take
-        return Add().forward(MatMul().forward(x, w), b)
+        return None
     return F.linear(x, w.t(), b)
 
 

@@ -36,6 +36,7 @@ from sonnx.strings import StringArray
 from sonnx.tensor import Tensor, computed_tensor, string_tensor
 
 if TYPE_CHECKING:
+    from sonnx.runtime.fusions import Fusion
     from sonnx.runtime.program import GraphProgram, Step
 
 __all__ = ["PlanAssumptionError", "build_plan"]
@@ -92,6 +93,7 @@ class _PlanWriter:
             "_Tensor": torch.Tensor,
             "_SonnxTensor": Tensor,
             "_run": program.run_step,
+            "_run_group": program.run_group,
             "_on_one_device": _on_one_device,
             "PlanAssumptionError": PlanAssumptionError,
         }
@@ -103,9 +105,7 @@ class _PlanWriter:
             index, step = entry.index, program.steps[entry.index]
             lines: list[str] = []
             if entry.action is Action.FUSED:
-                self.namespace[f"_fusion{index}"] = entry.fusion.compute
-                args = ", ".join(self._raw_arg(n, lines) for n in entry.reads)
-                lines.append(f"{self._define(step.outputs[0], _RAW)} = _fusion{index}({args})")
+                self._fused(index, step, entry.fusion, lines)
             elif entry.action is Action.SHAPE_VALUE:
                 form = _TENSOR if self._gives_tensors(step) else _ANY
                 for name in step.outputs:
@@ -118,6 +118,17 @@ class _PlanWriter:
         return self._compile()
 
     # ---- one step ----------------------------------------------------------------------------
+    def _fused(self, index: int, step: Step, fusion: Fusion, lines: list[str]) -> None:
+        """Lines calling a group's fused call and, where it declines, the program's run of
+        the group's steps (see :meth:`GraphProgram.run_group`)."""
+        self.namespace[f"_fusion{index}"] = fusion.compute
+        self.namespace[f"_group{index}"] = fusion
+        raw = ", ".join(self._raw_arg(n, lines) for n in fusion.inputs)
+        boxed = ", ".join(self._boxed_arg(n, lines) for n in fusion.inputs)
+        target = self._define(step.outputs[0], _RAW)
+        lines.append(f"{target} = _fusion{index}({raw})")
+        lines.append(f"if {target} is None: {target} = _run_group(_group{index}, [{boxed}]).data")
+
     def _call(self, index: int, step: Step, reads: list[str], lines: list[str]) -> None:
         """Lines running ``step``: its operator's forward on raw tensors when it has one and
         every input is surely a tensor, else the step loop's own ``run_step`` on values."""

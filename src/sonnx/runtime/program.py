@@ -327,32 +327,17 @@ class GraphProgram:
             if fusion is not None:
                 args = [values[n] for n in fusion.inputs]
                 try:
-                    result = _plain(fusion.compute(*(a.data for a in args)))
+                    raw = fusion.compute(*(a.data for a in args))
                 except Exception as e:
                     failure = step.failure(args, e, fusion.inputs)
                     if failure is e:
                         raise
                     raise failure from e
+                result = self.run_group(fusion, args) if raw is None else _plain(raw)
             else:
                 args = _arguments(step, values)
-                try:
-                    result = self._run_step(index, step, args, values)
-                except NotTraceableError as e:
-                    e.step_index = index  # the outermost program's index wins (subgraphs)
-                    raise
-                except Exception as e:
-                    failure = step.failure(args, e)
-                    if failure is e:
-                        raise
-                    raise failure from e
-            outs = (result,) if type(result) is Tensor or is_single_value(result) else result
-            for name, t in zip(step.outputs, outs, strict=False):
-                if name and t is not None:
-                    if isinstance(t, Tensor):
-                        t.name = name
-                    values[name] = t
-                    if computed is not None:
-                        computed[name] = t
+                result = self._run_named(index, step, args, values)
+            _store(step, result, values, computed)
             if fresh is not None and entry.action is Action.SHAPE_VALUE:
                 fresh.update((n, values[n]) for n in step.outputs if n in values)
             if debug:
@@ -362,6 +347,30 @@ class GraphProgram:
         if fresh is not None and whole:
             self._shape_values.store(signature, fresh)
         return values
+
+    def run_group(self, fusion: Fusion, args: list[Tensor]) -> Tensor:
+        """A fused group's steps one by one, on the tensors of its inputs: what runs where its
+        fused call declines (while training or tracing, on another device or dtype, for a
+        shape the call does not take); a failing step names itself."""
+        env: dict[str, Any] = dict(zip(fusion.inputs, args, strict=True))
+        for index in (*fusion.internal, fusion.final):
+            step = self.steps[index]
+            step_args = _arguments(step, env)
+            _store(step, self._run_named(index, step, step_args, env), env, None)
+        return env[self.steps[fusion.final].outputs[0]]
+
+    def _run_named(self, index: int, step: Step, args: list[Any], values: dict[str, Any]) -> Any:
+        """:meth:`_run_step`, with a failure raised as the sonnx error naming the node."""
+        try:
+            return self._run_step(index, step, args, values)
+        except NotTraceableError as e:
+            e.step_index = index  # the outermost program's index wins (subgraphs)
+            raise
+        except Exception as e:
+            failure = step.failure(args, e)
+            if failure is e:
+                raise
+            raise failure from e
 
     def _run_step(self, index: int, step: Step, args: list[Any], values: dict[str, Any]) -> Any:
         """A step's result: kept from an earlier run when it is folded, else computed."""
@@ -374,6 +383,20 @@ class GraphProgram:
             if step.foldable:
                 self._folded.keep(index, args, result)
         return result
+
+
+def _store(
+    step: Step, result: Any, values: dict[str, Any], computed: dict[str, Tensor] | None
+) -> None:
+    """Name a step's result(s) and add them to ``values`` (and ``computed``)."""
+    outs = (result,) if type(result) is Tensor or is_single_value(result) else result
+    for name, t in zip(step.outputs, outs, strict=False):
+        if name and t is not None:
+            if isinstance(t, Tensor):
+                t.name = name
+            values[name] = t
+            if computed is not None:
+                computed[name] = t
 
 
 def _arguments(step: Step, values: dict[str, Any]) -> list[Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from sonnx.runtime.compiled_graphs import CompiledGraph
-from sonnx.runtime.program import GraphProgram, reads_of
+from sonnx.runtime.program import GraphProgram
 
 
 @dataclass
@@ -61,14 +61,10 @@ class RunPart:
 
 
 def segment_reads(program: GraphProgram, start: int, stop: int) -> list[str]:
-    """The names steps ``[start, stop)`` read, subgraph reads and fused inputs included."""
-    names: list[str] = []
-    for index in range(start, stop):
-        names.extend(reads_of(program.steps[index]))
-        fusion = program.fusions.get(index)
-        if fusion is not None:
-            names.extend(fusion.inputs)
-    return list(dict.fromkeys(names))
+    """The names steps ``[start, stop)`` read, subgraph reads and fused inputs included (the
+    reads of their schedule)."""
+    reads = (n for entry in program.schedule(start, stop).steps for n in entry.reads)
+    return list(dict.fromkeys(reads))
 
 
 def plan_segments(program: GraphProgram, eager: set[int], splits: set[int]) -> list[Segment | int]:
@@ -106,11 +102,6 @@ def _segment(program: GraphProgram, start: int, stop: int) -> Segment:
         for n in segment_reads(program, start, stop)
         if n not in produced and n not in program.constants
     ]
-    later = set(program.output_names)
-    for index in range(stop, len(program.steps)):
-        later.update(reads_of(program.steps[index]))
-        fusion = program.fusions.get(index)
-        if fusion is not None:
-            later.update(fusion.inputs)
+    later = set(program.output_names).union(segment_reads(program, stop, len(program.steps)))
     outputs = [o for i in range(start, stop) for o in program.steps[i].outputs if o in later]
     return Segment(start, stop, inputs, list(dict.fromkeys(outputs)))
