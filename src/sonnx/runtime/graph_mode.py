@@ -45,7 +45,7 @@ from sonnx.engine.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.errors import BadInputError
 from sonnx.onnx.registry import operator_class
 from sonnx.runtime.compiled_graphs import CompiledGraph
-from sonnx.runtime.program import GraphProgram, reads_of
+from sonnx.runtime.program import GraphProgram
 from sonnx.runtime.segments import (
     Choice,
     RunPart,
@@ -435,7 +435,7 @@ class GraphRunner:
                 found.add(name)
             producer = program.step_producing(name)
             if producer is not None:
-                pending.extend(reads_of(producer))
+                pending.extend(producer.reads())
         return found
 
     def _versions(self) -> tuple[Any, ...]:

@@ -43,12 +43,11 @@ from sonnx.onnx.subgraphs import Subgraph
 from sonnx.onnx.values import is_single_value
 from sonnx.runtime.constants import (
     initializer_tensors,
-    mark_parameterising_constants,
-    mark_statistics_as_buffers,
     place_constant,
 )
-from sonnx.runtime.folding import FoldedResults, mark_foldable
-from sonnx.runtime.fusions import Fusion, find_fusions
+from sonnx.runtime.folding import FoldedResults
+from sonnx.runtime.fusions import Fusion
+from sonnx.runtime.passes import run_passes
 from sonnx.runtime.plan import Plan, build_plan
 from sonnx.runtime.run_paths import debugging, report, step_loop_reason
 from sonnx.runtime.schedule import Action, Schedule, build_schedule
@@ -58,7 +57,7 @@ from sonnx.runtime.shape_values import (
     shape_value_sources,
     shape_value_steps,
 )
-from sonnx.runtime.step_errors import free_inputs, input_dependent, node_error
+from sonnx.runtime.step_errors import free_inputs, node_error
 from sonnx.strings import StringArray
 from sonnx.symbolic_sizes import SymbolicInts
 from sonnx.tensor import Tensor, computed_tensor, string_tensor, symbolic_tensor
@@ -90,6 +89,16 @@ class Step:
     #: Depends on a graph input the run may feed freely: a failure here is a BadInputError
     #: (see :mod:`sonnx.runtime.step_errors`).
     blames_input: bool = False
+
+    def reads(self) -> list[str]:
+        """The names the step reads: its inputs and what its subgraphs take from the outer
+        scope."""
+        names = [n for n in self.inputs if n]
+        if self.has_subgraphs:
+            for value in self.attrs.values():
+                if isinstance(value, Subgraph):
+                    names.extend(value.program.outer_names())
+        return names
 
     def failure(
         self, args: list[Any], error: Exception, names: Sequence[str] | None = None
@@ -264,7 +273,7 @@ class GraphProgram:
         the order first read (store keys list them: no per-process hash order)."""
         defined = set(self.input_names) | set(self.constants)
         defined |= {o for step in self.steps for o in step.outputs}
-        reads = (n for step in self.steps for n in reads_of(step) if n not in defined)
+        reads = (n for step in self.steps for n in step.reads() if n not in defined)
         return list(dict.fromkeys(reads))
 
     def step_producing(self, name: str) -> Step | None:
@@ -290,7 +299,7 @@ class GraphProgram:
         key = (start, stop, frozen, every_value, prune, tuple(self.fusions))
         found = self._schedules.get(key)
         if found is None:
-            found = build_schedule(self, start, stop, frozen, every_value, prune, reads_of)
+            found = build_schedule(self, start, stop, frozen, every_value, prune)
             self._schedules[key] = found
         return found
 
@@ -410,16 +419,6 @@ def _arguments(step: Step, values: dict[str, Any]) -> list[Any]:
         ) from None
 
 
-def reads_of(step: Step) -> list[str]:
-    """The names a step reads: its inputs and what its subgraphs take from the outer scope."""
-    names = [n for n in step.inputs if n]
-    if step.has_subgraphs:
-        for value in step.attrs.values():
-            if isinstance(value, Subgraph):
-                names.extend(value.program.outer_names())
-    return names
-
-
 def _trace(step: Step, args: list[Any], values: dict[str, Any], seconds: float) -> None:
     """One node of the ``SONNX_DEBUG`` trace: its inputs, its outputs by name, its time."""
     inputs = ", ".join(_described(a) for a in args)
@@ -470,22 +469,16 @@ def compile_graph(
             constants[step.outputs[0]] = value
             continue
         steps.append(step)
-    mark_statistics_as_buffers(steps, constants)
-    mark_parameterising_constants(steps, constants)
-    mark_foldable(steps, constants)
-    free = free_inputs(graph, input_names, is_subgraph)
-    if is_subgraph:
-        free |= known - set(constants) - set(input_names)  # the enclosing scope's names
-    flags = input_dependent([reads_of(s) for s in steps], [s.outputs for s in steps], free)
-    for step, flag in zip(steps, flags, strict=True):
-        step.blames_input = flag
     produced = known | {o for s in steps for o in s.outputs} | set(constants)
     for out in graph.output:
         if out.name not in produced:
             raise BadModelError(f"graph output {out.name!r} is not produced by any node")
     outputs = [o.name for o in graph.output]
     program = GraphProgram(constants, list(input_names), outputs, steps, dev)
-    program.fusions = find_fusions(steps, constants, outputs)
+    free = free_inputs(graph, input_names, is_subgraph)
+    if is_subgraph:
+        free |= known - set(constants) - set(input_names)  # the enclosing scope's names
+    run_passes(program, free)
     return program
 
 

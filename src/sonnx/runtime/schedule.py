@@ -20,13 +20,13 @@ shape value for later runs of it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sonnx.runtime.fusions import Fusion
-    from sonnx.runtime.program import GraphProgram, Step
+    from sonnx.runtime.program import GraphProgram
 
 __all__ = ["Action", "Schedule", "Scheduled", "build_schedule"]
 
@@ -68,7 +68,6 @@ def build_schedule(
     keep: frozenset[str] | None,
     every_value: bool,
     prune: bool,
-    reads_of: Callable[[Step], list[str]],
 ) -> Schedule:
     """The schedule of a run of ``program``'s steps ``[start, stop)`` keeping ``keep``."""
     fused = {} if every_value else _active_fusions(program, start, stop, keep)
@@ -82,9 +81,9 @@ def build_schedule(
             fusion = fused[index]
             entries.append((index, Action.FUSED, fusion, tuple(fusion.inputs)))
         elif index in shape_steps:
-            entries.append((index, Action.SHAPE_VALUE, None, tuple(reads_of(program.steps[index]))))
+            entries.append((index, Action.SHAPE_VALUE, None, tuple(program.steps[index].reads())))
         else:
-            entries.append((index, Action.RUN, None, tuple(reads_of(program.steps[index]))))
+            entries.append((index, Action.RUN, None, tuple(program.steps[index].reads())))
     if prune:
         entries = _live(program, entries, keep or frozenset())
     frees = _frees(program, entries, keep)

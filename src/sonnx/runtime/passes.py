@@ -1,0 +1,80 @@
+"""The passes that prepare a compiled graph's program, in the order they run.
+
+:func:`~sonnx.runtime.program.compile_graph` lowers a ``GraphProto`` to a program (constants and
+one :class:`~sonnx.runtime.program.Step` per node, in execution order) and then runs
+:data:`PASSES` over it. Each pass reads the steps, constants and outputs and writes what it
+decides onto them; none changes the steps themselves, so cuts (``last_layers``), export and
+``SONNX_DEBUG`` still see one step per original node. What runs when is decided later, per kind
+of run, by the schedule (:mod:`sonnx.runtime.schedule`): which groups run fused, which steps
+are known shape values, which are pruned as dead, and when each value is freed. Every executor
+(the program's step loop, the generated plan, graph mode's segments) walks that schedule.
+
+Shape-value hoisting (:mod:`sonnx.runtime.shape_values`) is the one analysis not run here: it
+needs no pass of its own, because the program works it out on first use
+(``GraphProgram.shape_value_steps``) and the schedule reads it from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sonnx.runtime.constants import mark_parameterising_constants, mark_statistics_as_buffers
+from sonnx.runtime.folding import mark_foldable
+from sonnx.runtime.fusions import find_fusions
+from sonnx.runtime.step_errors import input_dependent
+
+if TYPE_CHECKING:
+    from sonnx.runtime.program import GraphProgram, Step
+
+__all__ = ["PASSES", "Pass", "run_passes"]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass: its name (for ``explain`` and the docs) and what it does to a program.
+    ``free`` names the values a run may feed freely (see :mod:`sonnx.runtime.step_errors`)."""
+
+    name: str
+    apply: Callable[[GraphProgram, set[str]], None]
+
+
+def _statistics(program: GraphProgram, free: set[str]) -> None:
+    mark_statistics_as_buffers(program.steps, program.constants)
+
+
+def _parameterising(program: GraphProgram, free: set[str]) -> None:
+    mark_parameterising_constants(program.steps, program.constants)
+
+
+def _folding(program: GraphProgram, free: set[str]) -> None:
+    mark_foldable(program.steps, program.constants)
+
+
+def _blame(program: GraphProgram, free: set[str]) -> None:
+    steps: list[Step] = program.steps
+    flags = input_dependent([s.reads() for s in steps], [s.outputs for s in steps], free)
+    for step, flag in zip(steps, flags, strict=True):
+        step.blames_input = flag
+
+
+def _fusions(program: GraphProgram, free: set[str]) -> None:
+    program.fusions = find_fusions(program.steps, program.constants, program.output_names)
+
+
+#: The passes, in order: what a later one reads, an earlier one wrote (folding reads which
+#: constants are weights; the fusions leave out folded steps).
+PASSES: tuple[Pass, ...] = (
+    Pass("running statistics as buffers", _statistics),
+    Pass("parameterising inputs as constants", _parameterising),
+    Pass("constant folding", _folding),
+    Pass("input blame", _blame),
+    Pass("fusions (GELU, Linear, Conv+BatchNorm+activation chains)", _fusions),
+)
+
+
+def run_passes(program: GraphProgram, free: set[str]) -> None:
+    """Run every pass of :data:`PASSES` over ``program``."""
+    for each in PASSES:
+        each.apply(program, free)
