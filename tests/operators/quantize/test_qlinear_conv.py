@@ -13,7 +13,7 @@ from onnx.reference import ReferenceEvaluator
 from sonnx import autograd
 from sonnx.errors import BadInputError, ExportError
 from sonnx.proto.graph_builder import GraphBuilder
-from sonnx.tensor import Tensor
+from sonnx.tensor import Tensor, to_numpy
 
 RNG = np.random.default_rng(0)
 F32 = np.float32
@@ -131,3 +131,37 @@ def test_export_needs_opset_10():
     g = GraphBuilder(10)
     autograd.QLinearConv(group=1).export(g, ["x"] * 8, ["y"])
     assert g.nodes[0].op_type == "QLinearConv"
+
+
+def test_compiled_graph_mode_runs_it_eagerly_and_equals_eager() -> None:
+    """torch's inductor hands a CPU float64 convolution with a constant weight to oneDNN,
+    which takes no float64 (the compiled graph failed at its first run): graph mode runs the
+    node eagerly, compiles the rest and gives eager's values."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    import sonnx
+
+    x, *constants = _operands(np.uint8)
+    names = ["xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    inits = [
+        numpy_helper.from_array(np.asarray(v), n) for n, v in zip(names, constants, strict=True)
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("QLinearConv", ["x", *names], ["q"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node("DequantizeLinear", ["q", "ys", "yz"], ["y"], name="dequantize"),
+        ],
+        "qconv",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [None, 2, 5, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2, 5, 6])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    (eager,) = sonnx.prepare(model).run([x])
+    rep = sonnx.prepare(model, use_graph=True)
+    with pytest.warns(RuntimeWarning, match="float64 convolution"):
+        (compiled,) = rep.run([x])
+    np.testing.assert_array_equal(to_numpy(compiled), to_numpy(eager))
+    assert "eager (inductor would hand its float64 convolution to oneDNN): step 0" in rep.explain()

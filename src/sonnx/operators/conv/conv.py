@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from sonnx.engine.operator import Operator, OutputShape
-from sonnx.engine.tracing import value_checks
+from sonnx.engine.tracing import NotTraceableError, value_checks
 from sonnx.errors import BadInputError
 from sonnx.operators.conv.sampling import Col2Im, DeformConv, col2im, deform_conv2d
 from sonnx.operators.conv.windows import (
@@ -104,6 +104,11 @@ def conv_forward(
     same shapes, and the checks and pad arithmetic cost about as much as a small convolution.
     """
     kept = value_checks()
+    if not kept and x.dtype == torch.float64 and x.device.type == "cpu":
+        # torch 2.13's inductor hands every CPU convolution with a constant weight to oneDNN
+        # (mkldnn._convolution_pointwise), which takes no float64: the compiled graph would
+        # fail at its first run. QLinearConv and ConvInteger accumulate in float64.
+        raise NotTraceableError("inductor would hand its float64 convolution to oneDNN")
     signature = (
         (x.shape, w.shape, x.dtype, w.dtype, None if b is None else (b.shape, b.dtype))
         if kept
