@@ -13,10 +13,14 @@ from sonnx.onnx.exporter import save, to_onnx
 from sonnx.onnx.importer import SingaRep, prepare
 from sonnx.onnx.sonnx_model import SONNXModel
 from sonnx.process_tuning import tune_process_for_serving
+from sonnx.version import package_version
+
+__version__ = package_version()
 
 __all__ = [
     "SONNXModel",
     "SingaRep",
+    "__version__",
     "autograd",
     "device",
     "layer",
