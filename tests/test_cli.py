@@ -176,6 +176,22 @@ def test_run_last_layers_saves_the_cut_tensor_by_name(tmp_path, capsys) -> None:
     np.testing.assert_array_equal(np.load(f"{prefix}_scaled_out.npy"), 2 * np.maximum(X, 0))
 
 
+def test_run_prints_a_sequence_output_and_says_it_is_not_saved(tmp_path, capsys) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("SequenceConstruct", ["x", "x"], ["pair"])],
+        "seq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_sequence_value_info("pair", TensorProto.FLOAT, None)],
+    )
+    model = tmp_path / "seq.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    x = _npy(tmp_path / "x.npy", X)
+    assert main(["run", str(model), x, "--save", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("pair: list\n[array([[-1. ,  0.5,  2. , -3. ]], dtype=float32)")
+    assert "sonnx: note: pair is a list, not saved" in captured.err
+
+
 def test_output_names_become_safe_distinct_file_names() -> None:
     paths = output_paths("p", ["a/b:0", "a_b_0", "logits", "../up"])
     expected = ["p_a_b_0_0.npy", "p_a_b_0_1.npy", "p_logits.npy", "p_.._up.npy"]

@@ -14,13 +14,15 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from sonnx import dtypes
 from sonnx.errors import BadInputError
 from sonnx.onnx.importer import SingaRep
-from sonnx.tensor import to_numpy
+from sonnx.onnx.values import OptionalValue, TensorSequence
+from sonnx.tensor import Tensor, to_numpy
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -53,11 +55,17 @@ def load_inputs(rep: SingaRep, paths: Sequence[str], cast: bool) -> list[np.ndar
 
 def run_outputs(
     rep: SingaRep, arrays: list[np.ndarray], names: Sequence[str], last_layers: int
-) -> dict[str, np.ndarray]:
-    """The outputs by name: the tensors ``names`` (one run, stopped after the last of them
-    to be computed), else those of ``rep.run(last_layers=...)``."""
+) -> dict[str, Any]:
+    """The outputs by name, as arrays (see :func:`host_value`): the tensors ``names`` (one
+    run, stopped after the last of them to be computed), else those of
+    ``rep.run(last_layers=...)``."""
     if not names:
-        return {t.name: to_numpy(t) for t in rep.run(arrays, last_layers=last_layers)}
+        results = rep.run(arrays, last_layers=last_layers)
+        if last_layers == -1:
+            names = rep.outputs
+        else:
+            names = [o for o in rep.steps[len(rep.steps) + last_layers].outputs if o]
+        return {n: host_value(v) for n, v in zip(names, results, strict=True)}
     names = list(dict.fromkeys(names))
     produced = {o: i for i, step in enumerate(rep.steps) for o in step.outputs if o}
     unknown = [n for n in names if n not in produced and n not in rep.constants]
@@ -70,16 +78,31 @@ def run_outputs(
     others = [n for n in names if n != last]
     results = rep.run(arrays, output=last, aux_output=others)
     values = dict(zip([last, *others], results, strict=True))
-    return {n: to_numpy(values[n]) for n in names}
+    return {n: host_value(values[n]) for n in names}
 
 
-def print_outputs(outputs: dict[str, np.ndarray], threshold: int) -> None:
+def host_value(value: Any) -> Any:
+    """A run's value as NumPy: a tensor's array, a sequence's list of arrays, an optional's
+    content (None when empty); maps (ZipMap's) are plain dicts already."""
+    if isinstance(value, Tensor):
+        return to_numpy(value)
+    if isinstance(value, TensorSequence):
+        return [to_numpy(t) for t in value]
+    if isinstance(value, OptionalValue):
+        return None if value.value is None else host_value(value.value)
+    return value
+
+
+def print_outputs(outputs: dict[str, Any], threshold: int) -> None:
     """Each output's name, type, shape and values; an output of more than ``threshold``
     values is summarised (NumPy's ``...``)."""
     with np.printoptions(threshold=threshold):
-        for name, array in outputs.items():
-            print(f"{name}: {array.dtype} {array.shape}")
-            print(array)
+        for name, value in outputs.items():
+            if isinstance(value, np.ndarray):
+                print(f"{name}: {value.dtype} {value.shape}")
+            else:
+                print(f"{name}: {type(value).__name__}")
+            print(value)
 
 
 def output_paths(prefix: str, names: Sequence[str]) -> list[Path]:
@@ -93,7 +116,13 @@ def output_paths(prefix: str, names: Sequence[str]) -> list[Path]:
     ]
 
 
-def save_outputs(outputs: dict[str, np.ndarray], prefix: str) -> None:
-    for path, array in zip(output_paths(prefix, list(outputs)), outputs.values(), strict=True):
-        np.save(path, array)
-        print(f"wrote {path}")
+def save_outputs(outputs: dict[str, Any], prefix: str) -> None:
+    """Each array output as ``PREFIX_<name>.npy``; an output that is no array (a sequence, a
+    map) is not saved, and a note says so."""
+    paths = output_paths(prefix, list(outputs))
+    for path, (name, value) in zip(paths, outputs.items(), strict=True):
+        if isinstance(value, np.ndarray):
+            np.save(path, value)
+            print(f"wrote {path}")
+        else:
+            print(f"sonnx: note: {name} is a {type(value).__name__}, not saved", file=sys.stderr)
