@@ -135,7 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpWithDefaults,
     )
     parser.add_argument(
-        "--version", action="version", version=f"sonnx {package_version()}", help="print it"
+        "--version",
+        action="version",
+        version=f"sonnx {package_version()}",
+        help="print sonnx's version and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
