@@ -13,10 +13,14 @@ from sonnx.onnx.exporter import save, to_onnx
 from sonnx.process_tuning import tune_process_for_serving
 from sonnx.runtime.rep import SingaRep, prepare
 from sonnx.sonnx_model import SONNXModel
+from sonnx.version import package_version
+
+__version__ = package_version()
 
 __all__ = [
     "SONNXModel",
     "SingaRep",
+    "__version__",
     "autograd",
     "device",
     "layer",

@@ -81,6 +81,23 @@ def onnx_type_name(code: int) -> str:
     return TensorProto.DataType.Name(code)
 
 
+def dtype_name(dtype: object) -> str:
+    """An element type as sonnx shows it to users: ``float32``, ``int64``, ``bool``,
+    ``bfloat16``, ``string`` (the lower-case names of ONNX's types that NumPy also uses, never
+    torch's ``torch.float32``); ``?`` for an unknown type. Accepts whatever
+    :func:`as_torch_dtype` accepts."""
+    if dtype is None:
+        return "?"
+    try:
+        element = as_torch_dtype(dtype)
+    except (BadInputError, TypeError):
+        return str(dtype)
+    if element is STRING:
+        return "string"
+    known = _TORCH_TO_NUMPY.get(element)
+    return known.name if known is not None else str(element).removeprefix("torch.")
+
+
 def onnx_to_torch(code: int) -> ElementType:
     """The torch dtype for an ONNX element-type code (:data:`STRING` for strings)."""
     try:

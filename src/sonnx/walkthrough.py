@@ -23,6 +23,7 @@ import numpy as np
 from sonnx import autograd, layer, model, opt, tensor
 from sonnx.data import Dataset, load_dataset
 from sonnx.device import Device, get_default_device, set_seed
+from sonnx.errors import BadInputError
 from sonnx.onnx.exporter import save, to_onnx
 from sonnx.runtime.rep import SingaRep, prepare
 from sonnx.sonnx_model import apply_update
@@ -222,7 +223,16 @@ def run_walkthrough(
     progress: bool = True,
     dev: Device | None = None,
 ) -> list[StageResult]:
-    """Run the six stages; write ``mnist.onnx``, ``transfer.onnx`` and ``curves.png``."""
+    """Run the six stages; write ``mnist.onnx``, ``transfer.onnx`` and ``curves.png``.
+
+    ``limit`` keeps the first ``limit`` images of the training set and of the test set; fewer
+    than one batch is refused (no training step would run)."""
+    if limit is not None and limit < batch_size:
+        raise BadInputError(
+            f"demo: limit {limit} keeps fewer images than one batch ({batch_size}), so no "
+            f"training step would run; use a limit of at least {batch_size} (it cuts both the "
+            "training and the test set) or a smaller batch size"
+        )
     dev = dev or get_default_device()
     out_dir.mkdir(parents=True, exist_ok=True)
     data = load_dataset(data_dir).limited(limit)

@@ -252,7 +252,7 @@ def test_wrong_feature_count_names_expected_and_received(logistic_rep):
 
 def test_wrong_dtype_is_refused(logistic_rep):
     rep, x = logistic_rep
-    with pytest.raises(BadInputError, match=r"input 'X' expects torch.float32.*float64"):
+    with pytest.raises(BadInputError, match=r"input 'X' expects float32.*received float64"):
         rep.run([x.astype(np.float64)])
 
 

@@ -6,6 +6,7 @@ model run eagerly by sonnx (itself checked against onnxruntime elsewhere).
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -45,7 +46,11 @@ def _same(graph_rep, eager_rep, feeds) -> None:
         np.testing.assert_allclose(to_numpy(g), to_numpy(e), rtol=1e-5, atol=1e-6)
 
 
-def test_cnn_compiles_once_for_many_batch_sizes_and_matches_eager(cnn) -> None:
+def _compile_notes(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "sonnx.graph_mode"]
+
+
+def test_cnn_compiles_once_for_many_batch_sizes_and_matches_eager(cnn, caplog) -> None:
     rep, eager = sonnx.prepare(cnn, use_graph=True), sonnx.prepare(cnn)
     rep.graph_runner.dynamic = True
     rng = np.random.default_rng(0)
@@ -55,6 +60,10 @@ def test_cnn_compiles_once_for_many_batch_sizes_and_matches_eager(cnn) -> None:
         _same(rep, eager, [rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)])
     assert rep.graph_runner.fallback is None
     assert rep.graph_runner.compile_count == 1
+    # The one compile says that it starts, for what, and how long it took: nothing else.
+    started, done = _compile_notes(caplog)
+    assert started.startswith("sonnx graph mode: compiling a new graph for float32[1, 3, 16, 16];")
+    assert re.fullmatch(r"sonnx graph mode: compiled in \d+\.\d s", done)
 
 
 def test_the_graph_chosen_for_a_shape_is_remembered_for_a_bounded_number_of_shapes(cnn) -> None:
@@ -198,7 +207,7 @@ def _compute_around_a_nonzero() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_the_steps_around_an_eager_step_are_compiled_segments() -> None:
+def test_the_steps_around_an_eager_step_are_compiled_segments(caplog) -> None:
     model = _compute_around_a_nonzero()
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     rng = np.random.default_rng(0)
@@ -212,6 +221,11 @@ def test_the_steps_around_an_eager_step_are_compiled_segments() -> None:
     assert kinds == ["compiled", "eager", "compiled"]
     # NonZero's indices differ per input; they are traced, not baked into a graph per value.
     assert runner.compile_count == 2
+    # The whole graph's trace stopped at NonZero (no "compiled" line); each segment says which
+    # steps it compiles.
+    notes = _compile_notes(caplog)
+    segments = [n for n in notes if f" of {len(rep.steps)}); this can take minutes" in n]
+    assert len(segments) == 2 and len([n for n in notes if "compiled in" in n]) == 2, notes
 
 
 def _if_on_a_switch_input() -> onnx.ModelProto:

@@ -80,6 +80,16 @@ def test_summary_lists_layers_with_their_cut_values() -> None:
     assert "Constant" not in text
 
 
+def test_print_and_repr_name_each_nodes_output_tensors() -> None:
+    """``output=`` takes tensor names, so the listing shows them beside the node names."""
+    rep = sonnx.prepare(_chain_model())
+    header, *lines = str(rep).splitlines()
+    assert header.split()[3:] == ["name", "outputs", "shape"]
+    assert [line.split()[4] for line in lines] == ["r", "m", "a", "y"]
+    assert all(line.endswith(" (N, 4)") for line in lines)
+    assert repr(rep) == "<SingaRep 4 layers on Device('cpu'); inputs x: float32 (N, 4); outputs y>"
+
+
 def test_float_initializers_are_trainable_parameters() -> None:
     rep = sonnx.prepare(_chain_model())
     assert set(rep.params) == {"b"}
@@ -93,8 +103,13 @@ def test_float_initializers_are_trainable_parameters() -> None:
 
 def test_bad_inputs_name_the_input_and_what_was_expected() -> None:
     rep = sonnx.prepare(_chain_model())
-    with pytest.raises(BadInputError, match=r"'x'.*float32.*received torch.float64"):
+    expects = r"input 'x' expects float32 \(N, 4\), received float64 with shape \(1, 4\)"
+    with pytest.raises(BadInputError, match=expects + r"; cast it with x.astype\(np.float32\)"):
         rep.run([X.astype(np.float64)])
+    with pytest.raises(BadInputError, match=r"received float64 .*x.as_type\('float32'\)"):
+        rep.run([Tensor(data=X.astype(np.float64), requires_grad=False)])
+    with pytest.raises(BadInputError, match=r"np.asarray\(x, dtype=np.float32\)"):
+        rep.run([[[1, 2, 3, 4]]])
     with pytest.raises(BadInputError, match=r"'x'.*received shape \(4,\)"):
         rep.run([X[0]])
     with pytest.raises(BadInputError, match="unknown input"):

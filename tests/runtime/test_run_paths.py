@@ -50,7 +50,7 @@ def test_sonnx_debug_prints_the_path_and_every_node_with_its_outputs(cnn_rep, mo
     traced_nodes = [line.split()[2] for line in lines[1:]]
     assert traced_nodes == [step.info.name for step in cnn_rep.steps]  # fused Convs included
     last = cnn_rep.steps[-1]
-    assert f"-> {last.outputs[0]}: torch.float32[2, " in lines[-1]
+    assert f"-> {last.outputs[0]}: float32[2, " in lines[-1]
     monkeypatch.delenv("SONNX_DEBUG")
     (fused,) = cnn_rep.run([x])
     np.testing.assert_allclose(traced.numpy(), fused.numpy(), rtol=1e-4, atol=1e-5)

@@ -44,6 +44,7 @@ from sonnx.engine.operator import Randomness
 from sonnx.engine.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.errors import BadInputError
 from sonnx.onnx.registry import operator_class
+from sonnx.runtime.compile_notes import compiling, describe_inputs
 from sonnx.runtime.compiled_graphs import CompiledGraph
 from sonnx.runtime.program import GraphProgram
 from sonnx.runtime.segments import (
@@ -541,8 +542,13 @@ class GraphRunner:
         xs = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
         declared = [self.declared_shapes.get(n) for n in traced_names]
 
+        steps = len(self.program.steps)
+        what = describe_inputs(xs)
+        if segment.stop - segment.start < steps:
+            what += f" (steps {segment.start}-{segment.stop - 1} of {steps})"
+
         def build(library: Path) -> str:
-            with torch.no_grad(), torch_deprecations_ignored():
+            with compiling(what), torch.no_grad(), torch_deprecations_ignored():
                 # Imported when a graph is first compiled: it loads inductor (1-2 s), which a
                 # process that only loads stored graphs or runs eagerly never needs.
                 from sonnx.runtime.symbolic_graphs import compile_static, compile_symbolic

@@ -433,7 +433,7 @@ def _described(value: Any) -> str:
     if value is None:
         return "-"
     if hasattr(value, "dtype") and hasattr(value, "shape"):
-        return f"{value.dtype}{list(value.shape)}"
+        return f"{dtypes.dtype_name(value.dtype)}{list(value.shape)}"
     return type(value).__name__  # a sequence, an optional
 
 

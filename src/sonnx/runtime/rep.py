@@ -88,10 +88,10 @@ class InputSpec:
             if self.shape is None
             else "(" + ", ".join("?" if d is None else str(d) for d in self.shape) + ")"
         )
-        return f"{self.dtype} {dims}"
+        return f"{dtypes.dtype_name(self.dtype)} {dims}"
 
 
-@dataclass
+@dataclass(repr=False)
 class SingaRep:
     """A prepared ONNX model. Run it with :meth:`run`; its weights are in :attr:`params`.
 
@@ -304,8 +304,9 @@ class SingaRep:
         data = t.data
         if spec.dtype is not None and data.dtype != spec.dtype:
             raise BadInputError(
-                f"run: input {spec.name!r} expects {spec.describe()}, received {t.dtype} "
-                f"with shape {t.shape}"
+                f"run: input {spec.name!r} expects {spec.describe()}, received "
+                f"{dtypes.dtype_name(t.dtype)} with shape {tuple(data.shape)}"
+                f"{_cast_hint(value, spec.dtype)}"
             )
         if spec.shape == () and data.dim() > 0 and data.numel() == 1:
             # A one-element tensor is accepted for a scalar input (official cases feed them).
@@ -344,20 +345,29 @@ class SingaRep:
         return explain_run(self.program, self.graph_runner, choice, stop, all_outputs, values)
 
     def summary(self) -> str:
-        """A table of layers: index, the ``last_layers`` value that stops after it, op, name,
-        output shape."""
+        """A table of layers: index, the ``last_layers`` value that stops after it, op, node
+        name, the names of its output tensors (what ``run(output=...)`` and
+        ``sonnx run --output`` take), and the first output's shape."""
         n = len(self.steps)
-        rows = [f"{'#':>4}  {'cut':>5}  {'op':<22} {'name':<32} output shape"]
+        rows = [f"{'#':>4}  {'cut':>5}  {'op':<22} {'name':<32} {'outputs':<32} shape"]
         for k, step in enumerate(self.steps):
-            out = step.outputs[0] if step.outputs else ""
+            outputs = [o for o in step.outputs if o]
             rows.append(
                 f"{k:>4}  {k - n:>5}  {step.info.op_type:<22} {step.info.name[:32]:<32} "
-                f"{self.shapes.get(out, '?')}"
+                f"{', '.join(outputs):<32} {self.shapes.get(outputs[0], '?') if outputs else ''}"
             )
         return "\n".join(rows)
 
     def __str__(self) -> str:
         return self.summary()
+
+    def __repr__(self) -> str:
+        inputs = ", ".join(f"{s.name}: {s.describe()}" for s in self.input_specs)
+        mode = ", use_graph=True" if self.graph_runner is not None else ""
+        return (
+            f"<SingaRep {len(self.steps)} layers on {self.device}{mode}; inputs {inputs}; "
+            f"outputs {', '.join(self.outputs)}>"
+        )
 
 
 def prepare(
@@ -411,6 +421,22 @@ def prepare(
             else None
         ),
     )
+
+
+def _cast_hint(value: Any, dtype: Any) -> str:
+    """How to give ``value`` the element type an input expects, in the words of its kind
+    (sonnx narrows no type silently: ``np.random.rand`` makes float64, models take float32)."""
+    name = dtypes.dtype_name(dtype)
+    if isinstance(value, Tensor):
+        return f"; cast it with x.as_type({name!r})"
+    if isinstance(value, torch.Tensor):
+        return f"; cast it with x.to(torch.{name})"
+    if dtypes.torch_to_numpy(dtype) is None or name == "string":
+        return ""
+    target = f"{'np' if hasattr(np, name) else 'ml_dtypes'}.{name}"
+    if isinstance(value, np.ndarray):
+        return f"; cast it with x.astype({target})"
+    return f"; make it with np.asarray(x, dtype={target})"
 
 
 def _is_map_list(value: Any) -> bool:

@@ -219,12 +219,17 @@ class GraphStore:
         size = sum(f.stat().st_size for e in entries for f in e.iterdir() if f.is_file())
         return len(entries), size
 
-    def clear(self) -> None:
+    def clear(self) -> tuple[int, int]:
         """Delete every stored graph and plan (safe at any time: graphs already loaded by a
-        running process stay loaded)."""
+        running process stay loaded); returns how many files went, and their bytes."""
+        files = size = 0
         if self.root is not None:
             for part in ("graphs", "plans"):
+                found = [f for f in (self.root / part).rglob("*") if f.is_file()]
+                files += len(found)
+                size += sum(f.stat().st_size for f in found)
                 shutil.rmtree(self.root / part, ignore_errors=True)
+        return files, size
 
     def load_plan(self, model: str) -> dict[int, str]:
         """The steps a model's graph mode found must run eagerly, by index, with why."""

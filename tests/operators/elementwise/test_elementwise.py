@@ -299,12 +299,18 @@ def test_add_bias():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: autograd.add(t(np.ones(2, np.float32)), t(np.ones(2))), "Add: input B must have"),
+        (
+            lambda: autograd.add(t(np.ones(2, np.float32)), t(np.ones(2))),
+            r"Add: input B must have the element type of input A \(float32\), received float64",
+        ),
         (lambda: autograd.mul(t(np.ones((2, 3))), t(np.ones(4))), "Mul: inputs must be broadcast"),
-        (lambda: autograd.exp(t(np.ones(2, np.int64))), "Exp: input input must be a floating"),
+        (
+            lambda: autograd.exp(t(np.ones(2, np.int64))),
+            r"Exp: input input must be a floating.*\), received int64$",
+        ),
         (lambda: autograd.div(t(np.ones(2, np.int32)), t(np.zeros(2, np.int32))), "by zero"),
         (lambda: autograd.mod(t(np.ones(2, np.int32)), t(np.zeros(2, np.int32))), "by zero"),
-        (lambda: autograd._not(t(np.ones(2))), "Not: input X must be a bool tensor"),
+        (lambda: autograd._not(t(np.ones(2))), "Not: input X must be a bool tensor.*float64$"),
         (lambda: autograd._and(t(np.ones(2)), t(np.ones(2))), "And: input A must be a bool"),
         (lambda: autograd.neg(t(np.ones(2, np.uint8))), "Neg: input X must be a signed"),
         (lambda: autograd.bitwise_and(t(np.ones(2)), t(np.ones(2))), "must be an integer"),

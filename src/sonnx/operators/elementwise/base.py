@@ -87,14 +87,16 @@ def require_float(op: str, name: str, x: torch.Tensor) -> None:
     if not dtypes.is_float(x.dtype):
         raise BadInputError(
             f"{op}: input {name} must be a floating-point tensor (float16, bfloat16, float32, "
-            f"float64), received {x.dtype}"
+            f"float64), received {dtypes.dtype_name(x.dtype)}"
         )
 
 
 def require(op: str, name: str, x: torch.Tensor, allowed: str, ok: bool) -> None:
     """Raise the standard message when ``ok`` is false: ``allowed`` describes the valid dtypes."""
     if not ok:
-        raise BadInputError(f"{op}: input {name} must be {allowed}, received {x.dtype}")
+        raise BadInputError(
+            f"{op}: input {name} must be {allowed}, received {dtypes.dtype_name(x.dtype)}"
+        )
 
 
 def same_dtype(op: str, names: Sequence[str], xs: Sequence[torch.Tensor]) -> None:
@@ -103,8 +105,8 @@ def same_dtype(op: str, names: Sequence[str], xs: Sequence[torch.Tensor]) -> Non
     for name, x in zip(names[1:], xs[1:], strict=False):
         if x.dtype != first and not autocast_mixes(xs[0], x):
             raise BadInputError(
-                f"{op}: input {name} must have the element type of input {names[0]} ({first}), "
-                f"received {x.dtype}"
+                f"{op}: input {name} must have the element type of input {names[0]} "
+                f"({dtypes.dtype_name(first)}), received {dtypes.dtype_name(x.dtype)}"
             )
 
 
