@@ -1,4 +1,5 @@
-"""Element types as sonnx shows them to users: ONNX's lower-case names, never torch's."""
+"""Element types as sonnx shows them to users: ONNX's lower-case names, never torch's, in
+:func:`dtype_name` and in the errors operators raise."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import pytest
 import torch
 from onnx import TensorProto
 
+from sonnx import autograd
 from sonnx.dtypes import STRING, dtype_name
+from sonnx.errors import BadInputError
+from sonnx.tensor import Tensor
 
 
 @pytest.mark.parametrize(
@@ -30,3 +34,40 @@ from sonnx.dtypes import STRING, dtype_name
 )
 def test_dtype_names_are_onnx_words(dtype, name) -> None:
     assert dtype_name(dtype) == name
+
+
+def _t(array: np.ndarray) -> Tensor:
+    return Tensor(data=array, requires_grad=False)
+
+
+_F16 = np.ones((2, 3), np.float16)
+_U8 = np.ones((1, 1, 3, 3), np.uint8)
+
+
+@pytest.mark.parametrize(
+    ("call", "received"),
+    [
+        (lambda: autograd.binarizer(_t(_F16)), "received float16"),  # ai.onnx.ml
+        (lambda: autograd.Relu()(_t(_U8)), "received uint8"),
+        (
+            lambda: autograd.DequantizeLinear()(_t(_U8), _t(np.int32(1)), None),
+            "x_scale must be floating-point, received int32",
+        ),
+        (
+            lambda: autograd.QLinearConv()(
+                *[_t(a) for a in (_U8.astype(np.float32), np.float32(1), np.uint8(0))],
+                *[_t(a) for a in (_U8, np.float32(1), np.uint8(0), np.float32(1), np.uint8(0))],
+            ),
+            "input x must be int8 or uint8, received float32",
+        ),
+        (lambda: autograd.Multinomial()(_t(np.ones((2, 3), np.int64))), "received int64"),
+        (lambda: autograd.MatMulInteger()(_t(_F16), _t(_F16)), "received float16"),
+    ],
+    ids=["Binarizer", "Relu", "DequantizeLinear", "QLinearConv", "Multinomial", "MatMulInteger"],
+)
+def test_operator_errors_name_dtypes_in_onnx_words(call, received) -> None:
+    with pytest.raises(BadInputError) as caught:
+        call()
+    message = str(caught.value)
+    assert received in message
+    assert "torch." not in message

@@ -42,5 +42,5 @@ def test_bytes_that_are_no_image_are_named():
     junk = Tensor(data=np.arange(40, dtype=np.uint8), requires_grad=False)
     with pytest.raises(BadInputError, match=r"encoded_stream \(40 bytes\) is not an image"):
         ag.image_decoder(junk)
-    with pytest.raises(BadInputError, match=r"must be 1-D uint8.*received torch\.float32"):
+    with pytest.raises(BadInputError, match=r"must be 1-D uint8.*received float32"):
         ag.image_decoder(Tensor(data=np.zeros(4, np.float32), requires_grad=False))

@@ -75,7 +75,7 @@ def test_binarizer_matches_reference(dtype, threshold):
 
 def test_binarizer_rejects_other_types():
     with pytest.raises(
-        BadInputError, match=r"Binarizer: input X must be float32, .* received torch.uint8"
+        BadInputError, match=r"Binarizer: input X must be float32, .* received uint8"
     ):
         autograd.binarizer(_t(np.ones(3, np.uint8)))
 
@@ -109,7 +109,7 @@ def test_array_feature_extractor_bad_inputs():
     x = _t(np.ones((2, 3), np.float32))
     with pytest.raises(BadInputError, match=r"indices Y must be in \[0, 2\].*received \[3\]"):
         autograd.array_feature_extractor(x, [3])
-    with pytest.raises(BadInputError, match=r"Y must be int64 indices, received torch\.int32"):
+    with pytest.raises(BadInputError, match=r"Y must be int64 indices, received int32"):
         autograd.ArrayFeatureExtractor()(x, _t(np.array([0], np.int32)))
     with pytest.raises(BadInputError, match="input X must have at least 1 dimension"):
         autograd.array_feature_extractor(_t(np.float32(1.0)), [0])

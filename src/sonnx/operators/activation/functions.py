@@ -110,7 +110,8 @@ _UNSIGNED = frozenset({torch.uint8, torch.uint16, torch.uint32, torch.uint64})
 def require_float(op: str, name: str, x: torch.Tensor) -> None:
     if not dtypes.is_float(x.dtype):
         raise BadInputError(
-            f"{op}: input {name} must be a floating-point tensor, received dtype {x.dtype}"
+            f"{op}: input {name} must be a floating-point tensor, received dtype "
+            f"{dtypes.dtype_name(x.dtype)}"
         )
 
 
@@ -157,7 +158,10 @@ class Relu(_Activation):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.bool or x.is_complex() or x.dtype in _UNSIGNED:
-            raise BadInputError(f"Relu: input X must be a signed number tensor, received {x.dtype}")
+            raise BadInputError(
+                f"Relu: input X must be a signed number tensor, received "
+                f"{dtypes.dtype_name(x.dtype)}"
+            )
         return torch.relu(x)
 
 
@@ -392,7 +396,8 @@ class SwiGLU(_Activation):
         if a.shape != b.shape or a.dtype != b.dtype:
             raise BadInputError(
                 f"SwiGLU: inputs A and B must have one shape and dtype (no broadcasting), "
-                f"received A {tuple(a.shape)} {a.dtype} and B {tuple(b.shape)} {b.dtype}"
+                f"received A {tuple(a.shape)} {dtypes.dtype_name(a.dtype)} and B {tuple(b.shape)} "
+                f"{dtypes.dtype_name(b.dtype)}"
             )
         return a * torch.sigmoid(float(self.attr("alpha")) * a) * b
 
@@ -410,7 +415,10 @@ class Shrink(_Activation):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.bool or x.is_complex():
-            raise BadInputError(f"Shrink: input X must be a real number tensor, received {x.dtype}")
+            raise BadInputError(
+                f"Shrink: input X must be a real number tensor, received "
+                f"{dtypes.dtype_name(x.dtype)}"
+            )
         bias, lambd = float(self.attr("bias")), float(self.attr("lambd"))
         # Integer inputs stay integer: the arithmetic happens in x's own type, as ONNX says.
         b = (

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator, OutputShape
 from sonnx.engine.tracing import NotTraceableError, value_checks
 from sonnx.errors import BadInputError
@@ -206,7 +207,8 @@ class ConvInteger(Operator):
         for name, t in (("x", x), ("w", w)):
             if t.dtype not in (torch.int8, torch.uint8):
                 raise BadInputError(
-                    f"ConvInteger: input {name} must be int8 or uint8, received {t.dtype}"
+                    f"ConvInteger: input {name} must be int8 or uint8, received "
+                    f"{dtype_name(t.dtype)}"
                 )
         xf = x.to(torch.float64)
         wf = w.to(torch.float64)

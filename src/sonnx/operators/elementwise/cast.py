@@ -224,7 +224,7 @@ def parse_strings(
     """
     flat = values.reshape(-1)
     if target.is_complex:
-        raise BadInputError(f"{op}: strings cannot be cast to {target}")
+        raise BadInputError(f"{op}: strings cannot be cast to {dtypes.dtype_name(target)}")
     if target.is_floating_point:
         parsed = np.array([_parse_float(op, s) for s in flat], dtype=np.float64)
     elif target == torch.uint64:
@@ -248,7 +248,7 @@ def format_numbers(op: str, x: torch.Tensor) -> StringArray:
     ``-INF`` and ``NaN`` for the special values; integers in decimal; bool as ``"1"``/``"0"``.
     """
     if x.dtype.is_complex:
-        raise BadInputError(f"{op}: {x.dtype} cannot be cast to strings")
+        raise BadInputError(f"{op}: {dtypes.dtype_name(x.dtype)} cannot be cast to strings")
     x = x.detach()
     if x.dtype in SUB_BYTE:
         x = decode_sub_byte(x)
@@ -300,7 +300,9 @@ def _cast_attrs(op: Operator, g: GraphBuilder, target: ElementType) -> dict[str,
     """``to`` plus the attributes that exist at ``g.opset`` (saturate 19+, round_mode 24+)."""
     if target in FLOAT8 and g.opset < 19:
         raise OpsetTooOldError(
-            f"{op.op_type} to {target} needs opset 19 or later, exporting at {g.opset}", 19
+            f"{op.op_type} to {dtypes.dtype_name(target)} needs opset 19 or later, exporting at "
+            f"{g.opset}",
+            19,
         )
     attrs: dict[str, Any] = {"to": dtypes.torch_to_onnx(target)}
     if g.opset >= 19 and op.attrs.get("saturate") is not None:
@@ -349,9 +351,9 @@ class BitCast(Operator):
             raise BadInputError("BitCast: strings have no fixed bit width; use Cast")
         if x.dtype.itemsize != target.itemsize:
             raise BadInputError(
-                f"BitCast: the target type must have the input's bit width; input is {x.dtype} "
-                f"({8 * x.dtype.itemsize} bits), received to={target} "
-                f"({8 * target.itemsize} bits)"
+                f"BitCast: the target type must have the input's bit width; input is "
+                f"{dtypes.dtype_name(x.dtype)} ({8 * x.dtype.itemsize} bits), received "
+                f"to={dtypes.dtype_name(target)} ({8 * target.itemsize} bits)"
             )
         return x.detach().view(target).clone()
 

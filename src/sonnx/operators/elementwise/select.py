@@ -175,8 +175,8 @@ class Clip(Operator):
         dtype = next(t.dtype for t in self.inputs if t is not None)
         if g.opset < 12 and not dtypes.is_float(dtype):
             raise OpsetTooOldError(
-                f"Clip of {dtype} needs opset 12 or later (integer types), exporting at "
-                f"opset {g.opset}",
+                f"Clip of {dtypes.dtype_name(dtype)} needs opset 12 or later (integer types), "
+                f"exporting at opset {g.opset}",
                 12,
             )
         g.add_node(self.op_type, inputs, outputs)

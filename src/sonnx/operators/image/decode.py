@@ -12,6 +12,7 @@ import io
 import numpy as np
 import torch
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator, OutputShape
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 from sonnx.tensor import Tensor
@@ -38,7 +39,7 @@ class ImageDecoder(Operator):
         if encoded.dtype != torch.uint8 or encoded.dim() != 1:
             raise BadInputError(
                 f"ImageDecoder: input encoded_stream must be 1-D uint8 (the bytes of an image "
-                f"file), received {encoded.dtype} with shape {tuple(encoded.shape)}"
+                f"file), received {dtype_name(encoded.dtype)} with shape {tuple(encoded.shape)}"
             )
         image = _open(encoded.detach().cpu().numpy().tobytes()).convert(_MODES[pixel_format])
         pixels = np.asarray(image)

@@ -217,8 +217,8 @@ def _interpolated(
         or not (given_sizes or all(isinstance(s, float) and s.is_integer() for s in scales))
     ):
         raise NotImplementedError(
-            f"Resize: mode {mode!r} with {coordinates!r} and scales {scales} on a {x.dtype} "
-            "input has no form for symbolic sizes"
+            f"Resize: mode {mode!r} with {coordinates!r} and scales {scales} on a "
+            f"{dtypes.dtype_name(x.dtype)} input has no form for symbolic sizes"
         )
     for axis, n, o in zip(axes, in_shape, out_shape, strict=True):
         if known_true(o == n):

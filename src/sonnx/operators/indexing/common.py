@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.tracing import defer_check, defers_checks_on, value_checks
 from sonnx.errors import BadInputError, ExportError
 
@@ -98,7 +99,7 @@ def require_int(op: str, name: str, x: torch.Tensor) -> None:
     """BadInputError unless ``x`` has an integer element type."""
     if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
         raise BadInputError(
-            f"{op}: input {name} must have an integer element type, received {x.dtype}"
+            f"{op}: input {name} must have an integer element type, received {dtype_name(x.dtype)}"
         )
 
 

@@ -91,7 +91,10 @@ def _check_matmul(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
             f"and {_shape(b)}"
         ) from None
     if a.dtype != b.dtype and not autocast_mixes(a, b):
-        raise BadInputError(f"{op}: A and B must have one dtype, received {a.dtype} and {b.dtype}")
+        raise BadInputError(
+            f"{op}: A and B must have one dtype, received {dtypes.dtype_name(a.dtype)} and "
+            f"{dtypes.dtype_name(b.dtype)}"
+        )
 
 
 class MatMul(StrictExport):
@@ -176,7 +179,7 @@ class Einsum(StrictExport):
         if not xs or (any(x.dtype != xs[0].dtype for x in xs) and not autocast_mixes(*xs)):
             raise BadInputError(
                 "Einsum: needs at least one input, all of one dtype, received dtypes "
-                f"{[x.dtype for x in xs]}"
+                f"{[dtypes.dtype_name(x.dtype) for x in xs]}"
             )
         try:
             return torch.einsum(equation, *[_widen(x) for x in xs]).to(xs[0].dtype)
@@ -197,7 +200,7 @@ class Det(StrictExport):
         if x.dim() < 2 or x.shape[-1] != x.shape[-2] or not dtypes.is_float(x.dtype):
             raise BadInputError(
                 "Det: input X must be a floating-point tensor of square matrices (..., M, M), "
-                f"received shape {_shape(x)} and dtype {x.dtype}"
+                f"received shape {_shape(x)} and dtype {dtypes.dtype_name(x.dtype)}"
             )
         # torch has no half-precision LU on the CPU: compute in float32 and round back.
         work = x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
@@ -271,7 +274,9 @@ def _zero_point(zp: torch.Tensor | None, row_wise: bool) -> torch.Tensor | int:
 def _int8_types(op: str, **named: torch.Tensor) -> None:
     for name, t in named.items():
         if t.dtype not in (torch.int8, torch.uint8):
-            raise BadInputError(f"{op}: input {name} must be int8 or uint8, received {t.dtype}")
+            raise BadInputError(
+                f"{op}: input {name} must be int8 or uint8, received {dtypes.dtype_name(t.dtype)}"
+            )
 
 
 class MatMulInteger(StrictExport):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator, OutputShape, TorchOutputs
 from sonnx.errors import BadInputError
 from sonnx.operators.normalization.common import attrs_at_opset, check_float, compute_dtype
@@ -37,7 +38,8 @@ def negative_log_likelihood(
     check_float(op, "input", log_prob)
     if target.dtype not in (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8):
         raise BadInputError(
-            f"{op}: input target must hold integer class indices, received {target.dtype}"
+            f"{op}: input target must hold integer class indices, received "
+            f"{dtype_name(target.dtype)}"
         )
     if log_prob.dim() < 2:
         raise BadInputError(

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator, OutputShape
 from sonnx.errors import BadInputError
 from sonnx.strings import StringArray, object_array
@@ -86,7 +87,8 @@ def feature_matrix(op: Operator, x: torch.Tensor, width: int | None = None) -> t
     """X as a 2-D (N, F) matrix (a 1-D X is one row), checked for type and feature count."""
     if x.dtype not in FEATURE_TYPES:
         raise BadInputError(
-            f"{op.op_type}: input X must be float32, float64, int32 or int64, received {x.dtype}"
+            f"{op.op_type}: input X must be float32, float64, int32 or int64, received "
+            f"{dtype_name(x.dtype)}"
         )
     if x.dim() == 1:
         x = x.reshape(1, -1)

@@ -13,6 +13,7 @@ import math
 import numpy as np
 import torch
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator
 from sonnx.errors import BadInputError
 from sonnx.operators.ml.common import (
@@ -175,7 +176,8 @@ class Imputer(MLOperator):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32):
             raise BadInputError(
-                f"Imputer: input X must be float32, float64, int64 or int32, received {x.dtype}"
+                f"Imputer: input X must be float32, float64, int64 or int32, received "
+                f"{dtype_name(x.dtype)}"
             )
         is_float = x.is_floating_point()
         name = "imputed_value_floats" if is_float else "imputed_value_int64s"
@@ -238,7 +240,8 @@ class OneHotEncoder(MLOperator):
         if (type(x) is StringArray) != by_name:
             raise BadInputError(
                 f"OneHotEncoder: the categories are {'strings' if by_name else 'int64'}, so "
-                f"input X must be {'strings' if by_name else 'numbers'}, received {x.dtype}"
+                f"input X must be {'strings' if by_name else 'numbers'}, received "
+                f"{dtype_name(x.dtype)}"
             )
         if by_name:
             hot = numbers(x.array[..., None] == labels_tensor(categories, x.device).array)
@@ -246,7 +249,7 @@ class OneHotEncoder(MLOperator):
         elif x.dtype not in (torch.int64, torch.int32, torch.float32, torch.float64):
             raise BadInputError(
                 f"OneHotEncoder: input X must be int64, int32, float32 or float64, received "
-                f"{x.dtype}"
+                f"{dtype_name(x.dtype)}"
             )
         else:
             hot = x.to(torch.int64).unsqueeze(-1) == labels_tensor(categories, x.device)

@@ -92,8 +92,7 @@ class LabelEncoder(MLOperator):
         if (keys.dtype == object) != (host.dtype == object):
             raise BadInputError(
                 f"LabelEncoder: input X must be of the keys' type "
-                f"({'string' if keys.dtype == object else keys.dtype}), received "
-                f"{'string' if host.dtype == object else host.dtype}"
+                f"({dtypes.dtype_name(keys.dtype)}), received {dtypes.dtype_name(host.dtype)}"
             )
         nan_keys = self.version is None or self.version >= 4  # as onnxruntime
         return _result(lookup(host, keys, values, self._default(values), nan_keys))
@@ -154,6 +153,7 @@ class CategoryMapper(MLOperator):
             return _result(lookup(host, names, ids, int(self.attr("default_int64"))))
         if host.dtype != np.int64:
             raise BadInputError(
-                f"CategoryMapper: input X must be strings or int64, received {host.dtype}"
+                f"CategoryMapper: input X must be strings or int64, received "
+                f"{dtypes.dtype_name(host.dtype)}"
             )
         return _result(lookup(host, ids, names, str(self.attr("default_string"))))

@@ -45,7 +45,8 @@ class Binarizer(MLOperator):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in FEATURE_TYPES:
             raise BadInputError(
-                f"Binarizer: input X must be float32, float64, int32 or int64, received {x.dtype}"
+                f"Binarizer: input X must be float32, float64, int32 or int64, received "
+                f"{dtypes.dtype_name(x.dtype)}"
             )
         return (x > float(self.attr("threshold"))).to(x.dtype)
 
@@ -67,7 +68,8 @@ class ArrayFeatureExtractor(MLOperator):
             raise BadInputError("ArrayFeatureExtractor: input X must have at least 1 dimension")
         if y.dtype != torch.int64:
             raise BadInputError(
-                f"ArrayFeatureExtractor: input Y must be int64 indices, received {y.dtype}"
+                f"ArrayFeatureExtractor: input Y must be int64 indices, received "
+                f"{dtypes.dtype_name(y.dtype)}"
             )
         index = y.reshape(-1)
         size = x.shape[-1]
@@ -99,7 +101,8 @@ class TreeEnsemble(MLOperator):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in _TREE_TYPES:
             raise BadInputError(
-                f"TreeEnsemble: input X must be float16, float32 or float64, received {x.dtype}"
+                f"TreeEnsemble: input X must be float16, float32 or float64, received "
+                f"{dtypes.dtype_name(x.dtype)}"
             )
         if x.dim() != 2:
             raise BadInputError(

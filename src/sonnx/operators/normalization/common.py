@@ -22,7 +22,7 @@ def check_float(op: str, name: str, x: torch.Tensor) -> None:
     if not dtypes.is_float(x.dtype):
         raise BadInputError(
             f"{op}: input {name} must be a floating-point tensor (float16, bfloat16, float32 or "
-            f"float64), received {x.dtype}"
+            f"float64), received {dtypes.dtype_name(x.dtype)}"
         )
 
 

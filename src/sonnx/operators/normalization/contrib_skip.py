@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import TorchOutputs
 from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError
@@ -176,7 +177,7 @@ class EmbedLayerNormalization(ContribNormOperator):
         if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 2:
             raise BadInputError(
                 f"{self.op_type}: input {name} must be a 2-D int32 tensor (batch, sequence), "
-                f"received {ids.dtype} of shape {tuple(ids.shape)}"
+                f"received {dtype_name(ids.dtype)} of shape {tuple(ids.shape)}"
             )
         if shape is not None and tuple(ids.shape) != shape:
             raise BadInputError(

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from sonnx.dtypes import dtype_name
 from sonnx.errors import BadInputError
 from sonnx.operators.contrib import ContribOperator
 from sonnx.operators.quantize.contrib_nbits import ContribQuantOperator
@@ -54,7 +55,7 @@ def integer_product_to_float(
         if t.dtype not in _BYTES:
             raise BadInputError(
                 f"{op.op_type} node {op.name!r}: input {name} must be int8 or uint8, received "
-                f"{t.dtype}"
+                f"{dtype_name(t.dtype)}"
             )
     if b.dim() != 2 or a.shape[-1:] != b.shape[:1]:
         raise BadInputError(

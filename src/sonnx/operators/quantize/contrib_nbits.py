@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import OutputShape
 from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError
@@ -114,7 +115,8 @@ class MatMulNBits(ContribQuantOperator):
         if not a.dtype.is_floating_point or a.shape[-1:] != (k,):
             raise BadInputError(
                 f"MatMulNBits node {self.name!r}: input A must be a float tensor whose last "
-                f"dimension is K={k}, received dtype {a.dtype} and shape {tuple(a.shape)}"
+                f"dimension is K={k}, received dtype {dtype_name(a.dtype)} and shape "
+                f"{tuple(a.shape)}"
             )
         weights = (b, scales, zero_points, g_idx)
         w = self._weight.get(weights, lambda: self.dequantize(*weights, k=k, n=n))
@@ -143,7 +145,7 @@ class MatMulNBits(ContribQuantOperator):
         if b.dtype != torch.uint8 or tuple(b.shape) != expected:
             raise BadInputError(
                 f"MatMulNBits node {self.name!r}: input B must be uint8 of shape {expected} "
-                f"(N, n_blocks, blob_size), received {b.dtype} {tuple(b.shape)}"
+                f"(N, n_blocks, blob_size), received {dtype_name(b.dtype)} {tuple(b.shape)}"
             )
         if scales.numel() != n * blocks:
             raise BadInputError(
@@ -187,7 +189,7 @@ class MatMulNBits(ContribQuantOperator):
             raise BadInputError(
                 f"MatMulNBits node {self.name!r}: packed input zero_points must be uint8 with "
                 f"N * ceil(n_blocks * bits / 8) = {n * row_bytes} bytes, received "
-                f"{zero_points.dtype} {tuple(zero_points.shape)}"
+                f"{dtype_name(zero_points.dtype)} {tuple(zero_points.shape)}"
             )
         return unpack_bits(zero_points.reshape(n, row_bytes), bits, blocks).float()
 
@@ -278,7 +280,7 @@ class GatherBlockQuantized(ContribQuantOperator):
         else:
             raise BadInputError(
                 f"GatherBlockQuantized node {self.name!r}: input data must be uint8, int4 or "
-                f"uint4, received {data.dtype}"
+                f"uint4, received {dtype_name(data.dtype)}"
             )
         length = codes.shape[q_axis]
         expected = list(codes.shape)

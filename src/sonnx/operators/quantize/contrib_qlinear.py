@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator
 from sonnx.errors import BadInputError
 from sonnx.operators.contrib import ContribOperator
@@ -60,7 +61,8 @@ def _scalar(op: ContribOperator, name: str, t: torch.Tensor) -> torch.Tensor:
 def _quantized(op: ContribOperator, name: str, t: torch.Tensor) -> torch.Tensor:
     if t.dtype not in _BYTES:
         raise BadInputError(
-            f"{op.op_type} node {op.name!r}: input {name} must be uint8 or int8, received {t.dtype}"
+            f"{op.op_type} node {op.name!r}: input {name} must be uint8 or int8, received "
+            f"{dtype_name(t.dtype)}"
         )
     return t
 

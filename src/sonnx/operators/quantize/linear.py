@@ -129,7 +129,7 @@ class QuantizeLinear(StrictExport):
             if code and dtypes.onnx_to_torch(code) != zero_point.dtype:
                 raise BadInputError(
                     f"QuantizeLinear: attribute output_dtype {dtypes.onnx_type_name(code)} "
-                    f"disagrees with y_zero_point's dtype {zero_point.dtype}"
+                    f"disagrees with y_zero_point's dtype {dtypes.dtype_name(zero_point.dtype)}"
                 )
             target = zero_point.dtype
         else:
@@ -137,7 +137,7 @@ class QuantizeLinear(StrictExport):
         if target not in _INTEGER_TARGETS | _FLOAT8 | SUB_BYTE.keys() | {FLOAT4}:
             raise BadInputError(
                 "QuantizeLinear: the quantized type must be int8, uint8, int16, uint16, a 2- or "
-                f"4-bit integer, a float8 type or FLOAT4E2M1, received {target}"
+                f"4-bit integer, a float8 type or FLOAT4E2M1, received {dtypes.dtype_name(target)}"
             )
         return target
 
@@ -191,12 +191,13 @@ class DequantizeLinear(StrictExport):
     ) -> torch.Tensor:
         if not x_scale.dtype.is_floating_point:
             raise BadInputError(
-                f"DequantizeLinear: input x_scale must be floating-point, received {x_scale.dtype}"
+                f"DequantizeLinear: input x_scale must be floating-point, received "
+                f"{dtypes.dtype_name(x_scale.dtype)}"
             )
         if x_zero_point is not None and x_zero_point.dtype != x.dtype:
             raise BadInputError(
-                f"DequantizeLinear: x_zero_point must have x's dtype {x.dtype}, received "
-                f"{x_zero_point.dtype}"
+                f"DequantizeLinear: x_zero_point must have x's dtype {dtypes.dtype_name(x.dtype)}, "
+                f"received {dtypes.dtype_name(x_zero_point.dtype)}"
             )
         axis, block = _axis_and_block(self)
         scale = _expand("DequantizeLinear", "x_scale", x_scale, x.shape, axis, block)
@@ -238,7 +239,7 @@ class DynamicQuantizeLinear(StrictExport):
         if x.dtype != torch.float32 or x.numel() == 0:
             raise BadInputError(
                 "DynamicQuantizeLinear: input x must be a non-empty float32 tensor, received "
-                f"dtype {x.dtype} and shape {tuple(x.shape)}"
+                f"dtype {dtypes.dtype_name(x.dtype)} and shape {tuple(x.shape)}"
             )
         x = x.detach()
         zero = torch.zeros((), dtype=torch.float32, device=x.device)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator, OutputShape
 from sonnx.errors import BadInputError
 from sonnx.operators.conv.conv import conv_forward
@@ -30,7 +31,9 @@ _QUANTIZED = (torch.int8, torch.uint8)
 
 def _check_quantized(name: str, t: torch.Tensor) -> None:
     if t.dtype not in _QUANTIZED:
-        raise BadInputError(f"QLinearConv: input {name} must be int8 or uint8, received {t.dtype}")
+        raise BadInputError(
+            f"QLinearConv: input {name} must be int8 or uint8, received {dtype_name(t.dtype)}"
+        )
 
 
 def _scalar(name: str, t: torch.Tensor) -> torch.Tensor:
@@ -83,11 +86,13 @@ class QLinearConv(Operator):
         for name, t, like in (("x_zero_point", x_zero_point, x), ("w_zero_point", w_zero_point, w)):
             if t.dtype != like.dtype:
                 raise BadInputError(
-                    f"QLinearConv: input {name} must have the type of {name[0]} ({like.dtype}), "
-                    f"received {t.dtype}"
+                    f"QLinearConv: input {name} must have the type of {name[0]} "
+                    f"({dtype_name(like.dtype)}), received {dtype_name(t.dtype)}"
                 )
         if b is not None and b.dtype != torch.int32:
-            raise BadInputError(f"QLinearConv: input B must be int32, received {b.dtype}")
+            raise BadInputError(
+                f"QLinearConv: input B must be int32, received {dtype_name(b.dtype)}"
+            )
         channels = w.shape[0] if w.dim() > 0 else 0
         xf = x.to(torch.float64) - _scalar("x_zero_point", x_zero_point).to(torch.float64)
         w_zp = _per_channel("w_zero_point", w_zero_point, channels, w.dim())

@@ -149,7 +149,9 @@ class Bernoulli(Operator):
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type
         if not dtypes.is_float(x.dtype):
-            raise BadInputError(f"{op}: input must hold float probabilities, received {x.dtype}")
+            raise BadInputError(
+                f"{op}: input must hold float probabilities, received {dtypes.dtype_name(x.dtype)}"
+            )
         dtype = _dtype(op, self.attr("dtype"), x.dtype, floats_only=False)
         p = x.detach()
         if bool(((p < 0) | (p > 1)).any()):
@@ -173,12 +175,14 @@ class Multinomial(Operator):
         op = self.op_type
         if not dtypes.is_float(x.dtype) or x.dim() != 2:
             raise BadInputError(
-                f"{op}: input must be a 2-D float tensor (batch, classes), received {x.dtype} "
-                f"of shape {tuple(x.shape)}"
+                f"{op}: input must be a 2-D float tensor (batch, classes), received "
+                f"{dtypes.dtype_name(x.dtype)} of shape {tuple(x.shape)}"
             )
         dtype = _dtype(op, self.attr("dtype"), torch.int32, floats_only=False)
         if dtype not in (torch.int32, torch.int64):
-            raise BadInputError(f"{op}: attribute dtype must be int32 or int64, received {dtype}")
+            raise BadInputError(
+                f"{op}: attribute dtype must be int32 or int64, received {dtypes.dtype_name(dtype)}"
+            )
         count = int(self.attr("sample_size"))
         if count < 1:
             raise BadInputError(f"{op}: attribute sample_size must be positive, received {count}")

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator, OutputShape, TorchOutputs
 from sonnx.engine.tracing import NotTraceableError, value_checks
 from sonnx.errors import BadInputError
@@ -181,7 +182,8 @@ class _Recurrent(Operator):
         if sequence_lens.dtype.is_floating_point or tuple(sequence_lens.shape) != (batch,):
             raise BadInputError(
                 f"{self.op_type}: input sequence_lens must be an integer tensor of shape "
-                f"({batch},), received {sequence_lens.dtype} of shape {tuple(sequence_lens.shape)}"
+                f"({batch},), received {dtype_name(sequence_lens.dtype)} of shape "
+                f"{tuple(sequence_lens.shape)}"
             )
         if bool(((sequence_lens < 0) | (sequence_lens > steps)).any()):
             raise BadInputError(

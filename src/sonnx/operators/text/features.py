@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator, OutputShape
 from sonnx.errors import BadInputError
 from sonnx.operators.conv.windows import require_opset
@@ -81,7 +82,7 @@ class TfIdfVectorizer(Operator):
             if x.dtype not in (torch.int32, torch.int64):
                 raise BadInputError(
                     "TfIdfVectorizer: input 0 (X) must hold strings or int32/int64 token ids, "
-                    f"received {x.dtype}"
+                    f"received {dtype_name(x.dtype)}"
                 )
             if strings and not self.attr("pool_int64s"):
                 raise BadInputError(

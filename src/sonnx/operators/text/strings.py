@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator, OutputShape
 from sonnx.errors import BadInputError
 from sonnx.operators.conv.windows import require_opset
@@ -42,7 +43,7 @@ CASE_ACTIONS = ("NONE", "LOWER", "UPPER")
 def string_input(op_type: str, position: int, name: str, value: Any) -> np.ndarray:
     """The NumPy object array of input ``position`` (``name``), which must be strings."""
     if type(value) is not StringArray:
-        received = getattr(value, "dtype", type(value).__name__)
+        received = dtype_name(value.dtype) if hasattr(value, "dtype") else type(value).__name__
         raise BadInputError(
             f"{op_type}: input {position} ({name}) must be a string tensor, received {received}"
         )

@@ -57,8 +57,8 @@ class _Update(Operator):
                     if not dtypes.is_float(v.dtype) or v.shape != values[0].shape:
                         raise BadInputError(
                             f"{op}: input {name}{i + 1} must be a float tensor of X{i + 1}'s "
-                            f"shape {tuple(values[0].shape)}, received {v.dtype} of shape "
-                            f"{tuple(v.shape)}"
+                            f"shape {tuple(values[0].shape)}, received "
+                            f"{dtypes.dtype_name(v.dtype)} of shape {tuple(v.shape)}"
                         )
                 results.append(self.update(rate, count, *values))
         return tuple(out[k] for k in range(groups - 1) for out in results)
