@@ -41,6 +41,7 @@ import sonnx.autograd as autograd
 from sonnx import dist
 from sonnx.compiler_warnings import torch_deprecations_ignored
 from sonnx.device import Device, get_default_device
+from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator
 from sonnx.engine.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.errors import BadInputError, ExportError
@@ -428,8 +429,9 @@ class Model(Layer):
             target = mine[name]
             if tuple(data.shape) != target.shape or data.dtype != target.dtype:
                 raise BadInputError(
-                    f"load_states: {path}: state {name} must be {target.dtype} of shape "
-                    f"{target.shape}, the file holds {data.dtype} of shape {tuple(data.shape)}"
+                    f"load_states: {path}: state {name} must be {dtype_name(target.dtype)} of "
+                    f"shape {target.shape}, the file holds {dtype_name(data.dtype)} of shape "
+                    f"{tuple(data.shape)}"
                 )
         with torch.no_grad():
             for name, data in model.items():
@@ -556,5 +558,5 @@ def _decode_record(
     if dtype in _BIT_STORAGE:
         data = data.view(dtype)
     elif data.dtype != dtype:
-        raise bad(f"state {name!r}: dtype {dtype} stored as {array.dtype.name}")
+        raise bad(f"state {name!r}: dtype {dtype_name(dtype)} stored as {array.dtype.name}")
     return str(name), data

@@ -100,7 +100,9 @@ class StringArray(HostArray):
         """Strings stay on the host whatever device is asked for; a dtype change is refused."""
         for target in (*args, kwargs.get("dtype")):
             if isinstance(target, torch.dtype):
-                raise BadInputError(f"a string tensor cannot be converted to {target}; use Cast")
+                raise BadInputError(
+                    f"a string tensor cannot be converted to {dtypes.dtype_name(target)}; use Cast"
+                )
         return self
 
     def cpu(self) -> StringArray:
@@ -162,7 +164,7 @@ def string_inputs(op_type: str, *values: Any) -> list[np.ndarray]:
         if type(v) is not StringArray:
             raise BadInputError(
                 f"{op_type}: input {position} must be strings like the others, received "
-                f"{getattr(v, 'dtype', type(v).__name__)}"
+                f"{dtypes.dtype_name(v.dtype) if hasattr(v, 'dtype') else type(v).__name__}"
             )
     return [v.array for v in values]
 

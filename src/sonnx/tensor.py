@@ -472,8 +472,8 @@ class RecordedTensor(Tensor):
         op = self.creator.op_type if self.creator is not None else "?"
         raise BadInputError(
             f"the values of tensor {self.name or ''!r} (output {self.output_index} of {op}, "
-            f"shape {tuple(self._shape)}, {self._dtype}) are not kept by the recorded graph; "
-            "read them from the tensor the operator returned"
+            f"shape {tuple(self._shape)}, {dtypes.dtype_name(self._dtype)}) are not kept by the "
+            "recorded graph; read them from the tensor the operator returned"
         )
 
     @property

@@ -206,8 +206,8 @@ def check_input(
     if like is not None:
         if x.data.dtype != like.data.dtype and not autocast_mixes(x.data, like.data):
             raise BadInputError(
-                f"{name}: input dtype must match the parameters' {like.data.dtype}, "
-                f"received {x.data.dtype}"
+                f"{name}: input dtype must match the parameters' "
+                f"{dtypes.dtype_name(like.data.dtype)}, received {dtypes.dtype_name(x.data.dtype)}"
             )
         if x.data.device != like.data.device:
             raise BadInputError(

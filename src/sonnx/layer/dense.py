@@ -91,7 +91,8 @@ class Embedding(Layer):
         check_input(self, x, range(17), "(indices of any shape)")
         if dtypes.is_float(x.dtype) or x.dtype == torch.bool:
             raise BadInputError(
-                f"Embedding: input must hold integer indices, received dtype {x.dtype}"
+                f"Embedding: input must hold integer indices, received dtype "
+                f"{dtypes.dtype_name(x.dtype)}"
             )
 
     def __repr__(self) -> str:

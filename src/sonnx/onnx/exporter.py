@@ -419,7 +419,8 @@ def _name_leaves(ops, outputs, namer: _Namer, g: GraphBuilder) -> None:
             continue
         if t.requires_grad and not t.stores_grad:
             raise ExportError(
-                f"to_onnx: tensor {t.name or ''!r} of shape {t.shape} ({t.dtype}) is a leaf that "
+                f"to_onnx: tensor {t.name or ''!r} of shape {t.shape} "
+                f"({dtypes.dtype_name(t.dtype)}) is a leaf that "
                 "is neither among the given inputs nor a parameter (stores_grad); pass it in "
                 "`inputs`, or set requires_grad=False to embed it as a constant"
             )

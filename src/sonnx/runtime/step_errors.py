@@ -27,6 +27,7 @@ from typing import Any
 import onnx
 import torch
 
+from sonnx.dtypes import dtype_name
 from sonnx.errors import BadInputError, BadModelError, ResourceLimitError, SonnxError
 from sonnx.onnx.registry import NodeInfo
 from sonnx.onnx.values import OptionalValue, TensorSequence
@@ -101,7 +102,7 @@ def describe_value(value: Any) -> str:
     if isinstance(value, Tensor):
         value = value.data
     if isinstance(value, torch.Tensor):
-        return f"{str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}"
+        return f"{dtype_name(value.dtype)} {tuple(value.shape)}"
     if isinstance(value, TensorSequence):
         return f"sequence of {len(value)} tensor(s)"
     if isinstance(value, OptionalValue):
