@@ -8,6 +8,9 @@ graph plus an ``.onnx_adapter`` file for its multi-LoRA API.
 """
 
 from sonnx.lora.adapters import add, merge
+from sonnx.lora.causal_lm import CausalLM
+from sonnx.lora.export import export
+from sonnx.lora.peft_files import load, save
 from sonnx.lora.targets import LoraTargetError
 
-__all__ = ["LoraTargetError", "add", "merge"]
+__all__ = ["CausalLM", "LoraTargetError", "add", "export", "load", "merge", "save"]

@@ -21,7 +21,7 @@ from sonnx.lora.graph import Adapter, adapters_of, attach, strip
 from sonnx.lora.targets import LoraTargetError, select
 from sonnx.onnx.importer import SingaRep, prepare
 
-__all__ = ["adapter_values", "add", "merge", "rebuild"]
+__all__ = ["adapter_values", "add", "merge", "rebuild", "weight_delta"]
 
 
 def _float_type(graph: onnx.GraphProto, adapter: Adapter) -> np.dtype:
@@ -101,7 +101,7 @@ def add(
     return [a.module for a in new]
 
 
-def _weight_delta(
+def weight_delta(
     a: Adapter, lora_a: torch.Tensor, lora_b: torch.Tensor, node: onnx.NodeProto
 ) -> torch.Tensor:
     """What adding the adapter to the node's float weight adds, in the weight's layout."""
@@ -137,6 +137,6 @@ def merge(rep: SingaRep) -> SingaRep:
             node = nodes[a.node]
             weight = rep.constants[node.input[1]].data
             lora_a, lora_b = values[a.module]
-            weight += _weight_delta(a, lora_a, lora_b, node).to(weight.dtype)
+            weight += weight_delta(a, lora_a, lora_b, node).to(weight.dtype)
     rebuild(rep, strip(rep.model), None)
     return rep
