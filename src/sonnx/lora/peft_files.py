@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 from safetensors.numpy import load_file, save_file
 
 from sonnx.errors import BadInputError
@@ -40,27 +41,71 @@ def save(rep: SingaRep, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {}
+    values = adapter_values(rep)
     for a in adapters:
-        lora_a, lora_b = (v.detach().cpu().numpy() for v in adapter_values(rep)[a.module])
-        key = peft_module(a.module)
-        tensors[f"{key}.lora_A.weight"] = np.ascontiguousarray(lora_a.T)
-        tensors[f"{key}.lora_B.weight"] = np.ascontiguousarray(lora_b.T)
+        lora_a, lora_b = (v.detach().cpu().numpy() for v in values[a.module])
+        for key, columns in _parts(rep.model, a):
+            tensors[f"{key}.lora_A.weight"] = np.ascontiguousarray(lora_a.T)
+            tensors[f"{key}.lora_B.weight"] = np.ascontiguousarray(lora_b[:, columns].T)
     save_file(tensors, str(out / WEIGHTS_FILE))
     (out / CONFIG_FILE).write_text(json.dumps(_config(adapters), indent=2))
     return out
 
 
+def _fused_sizes(model: onnx.ModelProto, a: Adapter) -> list[int] | None:
+    """The output sizes of a fused projection's parts: q, k, v from the attention node that
+    reads it (its num_heads and kv_num_heads), gate and up as halves."""
+    last = _last(a.module)
+    if last == "gate_up_proj":
+        return [a.out_features // 2] * 2
+    if last != "qkv_proj":
+        return None
+    for node in model.graph.node:
+        if a.y in node.input and node.op_type == "GroupQueryAttention":
+            attrs = {at.name: at.i for at in node.attribute}
+            heads, kv_heads = attrs.get("num_heads", 0), attrs.get("kv_num_heads", 0)
+            if heads and kv_heads and a.out_features % (heads + 2 * kv_heads) == 0:
+                head = a.out_features // (heads + 2 * kv_heads)
+                return [heads * head, kv_heads * head, kv_heads * head]
+    return None
+
+
+def _parts(model: onnx.ModelProto, a: Adapter) -> list[tuple[str, slice]]:
+    """PEFT module names and B's output columns for adapter ``a``: a fused projection is
+    written as its parts, each with the shared A (exact: the parts' sum is the fused adapter)."""
+    key = peft_module(a.module)
+    sizes = _fused_sizes(model, a)
+    if sizes is None:
+        return [(key, slice(None))]
+    stem, _, last = key.rpartition(".")
+    bounds = np.cumsum([0, *sizes])
+    return [
+        (f"{stem}.{part}", slice(int(lo), int(hi)))
+        for part, lo, hi in zip(FUSED[last], bounds[:-1], bounds[1:], strict=True)
+    ]
+
+
+def _last(module: str) -> str:
+    return module.rsplit(".", 1)[-1]
+
+
 def _config(adapters: list[Adapter]) -> dict[str, Any]:
     """PEFT's LoraConfig fields: the first adapter's rank and alpha, the others as patterns."""
     first = adapters[0]
-    pattern = {a.module: a for a in adapters if (a.rank, a.scale) != (first.rank, first.scale)}
+    pattern = {
+        peft_module(a.module).removeprefix("base_model.model."): a
+        for a in adapters
+        if (a.rank, a.scale) != (first.rank, first.scale)
+    }
     return {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
         "r": first.rank,
         "lora_alpha": first.scale * first.rank,
         "lora_dropout": first.dropout,
-        "target_modules": sorted({a.module.rsplit(".", 1)[-1] for a in adapters}),
+        "target_modules": sorted(
+            {p for a in adapters for p in FUSED.get(_last(a.module), [_last(a.module)])}
+        ),
         "rank_pattern": {m: a.rank for m, a in pattern.items()},
         "alpha_pattern": {m: a.scale * a.rank for m, a in pattern.items()},
         "bias": "none",
