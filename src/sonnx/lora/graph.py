@@ -3,7 +3,7 @@
 An adapter on a node ``Y = X @ W`` (MatMul, Gemm, MatMulNBits, FusedMatMul) renames the node's
 output and adds, under the node's own name prefix::
 
-    X -> [Dropout] -> lora_A/MatMul (A: in x r) -> lora_B/MatMul (B: r x out) -> [lora/Mul scale]
+    X -> [Dropout] -> lora_A/MatMul (A: in x r) -> [lora/Mul scale] -> lora_B/MatMul (B: r x out)
       -> lora/Add (with the base output) -> Y
 
 so every consumer of ``Y`` reads the adapted value and the base node is untouched (a 4-bit
@@ -97,14 +97,15 @@ def _adapter_nodes(a: Adapter, style: str, float_type: int) -> list[onnx.NodePro
         x = nodes[-1].output[0]
     nodes.append(helper.make_node("MatMul", [x, a.a_name], [f"{p}/lora_A/MatMul/output_0"],
                                   name=f"{p}/lora_A/MatMul"))
-    nodes.append(helper.make_node("MatMul", [nodes[-1].output[0], a.b_name],
-                                  [f"{p}/lora_B/MatMul/output_0"], name=f"{p}/lora_B/MatMul"))
     if style == "train":
+        # Scaling the rank-r product costs r, not out, multiplications per token.
         scale = f"{p}/lora/scale"
         nodes.append(helper.make_node("Constant", [], [scale], name=scale,
                                       value=helper.make_tensor(scale, float_type, [], [a.scale])))
         nodes.append(helper.make_node("Mul", [nodes[-2].output[0], scale],
                                       [f"{p}/lora/Mul/output_0"], name=f"{p}/lora/Mul"))
+    nodes.append(helper.make_node("MatMul", [nodes[-1].output[0], a.b_name],
+                                  [f"{p}/lora_B/MatMul/output_0"], name=f"{p}/lora_B/MatMul"))
     nodes.append(helper.make_node("Add", [a.base_output, nodes[-1].output[0]], [a.y],
                                   name=f"{p}/lora/Add"))
     return nodes
