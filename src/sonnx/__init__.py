@@ -8,7 +8,7 @@ Importing sonnx changes nothing in the process; a server or a benchmark opts in 
 garbage-collector settings with :func:`tune_process_for_serving`.
 """
 
-from sonnx import autograd, device, layer, model, opt, tensor
+from sonnx import autograd, device, layer, lora, model, opt, tensor
 from sonnx.onnx.exporter import save, to_onnx
 from sonnx.onnx.importer import SingaRep, prepare
 from sonnx.onnx.sonnx_model import SONNXModel
@@ -20,6 +20,7 @@ __all__ = [
     "autograd",
     "device",
     "layer",
+    "lora",
     "model",
     "opt",
     "prepare",

@@ -39,9 +39,10 @@ def _initial_values(a: Adapter, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray
 
 
 def adapter_values(rep: SingaRep) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Each adapter's current (A [in, r], B [r, out]) torch tensors, by module name."""
+    """Each adapter's current (A [in, r], B [r, out]) as detached torch tensors (sharing the
+    parameters' storage), by module name."""
     return {
-        a.module: (rep.constants[a.a_name].data, rep.constants[a.b_name].data)
+        a.module: (rep.constants[a.a_name].data.detach(), rep.constants[a.b_name].data.detach())
         for a in adapters_of(rep.model)
     }
 

@@ -56,7 +56,7 @@ def _scaled_values(rep: SingaRep, adapters: list[Adapter]) -> dict[str, tuple]:
     values = adapter_values(rep)
     out = {}
     for a in adapters:
-        lora_a, lora_b = (v.detach().cpu().numpy() for v in values[a.module])
+        lora_a, lora_b = (v.cpu().numpy() for v in values[a.module])
         out[a.module] = (lora_a, (lora_b * a.scale).astype(lora_b.dtype))
     return out
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-from safetensors.numpy import load_file, save_file
 
 from sonnx.errors import BadInputError
 from sonnx.lora.adapters import adapter_values, rebuild
@@ -40,10 +39,12 @@ def save(rep: SingaRep, out_dir: str | Path) -> Path:
         raise BadInputError("lora.save: the model has no adapters (call sonnx.lora.add first)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    from safetensors.numpy import save_file  # the llm extra
+
     tensors = {}
     values = adapter_values(rep)
     for a in adapters:
-        lora_a, lora_b = (v.detach().cpu().numpy() for v in values[a.module])
+        lora_a, lora_b = (v.cpu().numpy() for v in values[a.module])
         for key, columns in _parts(rep.model, a):
             tensors[f"{key}.lora_A.weight"] = np.ascontiguousarray(lora_a.T)
             tensors[f"{key}.lora_B.weight"] = np.ascontiguousarray(lora_b[:, columns].T)
@@ -115,6 +116,8 @@ def _config(adapters: list[Adapter]) -> dict[str, Any]:
 
 
 def _read(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    from safetensors.numpy import load_file  # the llm extra
+
     weights = path / WEIGHTS_FILE if path.is_dir() else path
     if not weights.is_file():
         raise BadInputError(f"lora.load: no adapter weights at {weights}")
