@@ -74,6 +74,21 @@ class KeptWeight:
         return self._result
 
 
+class _DequantizedProduct(torch.autograd.Function):
+    """``a @ dequantize().T`` whose backward dequantizes the weight again instead of saving
+    the float copy, as QLoRA does: between a step's forward and backward only the packed
+    weight is held, whatever the number of layers."""
+
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, dequantize: Callable[[], torch.Tensor]) -> torch.Tensor:
+        ctx.dequantize = dequantize
+        return torch.matmul(a, dequantize().to(a.dtype).t())
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return torch.matmul(grad, ctx.dequantize().to(grad.dtype)), None
+
+
 def _check_bits(op: ContribOperator, bits: int) -> None:
     if bits not in (2, 4, 8):
         raise BadInputError(
@@ -117,8 +132,12 @@ class MatMulNBits(ContribQuantOperator):
                 f"dimension is K={k}, received dtype {a.dtype} and shape {tuple(a.shape)}"
             )
         weights = (b, scales, zero_points, g_idx)
-        w = self._weight.get(weights, lambda: self.dequantize(*weights, k=k, n=n))
-        y = torch.matmul(a, w.to(a.dtype).t())
+        if torch.is_grad_enabled() and a.requires_grad:
+            # Training through a 4-bit weight (QLoRA): no float copy outlives the step.
+            y = _DequantizedProduct.apply(a, lambda: self.dequantize(*weights, k=k, n=n))
+        else:
+            w = self._weight.get(weights, lambda: self.dequantize(*weights, k=k, n=n))
+            y = torch.matmul(a, w.to(a.dtype).t())
         return y if bias is None else y + bias
 
     def dequantize(
