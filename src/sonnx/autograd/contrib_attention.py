@@ -270,7 +270,7 @@ class GroupQueryAttention(ContribOperator):
         if window > 0:
             allowed = allowed & (col > row - window)
         softcap = float(self.attr("softcap"))
-        if softcap == 0 and head_sink is None and int(self.attr("smooth_softmax")) == 0:
+        if softcap == 0 and head_sink is None and int(self.attr("smooth_softmax")) <= 0:
             # Plain softmax attention: torch's fused kernel (forward and backward, as LoRA
             # training needs), sharing the KV heads without repeating them.
             mask = allowed
