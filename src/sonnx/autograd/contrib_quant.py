@@ -169,17 +169,19 @@ class MatMulNBits(ContribQuantOperator):
                 f"MatMulNBits node {self.name!r}: input scales must hold N * n_blocks = "
                 f"{n * blocks} values, received shape {tuple(scales.shape)}"
             )
-        codes = unpack_bits(b, bits, block).reshape(n, blocks * block)[:, :k].float()
         zp = self._zero_points(zero_points, bits, n, blocks, b.device)
-        if g_idx is not None:
-            if g_idx.shape != (k,):
-                raise BadInputError(
-                    f"MatMulNBits node {self.name!r}: input g_idx must have shape ({k},) (K), "
-                    f"received {tuple(g_idx.shape)}"
-                )
-            rows = g_idx.long()
-        else:
-            rows = torch.arange(k, device=b.device) // block
+        if g_idx is None:
+            # Blocks in order: scale and zero point broadcast over each block (no gather).
+            codes = unpack_bits(b, bits, block).float()
+            w = (codes - zp.unsqueeze(-1)) * scales.reshape(n, blocks, 1).float()
+            return w.reshape(n, blocks * block)[:, :k]
+        if g_idx.shape != (k,):
+            raise BadInputError(
+                f"MatMulNBits node {self.name!r}: input g_idx must have shape ({k},) (K), "
+                f"received {tuple(g_idx.shape)}"
+            )
+        codes = unpack_bits(b, bits, block).reshape(n, blocks * block)[:, :k].float()
+        rows = g_idx.long()
         scale = scales.reshape(n, blocks).float()[:, rows]
         return (codes - zp[:, rows]) * scale
 
