@@ -85,7 +85,7 @@ def test_an_adapter_for_modules_the_graph_lacks_is_a_typed_error(peft_dir) -> No
     path, _ = peft_dir
     model = CausalLM(build("llama", "fp32"))
     lora.add(model.rep, "o_proj", rank=4, alpha=8)
-    with pytest.raises(LoraTargetError, match="the graph has no adapter node for"):
+    with pytest.raises(LoraTargetError, match="the graph has no adapter for"):
         lora.load(model.rep, path)
 
 

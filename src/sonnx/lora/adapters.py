@@ -21,10 +21,10 @@ from sonnx.lora.graph import Adapter, adapters_of, attach, strip
 from sonnx.lora.targets import LoraTargetError, select
 from sonnx.onnx.importer import SingaRep, prepare
 
-__all__ = ["adapter_values", "add", "merge", "rebuild", "weight_delta"]
+__all__ = ["adapter_values", "add", "merge", "rebuild", "weight_delta", "weight_float_type"]
 
 
-def _float_type(graph: onnx.GraphProto, adapter: Adapter) -> np.dtype:
+def weight_float_type(graph: onnx.GraphProto, adapter: Adapter) -> np.dtype:
     """The float type of the adapted node's weight (its scales for a 4-bit weight)."""
     node = next(n for n in graph.node if n.name == adapter.node)
     weight = node.input[2] if adapter.op_type == "MatMulNBits" else node.input[1]
@@ -95,7 +95,7 @@ def add(
     new = [Adapter.of(t, rank, alpha / rank, float(dropout)) for t in chosen]
     values = {m: (a.cpu().numpy(), b.cpu().numpy()) for m, (a, b) in adapter_values(rep).items()}
     for a in new:
-        values[a.module] = _initial_values(a, _float_type(base.graph, a))
+        values[a.module] = _initial_values(a, weight_float_type(base.graph, a))
     adapters = existing + new
     model = attach(base, adapters, values, "train")
     rebuild(rep, model, {n for a in adapters for n in (a.a_name, a.b_name)})

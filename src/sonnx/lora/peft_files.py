@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 import onnx
+import torch
 
 from sonnx.errors import BadInputError
-from sonnx.lora.adapters import adapter_values, rebuild
+from sonnx.lora.adapters import adapter_values, rebuild, weight_float_type
 from sonnx.lora.graph import Adapter, adapters_of, attach
-from sonnx.lora.targets import LoraTargetError, candidates, peft_module
+from sonnx.lora.targets import LoraTargetError, Target, candidates, peft_module
 from sonnx.onnx.importer import SingaRep
 
 __all__ = ["load", "save"]
@@ -197,8 +198,9 @@ def load(rep: SingaRep, path: str | Path) -> list[str]:
             used.update(found[3])
     unused = sorted(set(pairs) - used)
     if unused:
+        what = "adapter" if existing else "node that can take an adapter"
         raise LoraTargetError(
-            f"lora.load: the graph has no adapter{'' if existing else 'able'} node for "
+            f"lora.load: the graph has no {what} for "
             f"{unused[:4]}{' ...' if len(unused) > 4 else ''}; its modules are e.g. "
             f"{list(graph_modules)[:4]}"
         )
@@ -209,7 +211,9 @@ def load(rep: SingaRep, path: str | Path) -> list[str]:
     return [graph_modules[k].module for k in loaded]
 
 
-def _check_shape(a: Any, lora_a: np.ndarray, lora_b: np.ndarray, rank: int | None) -> None:
+def _check_shape(
+    a: Target | Adapter, lora_a: np.ndarray, lora_b: np.ndarray, rank: int | None
+) -> None:
     want_a = (a.in_features, rank or lora_a.shape[1])
     want_b = (rank or lora_b.shape[0], a.out_features)
     if lora_a.shape != want_a or lora_b.shape != want_b:
@@ -220,8 +224,6 @@ def _check_shape(a: Any, lora_a: np.ndarray, lora_b: np.ndarray, rank: int | Non
 
 
 def _set_values(rep: SingaRep, values: dict[Adapter, tuple]) -> None:
-    import torch
-
     with torch.no_grad():
         for a, (lora_a, lora_b, scale) in values.items():
             _check_shape(a, lora_a, lora_b, a.rank)
@@ -231,11 +233,13 @@ def _set_values(rep: SingaRep, values: dict[Adapter, tuple]) -> None:
                 t.copy_(torch.from_numpy(np.ascontiguousarray(v)).to(t.dtype))
 
 
-def _attach(rep: SingaRep, values: dict[Any, tuple], config: dict[str, Any]) -> None:
+def _attach(rep: SingaRep, values: dict[Target, tuple], config: dict[str, Any]) -> None:
     adapters, arrays = [], {}
     for t, (lora_a, lora_b, scale) in values.items():
         _check_shape(t, lora_a, lora_b, None)
-        adapters.append(Adapter.of(t, lora_a.shape[1], scale, config.get("lora_dropout", 0.0)))
-        arrays[t.module] = (np.ascontiguousarray(lora_a), np.ascontiguousarray(lora_b))
+        a = Adapter.of(t, lora_a.shape[1], scale, config.get("lora_dropout", 0.0))
+        dtype = weight_float_type(rep.model.graph, a)
+        adapters.append(a)
+        arrays[t.module] = (lora_a.astype(dtype, order="C"), lora_b.astype(dtype, order="C"))
     model = attach(rep.model, adapters, arrays, "train")
     rebuild(rep, model, {n for a in adapters for n in (a.a_name, a.b_name)})
