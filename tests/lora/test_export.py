@@ -24,6 +24,8 @@ og = pytest.importorskip("onnxruntime_genai")
 
 PROMPTS = ("the quick brown", "hello world", "once upon a", "sonnx runs")
 CONTINUATION = " lazy onnx fox"
+#: A second fine-tune's continuation, served beside the first on one base.
+OTHER_CONTINUATION = " small world"
 #: The bound the fine-tune must reach (mean next-token cross-entropy on the continuation).
 LOSS_BOUND = 0.05
 STEPS = 40
@@ -35,10 +37,12 @@ def _encode(model_dir: Path, text: str) -> list[int]:
     return Tokenizer.from_file(str(model_dir / "tokenizer.json")).encode(text).ids
 
 
-def _batch(model_dir: Path) -> tuple[np.ndarray, np.ndarray, list[list[int]], list[int]]:
+def _batch(
+    model_dir: Path, continuation: str = CONTINUATION
+) -> tuple[np.ndarray, np.ndarray, list[list[int]], list[int]]:
     """Right-padded ids and labels (prompt and padding ignored), the prompts, the continuation."""
     prompts = [[BOS_ID, *_encode(model_dir, p)] for p in PROMPTS]
-    tail = [*_encode(model_dir, CONTINUATION), EOS_ID]
+    tail = [*_encode(model_dir, continuation), EOS_ID]
     width = max(len(p) for p in prompts) + len(tail)
     ids = np.full((len(prompts), width), EOS_ID, np.int64)
     labels = np.full_like(ids, IGNORE_INDEX)
@@ -49,7 +53,9 @@ def _batch(model_dir: Path) -> tuple[np.ndarray, np.ndarray, list[list[int]], li
 
 
 @functools.cache
-def _tuned(precision: str) -> tuple[CausalLM, float]:
+def _tuned(
+    precision: str, continuation: str = CONTINUATION, rank: int = 8, steps: int = STEPS
+) -> tuple[CausalLM, float]:
     """The llama build of ``precision`` with adapters on every weight product of the decoder
     layers and on the head, fine-tuned; and its last loss. (The random build's frozen head,
     initialised with std 0.02, cannot make any token likely: its logits stay within a few
@@ -57,13 +63,13 @@ def _tuned(precision: str) -> tuple[CausalLM, float]:
     torch.manual_seed(0)
     model_dir = build("llama", precision)
     model = CausalLM(model_dir)
-    lora.add(model.rep, [r"layers\.\d+/.*_proj", "lm_head"], rank=8, alpha=16)
-    ids, labels, _, _ = _batch(model_dir)
+    lora.add(model.rep, [r"layers\.\d+/.*_proj", "lm_head"], rank=rank, alpha=2 * rank)
+    ids, labels, _, _ = _batch(model_dir, continuation)
     model.set_optimizer(opt.Adam(lr=1e-2))
     previous = autograd.training
     model.train()
     try:
-        for _ in range(STEPS):
+        for _ in range(steps):
             _, loss = model.train_one_batch(ids, labels)
     finally:
         autograd.training = previous
@@ -136,6 +142,22 @@ def test_base_plus_adapter_file_generates_the_continuation_only_with_the_adapter
     for prompt in prompts:
         assert _generate(out, prompt, adapter)[: len(tail)] == tail
         assert _generate(out, prompt) == _generate(source, prompt)
+
+
+def test_two_fine_tunes_of_different_ranks_are_served_on_one_base(tmp_path) -> None:
+    """onnxruntime-genai's multi-LoRA: both exports write the same base graph (the adapters'
+    rank is a free dimension), each its own adapter file; the active one decides."""
+    source = build("llama", "fp32")
+    out = tmp_path / "served"
+    lora.export(_tuned("fp32")[0].rep, out, source, merged=False, adapter_name="fox")
+    other, loss = _tuned("fp32", OTHER_CONTINUATION, rank=4, steps=2 * STEPS)
+    assert loss < LOSS_BOUND
+    lora.export(other.rep, out, source, merged=False, adapter_name="world")
+    _, _, prompts, fox = _batch(source)
+    world = _batch(source, OTHER_CONTINUATION)[3]
+    for prompt in prompts:
+        assert _generate(out, prompt, out / "fox.onnx_adapter")[: len(fox)] == fox
+        assert _generate(out, prompt, out / "world.onnx_adapter")[: len(world)] == world
 
 
 def test_export_needs_a_genai_model_directory(tmp_path) -> None:
