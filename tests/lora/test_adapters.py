@@ -25,13 +25,14 @@ def _weight(name: str, *shape: int) -> onnx.TensorProto:
 
 
 def _model() -> onnx.ModelProto:
-    """x (2, 8) -> MatMul q_proj -> Relu -> Gemm (transB) up_proj -> FusedMatMul (alpha,
+    """x (2, 8) -> MatMul q_proj -> Relu -> Gemm (alpha, transB) up_proj -> FusedMatMul (alpha,
     transB) down_proj -> y; plus an activation product (x @ x^T) that no adapter may take."""
     nodes = [
         helper.make_node("MatMul", ["x", "w_q"], ["q"], name="/model/layers.0/attn/q_proj/MatMul"),
         helper.make_node("Relu", ["q"], ["r"], name="/model/layers.0/act/Relu"),
         helper.make_node(
-            "Gemm", ["r", "w_up", "b_up"], ["u"], name="/model/layers.0/mlp/up_proj/Gemm", transB=1
+            "Gemm", ["r", "w_up", "b_up"], ["u"], name="/model/layers.0/mlp/up_proj/Gemm",
+            alpha=1.5, transB=1,
         ),
         helper.make_node(
             "FusedMatMul", ["u", "w_down"], ["y"], name="/model/layers.0/mlp/down_proj/MatMul",

@@ -108,7 +108,7 @@ def weight_delta(
     """What adding the adapter to the node's float weight adds, in the weight's layout."""
     delta = a.scale * (lora_a @ lora_b)
     attrs = {at.name: at for at in node.attribute}
-    if node.op_type == "FusedMatMul" and "alpha" in attrs:
+    if "alpha" in attrs:  # Gemm and FusedMatMul scale the weight's product by alpha
         delta = delta / attrs["alpha"].f
     if "transB" in attrs and attrs["transB"].i:
         delta = delta.t()
