@@ -6,8 +6,10 @@ writes the base graph with adapter nodes whose A and B are graph inputs defaulti
 the file alone is the base model) and ``<adapter_name>.onnx_adapter``, written with
 ``onnxruntime.AdapterFormat``, holding the trained A and B (the scale folded into B): what
 onnxruntime-genai's ``og.Adapters`` loads and ``Generator.set_active_adapter`` switches on, so
-several fine-tunes share one base. Either way ``genai_config.json`` and the tokenizer files are
-copied from ``model_dir``.
+several fine-tunes share one base (the adapters' rank is a free dimension of those inputs, so
+fine-tunes of different ranks share it too). Either way ``genai_config.json`` and the tokenizer
+files are copied from ``model_dir`` unchanged: onnxruntime-genai needs no declaration of the
+adapter inputs, which onnxruntime overrides as it does any initializer-backed input.
 """
 
 from __future__ import annotations
