@@ -8,7 +8,7 @@ Importing sonnx changes nothing in the process; a server or a benchmark opts in 
 garbage-collector settings with :func:`tune_process_for_serving`.
 """
 
-from sonnx import autograd, device, layer, model, opt, tensor
+from sonnx import autograd, device, layer, lora, model, opt, tensor
 from sonnx.onnx.exporter import save, to_onnx
 from sonnx.process_tuning import tune_process_for_serving
 from sonnx.runtime.rep import SingaRep, prepare
@@ -24,6 +24,7 @@ __all__ = [
     "autograd",
     "device",
     "layer",
+    "lora",
     "model",
     "opt",
     "prepare",

@@ -37,12 +37,17 @@ class SONNXModel(Model):
     def __init__(self, onnx_model: ModelSource, device: Device | None = None) -> None:
         super().__init__()
         self._rep = prepare(onnx_model, device=device)
-        self._weight_names = [i.name for i in self._rep.model.graph.initializer]
 
     @property
     def rep(self) -> SingaRep:
         """The prepared graph (``rep.summary()`` lists the layers and their cut values)."""
         return self._rep
+
+    @property
+    def _weight_names(self) -> list[str]:
+        """The initializers' names, read from the graph each time: a pass such as
+        :func:`sonnx.lora.add` may prepare the rep again with more weights."""
+        return [i.name for i in self._rep.model.graph.initializer]
 
     def _children(self) -> Iterator[tuple[str, Layer | Tensor]]:
         """The user's attributes, then the imported initializers under their ONNX names."""

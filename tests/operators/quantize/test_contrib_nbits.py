@@ -136,6 +136,25 @@ def test_matmul_nbits_dequantizes_a_frozen_weight_once(monkeypatch):
     assert len(calls) == 2
 
 
+def test_matmul_nbits_training_keeps_no_float_weight_and_dequantizes_for_backward(monkeypatch):
+    """QLoRA: a product that needs a gradient dequantizes in the forward and again in the
+    backward, and keeps no float copy of the 4-bit weight between them or after."""
+    k, n, block = 32, 3, 16
+    weight = [torch.from_numpy(v) for v in nbits_weight(4, block, k, n, "uint8").values()]
+    op = MatMulNBits(K=k, N=n, bits=4, block_size=block)
+    calls = []
+    dequantize = op.dequantize
+    monkeypatch.setattr(op, "dequantize", lambda *a, **kw: calls.append(1) or dequantize(*a, **kw))
+    a = torch.randn(2, k, requires_grad=True)
+    with torch.enable_grad():
+        y = op.forward(a, *weight)
+    assert len(calls) == 1 and op._weight._result is None
+    y.sum().backward()
+    assert len(calls) == 2
+    w = dequantize(*weight, None, k=k, n=n)
+    torch.testing.assert_close(a.grad, torch.ones(2, n) @ w)
+
+
 def test_matmul_nbits_import_export_is_the_same_node():
     k, n = 32, 4
     weight = nbits_weight(4, 16, k, n, "uint8")

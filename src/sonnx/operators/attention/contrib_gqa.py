@@ -260,14 +260,7 @@ class GroupQueryAttention(ContribOperator):
         """Causal (optionally windowed, soft-capped, biased) attention of Q over the present
         cache; a head sink (or ``smooth_softmax``'s zero) joins each softmax as one more logit
         whose weight is dropped."""
-        group = q.shape[1] // k.shape[1]
-        k = k.repeat_interleave(group, 1)
-        v = v.repeat_interleave(group, 1)
         scale = float(self.attr("scale")) or 1 / math.sqrt(q.shape[3])
-        scores = torch.matmul(q, k.transpose(2, 3)) * scale
-        softcap = float(self.attr("softcap"))
-        if softcap > 0:
-            scores = softcap * torch.tanh(scores / softcap)
         # Query row s sits at cache row start + s and sees rows up to it (within the window).
         steps = torch.arange(q.shape[2], device=q.device).reshape(-1, 1)
         row = start.reshape(-1, 1, 1, 1) + steps
@@ -276,6 +269,24 @@ class GroupQueryAttention(ContribOperator):
         window = int(self.attr("local_window_size"))
         if window > 0:
             allowed = allowed & (col > row - window)
+        softcap = float(self.attr("softcap"))
+        if softcap == 0 and head_sink is None and int(self.attr("smooth_softmax")) <= 0:
+            # Plain softmax attention: torch's fused kernel (forward and backward, as LoRA
+            # training needs), sharing the KV heads without repeating them.
+            mask = allowed
+            if attention_bias is not None:
+                extra = k.shape[2] - attention_bias.shape[-1]
+                bias = torch.nn.functional.pad(attention_bias, (0, extra))
+                mask = bias.to(q.dtype).masked_fill(~allowed, -math.inf)
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=scale, enable_gqa=True
+            )
+        group = q.shape[1] // k.shape[1]
+        k = k.repeat_interleave(group, 1)
+        v = v.repeat_interleave(group, 1)
+        scores = torch.matmul(q, k.transpose(2, 3)) * scale
+        if softcap > 0:
+            scores = softcap * torch.tanh(scores / softcap)
         if attention_bias is not None:
             # Its last dim is total_sequence_length; cache rows beyond it are masked anyway.
             extra = k.shape[2] - attention_bias.shape[-1]

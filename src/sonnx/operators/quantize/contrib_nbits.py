@@ -75,6 +75,21 @@ class KeptWeight:
         return self._result
 
 
+class _DequantizedProduct(torch.autograd.Function):
+    """``a @ dequantize().T`` whose backward dequantizes the weight again instead of saving
+    the float copy, as QLoRA does: between a step's forward and backward only the packed
+    weight is held, whatever the number of layers."""
+
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, dequantize: Callable[[], torch.Tensor]) -> torch.Tensor:
+        ctx.dequantize = dequantize
+        return torch.matmul(a, dequantize().to(a.dtype).t())
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return torch.matmul(grad, ctx.dequantize().to(grad.dtype)), None
+
+
 def _check_bits(op: ContribOperator, bits: int) -> None:
     if bits not in (2, 4, 8):
         raise BadInputError(
@@ -119,8 +134,12 @@ class MatMulNBits(ContribQuantOperator):
                 f"{tuple(a.shape)}"
             )
         weights = (b, scales, zero_points, g_idx)
-        w = self._weight.get(weights, lambda: self.dequantize(*weights, k=k, n=n))
-        y = torch.matmul(a, w.to(a.dtype).t())
+        if torch.is_grad_enabled() and a.requires_grad:
+            # Training through a 4-bit weight (QLoRA): no float copy outlives the step.
+            y = _DequantizedProduct.apply(a, lambda: self.dequantize(*weights, k=k, n=n))
+        else:
+            w = self._weight.get(weights, lambda: self.dequantize(*weights, k=k, n=n))
+            y = torch.matmul(a, w.to(a.dtype).t())
         return y if bias is None else y + bias
 
     def dequantize(
@@ -152,17 +171,19 @@ class MatMulNBits(ContribQuantOperator):
                 f"MatMulNBits node {self.name!r}: input scales must hold N * n_blocks = "
                 f"{n * blocks} values, received shape {tuple(scales.shape)}"
             )
-        codes = unpack_bits(b, bits, block).reshape(n, blocks * block)[:, :k].float()
         zp = self._zero_points(zero_points, bits, n, blocks, b.device)
-        if g_idx is not None:
-            if g_idx.shape != (k,):
-                raise BadInputError(
-                    f"MatMulNBits node {self.name!r}: input g_idx must have shape ({k},) (K), "
-                    f"received {tuple(g_idx.shape)}"
-                )
-            rows = g_idx.long()
-        else:
-            rows = torch.arange(k, device=b.device) // block
+        if g_idx is None:
+            # Blocks in order: scale and zero point broadcast over each block (no gather).
+            codes = unpack_bits(b, bits, block).float()
+            w = (codes - zp.unsqueeze(-1)) * scales.reshape(n, blocks, 1).float()
+            return w.reshape(n, blocks * block)[:, :k]
+        if g_idx.shape != (k,):
+            raise BadInputError(
+                f"MatMulNBits node {self.name!r}: input g_idx must have shape ({k},) (K), "
+                f"received {tuple(g_idx.shape)}"
+            )
+        codes = unpack_bits(b, bits, block).reshape(n, blocks * block)[:, :k].float()
+        rows = g_idx.long()
         scale = scales.reshape(n, blocks).float()[:, rows]
         return (codes - zp[:, rows]) * scale
 

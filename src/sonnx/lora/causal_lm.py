@@ -1,0 +1,123 @@
+"""``CausalLM``: an imported decoder-only LLM as a SONNXModel that trains on next-token loss.
+
+The model is fed as onnxruntime-genai and optimum export it: ``input_ids``, an
+``attention_mask`` of ones, ``position_ids`` where the graph has them, and empty past
+key/value caches (length 0), so one run is a whole-sequence prefill whose logits train.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sonnx.autograd import slice as slice_axes
+from sonnx.autograd import softmax_cross_entropy_loss, transpose
+from sonnx.device import Device
+from sonnx.errors import BadInputError
+from sonnx.onnx.sonnx_model import SONNXModel, apply_update
+from sonnx.tensor import Tensor, to_numpy
+
+#: Label value that adds nothing to the loss (as in transformers).
+IGNORE_INDEX = -100
+_PAST_PREFIXES = ("past_key_values", "past.")
+
+
+def _model_file(model_dir: Path) -> tuple[Path, int | None]:
+    """The decoder file and head size a genai_config.json names."""
+    decoder = json.loads((model_dir / "genai_config.json").read_text())["model"]["decoder"]
+    return model_dir / decoder["filename"], decoder.get("head_size")
+
+
+class CausalLM(SONNXModel):
+    """A decoder-only LLM (an onnxruntime-genai model directory, or an ONNX file and its head
+    size) whose ``train_one_batch(input_ids, labels)`` minimises next-token cross-entropy.
+
+    ``labels`` line up with ``input_ids`` (position t's logits predict labels[t + 1]); label
+    :data:`IGNORE_INDEX` marks tokens that add nothing to the loss (prompts, right padding).
+    """
+
+    def __init__(
+        self, model: str | Path, head_size: int | None = None, device: Device | None = None
+    ) -> None:
+        path = Path(model)
+        if path.is_dir():
+            if not (path / "genai_config.json").is_file():
+                raise BadInputError(f"CausalLM: directory {path} has no genai_config.json")
+            path, configured = _model_file(path)
+            head_size = head_size or configured
+        super().__init__(str(path), device=device)
+        self.head_size = head_size
+
+    def feeds(self, input_ids: Any, attention_mask: Any = None) -> dict[str, Any]:
+        """The graph's inputs for a prefill of ``input_ids`` (B, S) with empty caches."""
+        ids = to_numpy(input_ids) if isinstance(input_ids, Tensor) else np.asarray(input_ids)
+        batch = ids.shape[0]
+        mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask)
+        feeds: dict[str, Any] = {}
+        for spec in self.rep.input_specs:
+            if spec.name == "input_ids":
+                feeds[spec.name] = ids.astype(np.int64)
+            elif spec.name == "attention_mask":
+                feeds[spec.name] = mask.astype(spec.plain_array_dtype or np.int64)
+            elif spec.name == "position_ids":
+                feeds[spec.name] = np.clip(np.cumsum(mask, axis=1) - 1, 0, None).astype(np.int64)
+            elif spec.name.startswith(_PAST_PREFIXES):
+                feeds[spec.name] = self._empty_cache(spec, batch)
+            else:
+                raise BadInputError(
+                    f"CausalLM: the graph input {spec.name!r} is none of input_ids, "
+                    "attention_mask, position_ids or a past key/value cache"
+                )
+        return feeds
+
+    def _empty_cache(self, spec: Any, batch: int) -> np.ndarray:
+        dims = list(spec.shape or ())
+        if len(dims) != 4:
+            raise BadInputError(
+                f"CausalLM: cache input {spec.name!r} must be 4-D (batch, heads, past length, "
+                f"head size), received {spec.describe()}"
+            )
+        size = dims[3]
+        if not isinstance(size, int):
+            if self.head_size is None:
+                raise BadInputError(
+                    f"CausalLM: cache input {spec.name!r} has a free head size ({size!r}); "
+                    "pass head_size= or a model directory with genai_config.json"
+                )
+            size = self.head_size
+        heads = dims[1] if isinstance(dims[1], int) else 1
+        return np.zeros((batch, heads, 0, size), spec.plain_array_dtype or np.float32)
+
+    def forward(self, input_ids: Any, attention_mask: Any = None) -> Tensor:  # type: ignore[override]
+        """The logits (B, S, vocabulary) of a prefill of ``input_ids``."""
+        return self.rep.run(self.feeds(input_ids, attention_mask))[0]
+
+    def train_one_batch(  # type: ignore[override]
+        self, x: Any, y: Any, dist_option: str = "fp32", spars: float | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Forward ``x`` (input ids), next-token loss against ``y`` (labels), optimizer step."""
+        if self.optimizer is None:
+            raise BadInputError(
+                "CausalLM.train_one_batch: no optimizer; call model.set_optimizer(...) first"
+            )
+        logits = self.forward(x)
+        loss = next_token_loss(logits, y)
+        apply_update(self.optimizer, loss, dist_option, spars)
+        return logits, loss
+
+
+def next_token_loss(logits: Tensor, labels: Any) -> Tensor:
+    """Mean cross-entropy of ``logits[:, t]`` against ``labels[:, t + 1]``, skipping
+    :data:`IGNORE_INDEX` labels."""
+    y = to_numpy(labels) if isinstance(labels, Tensor) else np.asarray(labels)
+    if y.shape != logits.shape[:2]:
+        raise BadInputError(
+            f"next_token_loss: labels must have the input ids' shape {logits.shape[:2]}, "
+            f"received {y.shape}"
+        )
+    scores = transpose(slice_axes(logits, [0], [logits.shape[1] - 1], [1]), [0, 2, 1])
+    targets = Tensor(data=np.ascontiguousarray(y[:, 1:]).astype(np.int64), requires_grad=False)
+    return softmax_cross_entropy_loss(scores, targets, ignore_index=IGNORE_INDEX)

@@ -1,0 +1,137 @@
+"""``export``: a trained rep's adapters written as a model directory onnxruntime-genai opens.
+
+``merged=True`` writes the base graph with each adapter added into its float weight; a 4-bit
+(MatMulNBits) base keeps its adapters as side nodes with constant weights instead. ``merged=False``
+writes the base graph with adapter nodes whose A and B are graph inputs defaulting to zero (so
+the file alone is the base model) and ``<adapter_name>.onnx_adapter``, written with
+``onnxruntime.AdapterFormat``, holding the trained A and B (the scale folded into B): what
+onnxruntime-genai's ``og.Adapters`` loads and ``Generator.set_active_adapter`` switches on, so
+several fine-tunes share one base (the adapters' rank is a free dimension of those inputs, so
+fine-tunes of different ranks share it too). Either way ``genai_config.json`` and the tokenizer
+files are copied from ``model_dir`` unchanged: onnxruntime-genai needs no declaration of the
+adapter inputs, which onnxruntime overrides as it does any initializer-backed input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from sonnx.errors import BadInputError
+from sonnx.lora.adapters import adapter_values, weight_delta
+from sonnx.lora.graph import Adapter, adapters_of, attach, strip
+from sonnx.onnx.importer import SingaRep
+
+__all__ = ["export"]
+
+#: Files of a model directory that are the model itself, not carried over.
+_MODEL_SUFFIXES = (".onnx", ".onnx.data", ".onnx_data", ".onnx_adapter")
+
+
+def _decoder_file(model_dir: Path) -> str:
+    config = model_dir / "genai_config.json"
+    if not config.is_file():
+        raise BadInputError(
+            f"lora.export: {model_dir} has no genai_config.json; model_dir must be the "
+            "onnxruntime-genai model directory the rep was prepared from"
+        )
+    return json.loads(config.read_text())["model"]["decoder"]["filename"]
+
+
+def _with_current_weights(model: onnx.ModelProto, rep: SingaRep) -> None:
+    """Write the rep's current float weights into ``model``'s initializers of the same name."""
+    params = rep.params
+    for i, init in enumerate(model.graph.initializer):
+        if init.name in params:
+            value = params[init.name].data.detach().cpu().numpy()
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(value, init.name))
+
+
+def _scaled_values(rep: SingaRep, adapters: list[Adapter]) -> dict[str, tuple]:
+    """(A, B * scale) as NumPy arrays by module: what the exported graphs hold."""
+    values = adapter_values(rep)
+    out = {}
+    for a in adapters:
+        lora_a, lora_b = (v.cpu().numpy() for v in values[a.module])
+        out[a.module] = (lora_a, (lora_b * a.scale).astype(lora_b.dtype))
+    return out
+
+
+def _merged(base: onnx.ModelProto, adapters: list[Adapter], values: dict) -> onnx.ModelProto:
+    """Float adapters added into their weights; 4-bit ones kept as constant side nodes."""
+    import torch
+
+    inits = {i.name: i for i in base.graph.initializer}
+    nodes = {n.name: n for n in base.graph.node}
+    for a in adapters:
+        if a.op_type == "MatMulNBits":
+            continue
+        init = inits[nodes[a.node].input[1]]
+        weight = numpy_helper.to_array(init)
+        lora_a, lora_b = (torch.from_numpy(v) for v in values[a.module])
+        # values hold B already scaled: merge with scale 1.
+        unit = dataclasses.replace(a, scale=1.0)
+        delta = weight_delta(unit, lora_a, lora_b, nodes[a.node]).numpy()
+        init.CopyFrom(numpy_helper.from_array((weight + delta).astype(weight.dtype), init.name))
+    side = [a for a in adapters if a.op_type == "MatMulNBits"]
+    return attach(base, side, values, "constants") if side else base
+
+
+def _write_adapter_file(path: Path, values: dict[str, tuple], adapters: list[Adapter]) -> None:
+    import onnxruntime as ort
+
+    params = {}
+    for a in adapters:
+        lora_a, lora_b = values[a.module]
+        params[a.a_name] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(lora_a))
+        params[a.b_name] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(lora_b))
+    adapter = ort.AdapterFormat()
+    adapter.set_adapter_version(1)
+    adapter.set_model_version(1)
+    adapter.set_parameters(params)
+    adapter.export_adapter(str(path))
+
+
+def export(
+    rep: SingaRep,
+    out_dir: str | Path,
+    model_dir: str | Path,
+    merged: bool = True,
+    adapter_name: str = "adapter",
+) -> Path:
+    """Write the rep (with adapters) to ``out_dir`` as an onnxruntime-genai model directory,
+    merged or as base + ``<adapter_name>.onnx_adapter``; returns ``out_dir``.
+
+    ``model_dir`` is the directory the rep was prepared from: its ``genai_config.json``
+    names the decoder file written here, and it and the tokenizer files are copied.
+    """
+    adapters = adapters_of(rep.model)
+    if not adapters:
+        raise BadInputError("lora.export: the model has no adapters (call sonnx.lora.add first)")
+    source, out = Path(model_dir), Path(out_dir)
+    filename = _decoder_file(source)
+    if out.resolve() == source.resolve():
+        raise BadInputError(f"lora.export: out_dir must differ from model_dir ({source})")
+    out.mkdir(parents=True, exist_ok=True)
+    base = strip(rep.model)
+    _with_current_weights(base, rep)
+    values = _scaled_values(rep, adapters)
+    if merged:
+        model = _merged(base, adapters, values)
+    else:
+        zeros = {m: (np.zeros_like(a), np.zeros_like(b)) for m, (a, b) in values.items()}
+        model = attach(base, adapters, zeros, "inputs")
+        _write_adapter_file(out / f"{adapter_name}.onnx_adapter", values, adapters)
+    for f in source.iterdir():
+        if f.is_file() and not f.name.endswith(_MODEL_SUFFIXES):
+            shutil.copy2(f, out / f.name)
+    data = out / f"{filename}.data"
+    data.unlink(missing_ok=True)
+    onnx.save(model, str(out / filename), save_as_external_data=True, location=data.name)
+    return out
