@@ -19,7 +19,7 @@ import torch
 from sonnx.errors import BadInputError
 from sonnx.lora.graph import Adapter, adapters_of, attach, strip
 from sonnx.lora.targets import LoraTargetError, select
-from sonnx.onnx.importer import SingaRep, prepare
+from sonnx.runtime.rep import SingaRep, prepare
 
 __all__ = ["adapter_values", "add", "merge", "rebuild", "weight_delta", "weight_float_type"]
 

@@ -17,7 +17,7 @@ from sonnx.autograd import slice as slice_axes
 from sonnx.autograd import softmax_cross_entropy_loss, transpose
 from sonnx.device import Device
 from sonnx.errors import BadInputError
-from sonnx.onnx.sonnx_model import SONNXModel, apply_update
+from sonnx.sonnx_model import SONNXModel, apply_update
 from sonnx.tensor import Tensor, to_numpy
 
 #: Label value that adds nothing to the loss (as in transformers).

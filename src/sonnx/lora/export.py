@@ -26,7 +26,7 @@ from onnx import numpy_helper
 from sonnx.errors import BadInputError
 from sonnx.lora.adapters import adapter_values, weight_delta
 from sonnx.lora.graph import Adapter, adapters_of, attach, strip
-from sonnx.onnx.importer import SingaRep
+from sonnx.runtime.rep import SingaRep
 
 __all__ = ["export"]
 

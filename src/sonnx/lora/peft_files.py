@@ -23,7 +23,7 @@ from sonnx.errors import BadInputError
 from sonnx.lora.adapters import adapter_values, rebuild, weight_float_type
 from sonnx.lora.graph import Adapter, adapters_of, attach
 from sonnx.lora.targets import LoraTargetError, Target, candidates, peft_module
-from sonnx.onnx.importer import SingaRep
+from sonnx.runtime.rep import SingaRep
 
 __all__ = ["load", "save"]
 
