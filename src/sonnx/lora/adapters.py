@@ -33,7 +33,7 @@ def weight_float_type(graph: onnx.GraphProto, adapter: Adapter) -> np.dtype:
 
 
 def _initial_values(a: Adapter, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    lora_a = torch.empty(a.rank, a.in_features)
+    lora_a = torch.empty(a.rank, a.in_features)  # host: initial values, written into the graph
     torch.nn.init.kaiming_uniform_(lora_a, a=math.sqrt(5))
     return lora_a.t().numpy().astype(dtype), np.zeros((a.rank, a.out_features), dtype)
 

@@ -74,6 +74,7 @@ def _merged(base: onnx.ModelProto, adapters: list[Adapter], values: dict) -> onn
             continue
         init = inits[nodes[a.node].input[1]]
         weight = numpy_helper.to_array(init)
+        # host: the trained values, merged into the exported initializers
         lora_a, lora_b = (torch.from_numpy(v) for v in values[a.module])
         # values hold B already scaled: merge with scale 1.
         unit = dataclasses.replace(a, scale=1.0)

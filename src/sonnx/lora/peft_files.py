@@ -230,6 +230,7 @@ def _set_values(rep: SingaRep, values: dict[Adapter, tuple]) -> None:
             # The graph's B is unscaled beside its own scale node.
             for name, v in ((a.a_name, lora_a), (a.b_name, lora_b * (scale / a.scale))):
                 t = rep.constants[name].data
+                # host: the file's values, moved onto the weight's device by copy_
                 t.copy_(torch.from_numpy(np.ascontiguousarray(v)).to(t.dtype))
 
 
