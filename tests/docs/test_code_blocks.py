@@ -12,6 +12,7 @@ cannot run here says why on its fence line, ```` ```python skip: needs a GPU ```
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,3 +104,7 @@ def test_page_code_runs(
                 raise AssertionError(f"the block at {where} failed: {e!r}") from e
     finally:
         autograd.training = False
+        for value in namespace.values():  # a page's server, left running by a failed block
+            if isinstance(value, subprocess.Popen) and value.poll() is None:
+                value.kill()
+                value.wait()
