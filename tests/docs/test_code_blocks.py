@@ -2,8 +2,8 @@
 from the code.
 
 A page's blocks run in order in one namespace (a block may use what an earlier block of the same
-page defined, as a reader following the page would), in a fresh working directory holding the
-files the pages assume: ``model.onnx``, the small CNN the README's quick start writes (input
+page defined, as a reader following the page would), in a process of their own and a fresh
+working directory holding the files the pages assume: ``model.onnx``, the small CNN the README's quick start writes (input
 ``input``, float32 ``(batch, 1, 28, 28)``; output ``logits``, ``(batch, 10)``). A block that
 cannot run here says why on its fence line, ```` ```python skip: needs a GPU ````; a bare
 ``skip`` is an error.
@@ -11,15 +11,18 @@ cannot run here says why on its fence line, ```` ```python skip: needs a GPU ```
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from sonnx import autograd, layer, model, tensor
+from sonnx import layer, model, tensor
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
@@ -85,26 +88,36 @@ def test_every_skipped_block_says_why() -> None:
             assert block.skip_reason is None or len(block.skip_reason) > 5, (page, block.line)
 
 
+# Runs one page's blocks in order in one namespace; a failing block is named by page and line.
+DRIVER = """
+import json, sys
+namespace = {"__name__": "__main__"}
+for where, code in json.load(open(sys.argv[1])):
+    exec(compile(code, where, "exec"), namespace)
+"""
+
+
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=lambda p: str(p.relative_to(ROOT)))
-def test_page_code_runs(
-    page: Path, tmp_path: Path, model_onnx: bytes, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_page_code_runs(page: Path, tmp_path: Path, model_onnx: bytes) -> None:
+    """Each page in a process of its own, so what one page registers or sets (an operator, an
+    environment variable, the training flag) never reaches another page or test."""
     (tmp_path / "model.onnx").write_bytes(model_onnx)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SONNX_CACHE_DIR", str(tmp_path / "cache"))
-    namespace: dict[str, object] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
-    try:
-        for block in blocks(page):
-            if block.skip_reason is not None:
-                continue
-            where = f"{page.relative_to(ROOT)}:{block.line}"
-            try:
-                exec(compile(block.code, where, "exec"), namespace)
-            except Exception as e:
-                raise AssertionError(f"the block at {where} failed: {e!r}") from e
-    finally:
-        autograd.training = False
-        for value in namespace.values():  # a page's server, left running by a failed block
-            if isinstance(value, subprocess.Popen) and value.poll() is None:
-                value.kill()
-                value.wait()
+    code = [
+        # Blank lines put each block at its own line of the page in tracebacks.
+        (str(page.relative_to(ROOT)), "\n" * block.line + block.code)
+        for block in blocks(page)
+        if block.skip_reason is None
+    ]
+    (tmp_path / "blocks.json").write_text(json.dumps(code))
+    env = {**os.environ, "SONNX_CACHE_DIR": str(tmp_path / "cache")}
+    src = str(ROOT / "src")
+    env["PYTHONPATH"] = os.pathsep.join([src, env["PYTHONPATH"]]) if env.get("PYTHONPATH") else src
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, "blocks.json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"{page.relative_to(ROOT)}: a block failed\n{done.stderr[-4000:]}"
