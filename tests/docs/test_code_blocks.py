@@ -3,8 +3,9 @@ from the code.
 
 A page's blocks run in order in one namespace (a block may use what an earlier block of the same
 page defined, as a reader following the page would), in a process of their own and a fresh
-working directory holding the files the pages assume: ``model.onnx``, the small CNN the README's quick start writes (input
-``input``, float32 ``(batch, 1, 28, 28)``; output ``logits``, ``(batch, 10)``). A block that
+working directory holding the files the pages assume: ``model.onnx``, the small CNN the
+README's quick start writes (input ``input``, float32 ``(batch, 1, 28, 28)``; output
+``logits``, ``(batch, 10)``). A block that
 cannot run here says why on its fence line, ```` ```python skip: needs a GPU ````; a bare
 ``skip`` is an error.
 """
