@@ -49,9 +49,11 @@ version that is the newest not above the model's opset for its domain.
   function expansions not counted) whose operator this is, passed / run; every case runs in
   `tests/onnx/test_conformance.py`, and the ones that do not pass are listed at the end.
 
-In all, **{passed} of {total} official node cases pass** ({percent:.1f} %; expansions counted).
-For scale, onnxruntime 1.31 passes about 74 % of these cases. `python scripts/conformance.py
-[OP ...]` prints every case's result. Also tested: the nine `light_*` zoo models and the
+In all, **{passed} of {total} official node cases pass** ({percent:.1f} %; expansions counted;
+inputs seeded), the string cases (Equal, StringConcat, StringSplit, StringNormalizer,
+RegexFullMatch, LabelEncoder) and ImageDecoder (through Pillow) included. For scale,
+onnxruntime 1.31 passes about 74 % of these cases. `python scripts/conformance.py [OP ...]`
+prints every case's result. Also tested: the nine `light_*` zoo models and the
 `simple`, `pytorch-converted` and `pytorch-operator` suites shipped in the onnx wheel (all 140
 cases pass), torch-exported CNNs and a BERT-style encoder at opsets 9, 11, 13 and 17 against
 onnxruntime at batch 1 and 8, export of every op and layer checked by `onnx.checker` (full) and
