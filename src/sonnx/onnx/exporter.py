@@ -172,6 +172,13 @@ def to_onnx(
     ``dtype="float16"`` writes the model to compute in float16, keeping float32 where
     onnxruntime's own float16 converter does plus normalizations, Softmax and reductions, with
     Casts between (see :mod:`sonnx.onnx.float16`); its float inputs and outputs are float16.
+
+    :returns: the model (write it with :func:`save`).
+    :raises ExportError: no outputs, an input or output that is not a Tensor, names or
+        ``dynamic_axes`` that do not match the inputs and outputs, or a graph that cannot be
+        written (float16 with control flow, for one).
+    :raises OpsetTooOldError: an operator cannot be written at the ``opset`` asked for; the
+        error names the first opset that can.
     """
     if dtype not in _EXPORT_DTYPES:
         raise ExportError(f"to_onnx: dtype must be one of {_EXPORT_DTYPES}, received {dtype!r}")
@@ -550,6 +557,8 @@ def save(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
     ``<file name>.data`` beside it (ONNX external data, which protobuf's 2 GiB limit requires).
     Both files are written in a temporary directory next to the target and moved into place,
     so a reader never sees a half-written model, and ``model`` itself is left unchanged.
+
+    :returns: the path written.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -150,6 +150,14 @@ class SingaRep:
         run. ``output="name"`` stops once tensor ``name`` is computed and returns it.
         ``all_outputs=True`` returns every computed tensor by name; ``aux_output`` names extra
         tensors appended to the returned list.
+
+        :returns: the outputs as Tensors, in the model's output order (a dict by name with
+            ``all_outputs``); ``tensor.to_numpy`` gives NumPy arrays.
+        :raises BadInputError: an input is missing, unknown, or not of its declared element
+            type or fixed dims; ``last_layers`` or ``output`` names no layer or tensor.
+        :raises SonnxError: a node fails while running (the error names it, with its inputs'
+            dtypes and shapes); :class:`~sonnx.errors.ResourceLimitError` for sizes or loops
+            above the limits.
         """
         whole = last_layers == -1 and output is None and not all_outputs and not aux_output
         choice = choose_path(self.graph_runner is not None, whole, is_training())
@@ -379,6 +387,13 @@ def prepare(
     :class:`~sonnx.errors.UnsupportedOperatorError` before anything runs. With ``use_graph``,
     inference runs of the whole model go through ``torch.compile`` (see
     :mod:`sonnx.runtime.graph_mode`); training runs, cuts and ``all_outputs`` stay eager.
+
+    :returns: the runnable model.
+    :raises BadModelError: the file or bytes are not a valid ONNX model, or a node breaks its
+        ``onnx.defs`` schema (counts, attributes, types).
+    :raises UnsupportedOperatorError: the model uses operators sonnx has no converter for (all
+        of them listed).
+    :raises BadInputError: an unknown keyword option.
     """
     if options:
         raise BadInputError(f"prepare: unknown option(s) {sorted(options)}")
