@@ -1,5 +1,6 @@
 """Importer registrations for onnxruntime's fused normalizations and activations: see
-sonnx.autograd.contrib_norms and sonnx.autograd.contrib_norms_activations.
+sonnx.autograd.contrib_norms, sonnx.autograd.contrib_norms_quantized and
+sonnx.autograd.contrib_norms_activations.
 
 Every one is since-version 1 of the ``com.microsoft`` domain, except
 SimplifiedLayerNormalization, which onnxruntime registers in the default domain (version 1,
@@ -22,12 +23,14 @@ from sonnx.autograd.contrib_norms_activations import (
     Gelu,
     QuickGelu,
 )
+from sonnx.autograd.contrib_norms_quantized import QEmbedLayerNormalization
 from sonnx.onnx.registry import register_operator
 
 for _cls in (
     SkipLayerNormalization,
     SkipSimplifiedLayerNormalization,
     EmbedLayerNormalization,
+    QEmbedLayerNormalization,
     GroupNorm,
     SkipGroupNorm,
     Gelu,
