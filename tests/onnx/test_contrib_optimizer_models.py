@@ -1,7 +1,9 @@
 """GPT-2-, ViT- and T5-style encoders (transformers' layers at tiny sizes, random weights)
 exported by torch and fused by onnxruntime's transformer optimizer: sonnx runs the optimizer's
 in-memory result as onnxruntime does (1e-4 relative), although its fused com.microsoft nodes
-come without a com.microsoft opset import, and exports it back to the same nodes."""
+come without a com.microsoft opset import, and exports it back to the same nodes. A small CNN
+through the optimizer's channels-last fusion (NhwcConv, which onnxruntime runs only on CUDA)
+equals onnxruntime's run of the unfused model."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import onnxruntime as ort
 import pytest
 import torch
 import transformers
+from onnxruntime.transformers.fusion_nhwc_conv import FusionNhwcConv
+from onnxruntime.transformers.onnx_model import OnnxModel
 from onnxruntime.transformers.optimizer import optimize_model
 
 import sonnx
@@ -137,3 +141,24 @@ def test_optimized_model_equals_onnxruntime_and_exports_as_it_came(optimized) ->
     assert _fused(exported) == _fused(model)
     for e, g in zip(_onnxruntime(exported, feeds), outputs, strict=True):
         np.testing.assert_allclose(to_numpy(g), e, rtol=1e-4, atol=1e-5)
+
+
+def test_channels_last_fusion_of_a_cnn_equals_the_unfused_model(tmp_path) -> None:
+    torch.manual_seed(0)
+    cnn = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.SiLU(),
+        torch.nn.Conv2d(8, 8, 3, stride=2, groups=2), torch.nn.SiLU(),
+    )  # fmt: skip
+    path = tmp_path / "cnn.onnx"
+    torch.onnx.export(cnn.eval(), (torch.randn(2, 3, 8, 8),), str(path), input_names=["x"],
+                      opset_version=17, dynamo=False)  # fmt: skip
+    fused = OnnxModel(onnx.load(path))
+    FusionNhwcConv(fused, update_weight=True).apply()
+    fused.topological_sort()
+    assert _fused(fused.model) == {"NhwcConv": 2}
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    (expected,) = _onnxruntime(onnx.load(path), {"x": x})
+    inputs = [Tensor(data=x, requires_grad=False, name="x")]
+    (got,) = sonnx.prepare(fused.model).run({"x": inputs[0]})
+    np.testing.assert_allclose(to_numpy(got), expected, rtol=1e-4, atol=1e-5)
+    assert _fused(to_onnx(inputs, [got])) == {"NhwcConv": 2}

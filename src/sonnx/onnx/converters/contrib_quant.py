@@ -1,7 +1,7 @@
 """Importer registrations for com.microsoft products and quantization: see
 sonnx.autograd.contrib_quant, contrib_quant_integer, contrib_fused and contrib_qlinear."""
 
-from sonnx.autograd.contrib_fused import FusedConv, FusedGemm, FusedMatMul
+from sonnx.autograd.contrib_fused import FusedConv, FusedGemm, FusedMatMul, NhwcConv
 from sonnx.autograd.contrib_qlinear import (
     DequantizeLinear,
     QGemm,
@@ -29,6 +29,7 @@ for _cls in (
     GatherBlockQuantized,
     MatMulIntegerToFloat,
     MatMulNBits,
+    NhwcConv,
     QGemm,
     QLinearAdd,
     QLinearAveragePool,
