@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+import sonnx
 from sonnx.autograd.contrib_fused import FusedConv, FusedGemm, FusedMatMul, NhwcConv
 from sonnx.errors import BadInputError
+from sonnx.onnx.exporter import to_onnx
+from sonnx.tensor import Tensor, to_numpy
 from tests.contrib_quant_helpers import both, node_model, ort_run, sonnx_run
 from tests.helpers import check_grad
 
@@ -143,3 +146,16 @@ def test_nhwc_conv_gradients():
 def test_nhwc_conv_names_mismatched_ranks():
     with pytest.raises(BadInputError, match=r"received X \(1, 4, 4, 2\) and W \(3, 2, 2\)"):
         NhwcConv().forward(torch.ones(1, 4, 4, 2), torch.ones(3, 2, 2))
+
+
+def test_nhwc_conv_exports_as_it_came():
+    """Written back as the node it was (onnxruntime cannot run it on the CPU: sonnx runs the
+    export instead)."""
+    x = Tensor(data=randn(2, 5, 5, 4), requires_grad=False)
+    w = Tensor(data=randn(4, 3, 3, 2), requires_grad=False)
+    out = NhwcConv(group=2, pads=[1, 1, 1, 1])(x, w)
+    model = to_onnx([x], [out])
+    nodes = [(n.domain, n.op_type) for n in model.graph.node]
+    assert nodes == [("com.microsoft", "NhwcConv")]
+    (again,) = sonnx.prepare(model).run([to_numpy(x)])
+    np.testing.assert_allclose(to_numpy(again), to_numpy(out), rtol=1e-5, atol=1e-6)

@@ -116,6 +116,7 @@ EXPORTED_IN_OPERATOR_TESTS = {
     "QAttention": "autograd/test_contrib_attention_bert.py",
     "DecoderMaskedMultiHeadAttention": "autograd/test_contrib_attention_bert.py",
     "RelativePositionBias": "autograd/test_contrib_attention_bias.py",
+    "NhwcConv": "autograd/test_contrib_fused.py",
 }
 
 

@@ -10,12 +10,17 @@ gradient reaches them (nor anything else: ids are integers too).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from sonnx.autograd.contrib_norms import EmbedLayerNormalization
 from sonnx.autograd.contrib_qlinear import dequantize
 from sonnx.autograd.operator import TorchOutputs
 from sonnx.errors import BadInputError
+
+if TYPE_CHECKING:
+    from sonnx.onnx.graph_builder import GraphBuilder
 
 __all__ = ["QEmbedLayerNormalization"]
 
@@ -51,3 +56,10 @@ class QEmbedLayerNormalization(EmbedLayerNormalization):
             floats.append(dequantize(self, f"{name}_quant", table, scale, zero_point))
         word, position, segment, gamma, beta = floats
         return super().forward(input_ids, segment_ids, word, position, segment, gamma, beta, mask)
+
+    def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
+        """The node with both its outputs: onnxruntime's schema requires mask_index_out even
+        where nothing reads it."""
+        if len(outputs) < 2:
+            outputs = [*outputs, g.fresh_name("mask_index_out")]
+        super().export(g, inputs, outputs)
