@@ -1,8 +1,8 @@
 """LLMs written by onnxruntime-genai's model builder (llama, qwen2, phi3, gemma, mistral; fp32
 and int4) run in sonnx as in onnxruntime: a prompt, then decode steps with the KV cache fed
 back, in the layouts onnxruntime-genai drives them with; exported back as they came; trained
-through. The models are tiny random-weight builds (:mod:`tests.genai_builds`), made once per
-session.
+through; compiled whole in graph mode. The models are tiny random-weight builds
+(:mod:`tests.genai_builds`), made once per session.
 
 Tolerances: 1e-4 relative and 1e-5 absolute on logits and caches, fp32 and int4 alike (sonnx
 rounds MatMulNBits's input to int8 as onnxruntime does at the builder's accuracy_level 4).
@@ -174,3 +174,16 @@ def test_float_build_trains_with_finite_gradients(family: str) -> None:
         param.copy_from_numpy(values)
         numeric = (sides[0] - sides[1]) / 2e-2
         assert grads[name][index] == pytest.approx(numeric, rel=2e-2, abs=1e-3), name
+
+
+def test_int4_build_compiles_whole_in_graph_mode() -> None:
+    """The file's one compile: the int4 llama's prompt step compiles as one graph (no node
+    left to run eagerly) and equals eager."""
+    runs = Runs(genai_builds.build("llama", "int4"))
+    feeds = runs.feeds(_ids(1, 5), np.ones((1, 5), np.int64), _empty_cache(1, 0))
+    rep = sonnx.prepare(runs.model, use_graph=True)
+    compiled = rep.run([feeds[name] for name in runs.inputs])
+    assert rep.graph_runner.compile_count == 1 and rep.graph_runner.fallback is None
+    _, eager = runs.both(feeds)
+    for got, expected in zip(compiled, eager, strict=True):
+        np.testing.assert_allclose(to_numpy(got), expected, rtol=1e-5, atol=1e-6)
