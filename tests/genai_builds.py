@@ -182,10 +182,16 @@ def _build(family: str, precision: str) -> Path:
     quantizer_log = logging.getLogger("onnxruntime.quantization")
     level = quantizer_log.level
     quantizer_log.setLevel(logging.WARNING)
+    printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
             options = parse_extra_options("", source, out, precision, "cpu", cache, [])
             create_model("", source, out, precision, "cpu", cache, **options)
+    except Exception as e:
+        raise RuntimeError(
+            f"onnxruntime-genai's builder failed on {family} {precision}: {e}; its last "
+            f"output:\n{printed.getvalue()[-2000:]}"
+        ) from e
     finally:
         quantizer_log.setLevel(level)
     return Path(out)
