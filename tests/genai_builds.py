@@ -134,11 +134,25 @@ def _hf_model_dir(family: str) -> Path:
         # One seed per family, so llama and mistral (the same layers) differ in weights.
         torch.manual_seed(SEED + FAMILIES.index(family))
         model = transformers.AutoModelForCausalLM.from_config(config)
+        _perturb_norms_and_biases(model)
     model.save_pretrained(out)
     transformers.PreTrainedTokenizerFast(
         tokenizer_object=_tokenizer(), bos_token=BOS, eos_token=EOS, unk_token=UNK
     ).save_pretrained(out)
     return out
+
+
+def _perturb_norms_and_biases(model: torch.nn.Module) -> None:
+    """Move the norm weights and biases off the constants transformers initialises them to
+    (ones or zeros), as training does: a test then sees them applied, and a quantized
+    embedding normalised by unit weights no longer puts int8 rounding exactly on its ties
+    (where float rounding alone would decide between two runtimes)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.empty_like(p).uniform_(-0.5, 0.5))
+            elif name.endswith("bias"):
+                p.normal_(0.0, 0.02)
 
 
 def hf_model(family: str):
@@ -168,10 +182,16 @@ def _build(family: str, precision: str) -> Path:
     quantizer_log = logging.getLogger("onnxruntime.quantization")
     level = quantizer_log.level
     quantizer_log.setLevel(logging.WARNING)
+    printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
             options = parse_extra_options("", source, out, precision, "cpu", cache, [])
             create_model("", source, out, precision, "cpu", cache, **options)
+    except Exception as e:
+        raise RuntimeError(
+            f"onnxruntime-genai's builder failed on {family} {precision}: {e}; its last "
+            f"output:\n{printed.getvalue()[-2000:]}"
+        ) from e
     finally:
         quantizer_log.setLevel(level)
     return Path(out)

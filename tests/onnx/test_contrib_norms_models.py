@@ -6,7 +6,8 @@ through ``onnxruntime.transformers.optimizer.optimize_model`` with attention fus
 optimized graphs hold EmbedLayerNormalization, SkipLayerNormalization, BiasGelu or FastGelu,
 SimplifiedLayerNormalization and SkipSimplifiedLayerNormalization. sonnx runs them equal to
 onnxruntime, exports them back to the same operators, trains them one SGD step, and (once, for
-the encoder) compiles them in graph mode.
+the encoder) compiles them in graph mode. The encoder after ``quantize_dynamic`` (with and
+without the attention fusion) carries QEmbedLayerNormalization and QAttention.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.fusion_options import FusionOptions
 from onnxruntime.transformers.optimizer import optimize_model
 from torch import nn
@@ -281,6 +283,39 @@ def test_optimized_encoder_in_graph_mode_equals_eager(tmp_path) -> None:
     got = rep.run([Tensor(data=v, requires_grad=False, name=k) for k, v in feeds.items()])
     assert rep.graph_runner.compile_count == 1 and rep.graph_runner.fallback is None
     np.testing.assert_allclose(to_numpy(got[0]), to_numpy(eager[0]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attention", [False, True], ids=["matmuls", "attention"])
+def test_dynamically_quantized_encoder_equals_onnxruntime(tmp_path, attention) -> None:
+    """quantize_dynamic turns the optimized encoder's EmbedLayerNormalization into
+    QEmbedLayerNormalization (8-bit tables), its MatMuls into MatMulInteger and, with the
+    attention fusion on, its Attention into QAttention: sonnx runs it as onnxruntime does and
+    exports it back to the same fused operators (without the position ids' Shape/Range chain,
+    which the quantized node no longer reads), which onnxruntime runs to the same outputs."""
+    path, quantized = tmp_path / "optimized.onnx", tmp_path / "quantized.onnx"
+    torch.manual_seed(0)
+    feeds = {k: torch.tensor(v) for k, v in _encoder_feeds(2, MAX_LEN, 0).items()}
+    optimized = _optimized(Encoder(), tuple(feeds.values()), list(feeds), tmp_path / "e.onnx",
+                           "bert", 1, enable_attention=attention)  # fmt: skip
+    onnx.save(optimized, path)
+    quantize_dynamic(
+        str(path), str(quantized), weight_type=QuantType.QInt8,
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )  # fmt: skip
+    model = onnx.load(quantized)
+    ops = _op_types(model)
+    assert ops[("com.microsoft", "QEmbedLayerNormalization")] == 1
+    assert ops[("com.microsoft", "QAttention")] == (2 if attention else 0)
+    _same_as_onnxruntime(model, _encoder_feeds(2, 8, 6))
+    feeds = _encoder_feeds(3, 5, 7)
+    inputs, outputs = _sonnx(model, feeds)
+    exported = to_onnx(inputs, outputs)
+
+    def fused(m: onnx.ModelProto) -> Counter:
+        return Counter({k: n for k, n in _op_types(m).items() if k[0] == "com.microsoft"})
+
+    assert fused(exported) == fused(model)
+    _same_as_onnxruntime(exported, feeds)
 
 
 # ---- the Llama-style RMSNorm stack ----------------------------------------------------------

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from sonnx.operators.linalg import contrib_fused as fused
+from sonnx.operators.normalization import contrib_quantized as qn
 from sonnx.operators.quantize import contrib_integer as ci
 from sonnx.operators.quantize import contrib_nbits as cq
 from sonnx.operators.quantize import contrib_qlinear as ql
@@ -55,6 +56,18 @@ _BIAS3 = w(3)
 _W_CONV = w(3, 2, 3, 3)
 _CODES4 = const(codes(4))
 _CODES13 = const(codes(1, 3))
+
+
+# QEmbedLayerNormalization's word, position, gamma and beta tables with their scales and zero
+# points (no segments), in the node's input order.
+_QEMBED_TABLES = (const(codes(10, 8)), const(codes(6, 8)), None, const(codes(8)), const(codes(8)))
+_QEMBED_SCALES = (scalar(0.02), scalar(0.03), None, scalar(0.01), scalar(0.02))
+_QEMBED_ZEROS = (scalar(128, U8), scalar(120, U8), None, scalar(100, U8), scalar(130, U8))
+
+
+def _qembed(ids):
+    op = qn.QEmbedLayerNormalization(epsilon=1e-5)
+    return op(ids, None, *_QEMBED_TABLES, None, *_QEMBED_SCALES, *_QEMBED_ZEROS)
 
 
 def _gather(indices):
@@ -148,6 +161,13 @@ CASES = [
         "qgemm",
         lambda a: ql.QGemm()(a, *_Q, _B8, scalar(0.02), scalar(0, np.int8), None, *_QY),
         u8_inputs(5),
+    ),
+    case(
+        "qembed_layer_normalization",
+        _qembed,
+        rng_inputs(((5,), lambda r, s: r.integers(0, 10, s).astype(np.int32))),
+        rtol=1e-4,
+        atol=1e-5,
     ),
     case(
         "quantize_dequantize",

@@ -115,6 +115,7 @@ EXPORTED_IN_OPERATOR_TESTS = {
     "QAttention": "operators/attention/test_contrib_bert.py",
     "DecoderMaskedMultiHeadAttention": "operators/attention/test_contrib_bert.py",
     "RelativePositionBias": "operators/attention/test_contrib_bias.py",
+    "NhwcConv": "operators/linalg/test_contrib_fused.py",
 }
 
 

@@ -24,6 +24,7 @@ from sonnx.engine.operator import Operator
 from sonnx.errors import ExportError, OpsetTooOldError
 from sonnx.onnx.export_names import DynamicAxes, GraphNames
 from sonnx.onnx.float16 import to_float16
+from sonnx.onnx.model_loading import opset_versions
 from sonnx.onnx.registry import REGISTRY
 from sonnx.proto.graph_builder import GraphBuilder, first_opset, tensor_proto
 from sonnx.tensor import Tensor
@@ -342,9 +343,10 @@ def _export(
     )
     opsets = {"": target, **g.extra_opsets}
     if first_source is not None:
-        for o in first_source.opset_import:
-            if o.domain not in ("", "ai.onnx"):
-                opsets[o.domain] = max(opsets.get(o.domain, 1), o.version)
+        # With the domains the source used without importing them (IMPLIED_OPSETS).
+        for domain, version in opset_versions(first_source).items():
+            if domain:
+                opsets[domain] = max(opsets.get(domain, 1), version)
     opset_ids = [helper.make_opsetid(d, v) for d, v in opsets.items()]
     model = helper.make_model(
         graph,

@@ -246,9 +246,20 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
     return model
 
 
+#: Domains a model may use without importing them, at the version onnxruntime then assumes:
+#: com.microsoft has one version, and onnxruntime's own transformer optimizer returns models
+#: (``optimize_model(...).model``) whose fused nodes use it without an import.
+IMPLIED_OPSETS = {"com.microsoft": 1}
+
+
 def opset_versions(model: onnx.ModelProto) -> dict[str, int]:
-    """Domain ('' for the default ONNX domain) → imported opset version."""
+    """Domain ('' for the default ONNX domain) → imported opset version (with
+    :data:`IMPLIED_OPSETS` for the domains the model uses without importing)."""
     versions = {_domain_key(o.domain): o.version for o in model.opset_import}
+    used = {_domain_key(node.domain) for node in model.graph.node}
+    for domain, version in IMPLIED_OPSETS.items():
+        if domain in used:
+            versions.setdefault(domain, version)
     if "" not in versions:
         if model.ir_version >= 3 or model.opset_import:
             versions.setdefault("", 1)

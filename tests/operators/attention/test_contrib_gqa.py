@@ -9,7 +9,9 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import helper
+from torch.fx.experimental.proxy_tensor import make_fx
 
+from sonnx.engine.tracing import ValueFlow, tracing
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 from sonnx.onnx.exporter import to_onnx
 from sonnx.operators.attention.contrib_gqa import GroupQueryAttention, RotaryEmbedding
@@ -177,6 +179,24 @@ def test_group_query_attention_over_a_preallocated_cache() -> None:
 def test_group_query_attention_gradient_matches_finite_differences() -> None:
     arrays = _decode_arrays()
     check_grad(_gqa_decode, [a.astype(np.float64) for a in arrays])
+
+
+def test_group_query_attention_traces_into_one_graph() -> None:
+    """A decode step with fewer KV heads than query heads traces as graph mode traces (no
+    value-dependent shape: graph mode would run the node eagerly) and the graph equals eager.
+    total_sequence_length is fixed, as the builder's graphs compute it from shapes."""
+    op = GroupQueryAttention(num_heads=4, kv_num_heads=2)
+    arrays = [torch.from_numpy(a) for a in _decode_arrays()]
+    seqlens, total = torch.tensor([3, 2], dtype=torch.int32), torch.tensor(4, dtype=torch.int32)
+
+    def step(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with tracing(), ValueFlow(list(xs)):
+            return op.forward(*xs[:5], xs[5], total)
+
+    graph = make_fx(step)(*arrays, seqlens)
+    for got, expected in zip(graph(*arrays, seqlens), op.forward(*arrays, seqlens, total),
+                             strict=True):  # fmt: skip
+        torch.testing.assert_close(got, expected)
 
 
 def test_group_query_attention_exports_as_it_came() -> None:

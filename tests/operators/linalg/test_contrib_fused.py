@@ -7,9 +7,12 @@ import numpy as np
 import pytest
 import torch
 
+import sonnx
 from sonnx.errors import BadInputError
-from sonnx.operators.linalg.contrib_fused import FusedConv, FusedGemm, FusedMatMul
-from tests.contrib_quant_helpers import both, node_model
+from sonnx.onnx.exporter import to_onnx
+from sonnx.operators.linalg.contrib_fused import FusedConv, FusedGemm, FusedMatMul, NhwcConv
+from sonnx.tensor import Tensor, to_numpy
+from tests.contrib_quant_helpers import both, node_model, ort_run, sonnx_run
 from tests.helpers import check_grad
 
 RNG = np.random.default_rng(1)
@@ -109,3 +112,50 @@ def test_fused_products_gradients():
 def test_fused_gemm_rejects_a_bad_activation(attrs, message):
     with pytest.raises(BadInputError, match=message):
         FusedGemm(**attrs).forward(torch.ones(2, 2), torch.ones(2, 2))
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs"),
+    [
+        ((2, 7, 6, 4), (6, 3, 3, 2), {"group": 2, "strides": [2, 1], "pads": [1, 1, 1, 1]}),
+        ((1, 5, 5, 3), (4, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+        ((2, 9, 3), (5, 2, 3), {"pads": [0, 1]}),
+    ],
+    ids=["2d_groups", "2d_same_upper", "1d_asymmetric"],
+)
+def test_nhwc_conv_is_conv_on_channels_last_tensors(x_shape, w_shape, attrs):
+    """onnxruntime has no CPU kernel for NhwcConv: its reference is onnxruntime's Conv on the
+    same tensors moved channels-first, the result moved back."""
+    x, w, b = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
+    model = node_model("NhwcConv", {"X": x, "W": w, "B": b}, ["X"], **attrs)
+    (got,) = sonnx_run(model, {"X": x})
+    first = [0, x.ndim - 1, *range(1, x.ndim - 1)]
+    conv = node_model("Conv", {"X": x.transpose(first), "W": w.transpose(first), "B": b}, ["X"],
+                      domain="", **attrs)  # fmt: skip
+    (expected,) = ort_run(conv, {"X": x.transpose(first)})
+    np.testing.assert_allclose(got, np.moveaxis(expected, 1, -1), rtol=1e-4, atol=1e-5)
+
+
+def test_nhwc_conv_gradients():
+    check_grad(
+        lambda x, w, b: NhwcConv(pads=[1, 0, 1, 0], group=2)(x, w, b),
+        [RNG.standard_normal(s) for s in ((1, 4, 3, 4), (4, 3, 2, 2), (4,))],
+    )
+
+
+def test_nhwc_conv_names_mismatched_ranks():
+    with pytest.raises(BadInputError, match=r"received X \(1, 4, 4, 2\) and W \(3, 2, 2\)"):
+        NhwcConv().forward(torch.ones(1, 4, 4, 2), torch.ones(3, 2, 2))
+
+
+def test_nhwc_conv_exports_as_it_came():
+    """Written back as the node it was (onnxruntime cannot run it on the CPU: sonnx runs the
+    export instead)."""
+    x = Tensor(data=randn(2, 5, 5, 4), requires_grad=False)
+    w = Tensor(data=randn(4, 3, 3, 2), requires_grad=False)
+    out = NhwcConv(group=2, pads=[1, 1, 1, 1])(x, w)
+    model = to_onnx([x], [out])
+    nodes = [(n.domain, n.op_type) for n in model.graph.node]
+    assert nodes == [("com.microsoft", "NhwcConv")]
+    (again,) = sonnx.prepare(model).run([to_numpy(x)])
+    np.testing.assert_allclose(to_numpy(again), to_numpy(out), rtol=1e-5, atol=1e-6)

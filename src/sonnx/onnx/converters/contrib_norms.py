@@ -1,5 +1,6 @@
 """Importer registrations for onnxruntime's fused normalizations and activations: see
-sonnx.operators.normalization.contrib_skip and sonnx.operators.normalization.contrib_activations.
+sonnx.operators.normalization.contrib_skip, sonnx.operators.normalization.contrib_quantized and
+sonnx.operators.normalization.contrib_activations.
 
 Every one is since-version 1 of the ``com.microsoft`` domain, except
 SimplifiedLayerNormalization, which onnxruntime registers in the default domain (version 1,
@@ -15,6 +16,7 @@ from sonnx.operators.normalization.contrib_activations import (
     Gelu,
     QuickGelu,
 )
+from sonnx.operators.normalization.contrib_quantized import QEmbedLayerNormalization
 from sonnx.operators.normalization.contrib_skip import (
     EmbedLayerNormalization,
     GroupNorm,
@@ -28,6 +30,7 @@ for _cls in (
     SkipLayerNormalization,
     SkipSimplifiedLayerNormalization,
     EmbedLayerNormalization,
+    QEmbedLayerNormalization,
     GroupNorm,
     SkipGroupNorm,
     Gelu,

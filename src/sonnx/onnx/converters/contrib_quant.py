@@ -2,7 +2,7 @@
 sonnx.operators.quantize.contrib_nbits, contrib_quant_integer, contrib_fused and contrib_qlinear."""
 
 from sonnx.onnx.registry import register_operator
-from sonnx.operators.linalg.contrib_fused import FusedConv, FusedGemm, FusedMatMul
+from sonnx.operators.linalg.contrib_fused import FusedConv, FusedGemm, FusedMatMul, NhwcConv
 from sonnx.operators.quantize.contrib_integer import DynamicQuantizeMatMul, MatMulIntegerToFloat
 from sonnx.operators.quantize.contrib_nbits import GatherBlockQuantized, MatMulNBits
 from sonnx.operators.quantize.contrib_qlinear import (
@@ -29,6 +29,7 @@ for _cls in (
     GatherBlockQuantized,
     MatMulIntegerToFloat,
     MatMulNBits,
+    NhwcConv,
     QGemm,
     QLinearAdd,
     QLinearAveragePool,

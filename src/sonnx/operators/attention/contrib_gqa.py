@@ -281,9 +281,7 @@ class GroupQueryAttention(ContribOperator):
             return torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, scale=scale, enable_gqa=True
             )
-        group = q.shape[1] // k.shape[1]
-        k = k.repeat_interleave(group, 1)
-        v = v.repeat_interleave(group, 1)
+        k, v = _shared_heads(k, q.shape[1]), _shared_heads(v, q.shape[1])
         scores = torch.matmul(q, k.transpose(2, 3)) * scale
         if softcap > 0:
             scores = softcap * torch.tanh(scores / softcap)
@@ -299,6 +297,14 @@ class GroupQueryAttention(ContribOperator):
         sink = head_sink.to(scores.dtype).reshape(1, -1, 1, 1).expand(*scores.shape[:3], 1)
         probs = torch.softmax(torch.cat([scores, sink], -1), -1)[..., :-1]
         return torch.matmul(probs, v)
+
+
+def _shared_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """The KV heads (batch, kv heads, rows, size) repeated for the ``heads`` query heads, each
+    KV head serving ``heads / kv heads`` consecutive ones. Written with expand rather than
+    ``repeat_interleave``, whose output size graph mode's tracer cannot know."""
+    b, n, rows, size = x.shape
+    return x.unsqueeze(2).expand(b, n, heads // n, rows, size).reshape(b, heads, rows, size)
 
 
 def _write_cache(

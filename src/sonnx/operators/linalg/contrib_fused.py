@@ -1,8 +1,9 @@
-"""com.microsoft fused float products: FusedMatMul, FusedGemm and FusedConv.
+"""com.microsoft fused float products: FusedMatMul, FusedGemm, FusedConv and NhwcConv.
 
-onnxruntime's graph optimizer writes these when it folds a Transpose or a scalar Mul into a
-MatMul, or an activation (and for Conv, an added tensor) into a Gemm or Conv. Each runs here as
-the unfused sequence of torch operations, so gradients follow the plain operators'.
+onnxruntime's graph optimizer writes the first three when it folds a Transpose or a scalar Mul
+into a MatMul, or an activation (and for Conv, an added tensor) into a Gemm or Conv; its
+transformer optimizer writes NhwcConv (channels-last Conv) for diffusion models. Each runs here
+as the unfused sequence of torch operations, so gradients follow the plain operators'.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sonnx.operators.contrib import ContribOperator
 from sonnx.operators.conv.conv import conv_forward
 from sonnx.operators.quantize.contrib_nbits import ContribQuantOperator
 
-__all__ = ["FusedConv", "FusedGemm", "FusedMatMul"]
+__all__ = ["FusedConv", "FusedGemm", "FusedMatMul", "NhwcConv"]
 
 
 def _transposed_batch(x: torch.Tensor) -> torch.Tensor:
@@ -171,3 +172,24 @@ class FusedConv(ContribQuantOperator):
             y = y + z
         name = self.attr("activation")
         return _activation(self, name, self.attr("activation_params") or ())(y)
+
+
+class NhwcConv(ContribQuantOperator):
+    """Conv on channels-last tensors, as onnxruntime's transformer optimizer writes it
+    (``FusionNhwcConv``, for its CUDA kernel; onnxruntime has no CPU kernel): X (N, spatial...,
+    C), W (M, kernel..., C / group), B (M,), Y (N, spatial..., M); Conv's attributes."""
+
+    op_type = "NhwcConv"
+    defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
+
+    def forward(
+        self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if x.dim() < 3 or w.dim() != x.dim():
+            raise BadInputError(
+                f"NhwcConv node {self.name!r}: X (N, spatial..., C) and W (M, kernel..., C / "
+                f"group) must have the same rank, at least 3, received X "
+                f"{tuple(x.shape)} and W {tuple(w.shape)}"
+            )
+        y = conv_forward(self, x.movedim(-1, 1), w.movedim(-1, 1), b)
+        return y.movedim(1, -1)

@@ -46,6 +46,22 @@ def unpack_bits(packed: torch.Tensor, bits: int, count: int) -> torch.Tensor:
     return codes.reshape(*packed.shape[:-1], packed.shape[-1] * per_byte)[..., :count]
 
 
+def int8_blocks(a: torch.Tensor, block: int) -> torch.Tensor:
+    """``a`` with each block of ``block`` values along its last axis rounded to int8 steps, as
+    onnxruntime's CPU MatMulNBits quantizes its input at accuracy_level 4: the step is the
+    block's largest magnitude / 127, a value is ``round(a * 127 / max)`` (half to even) steps.
+    The gradient passes straight through the rounding (it is a step function), so layers
+    before a 4-bit product still train."""
+    k = a.shape[-1]
+    padded = torch.nn.functional.pad(a.detach(), (0, -k % block))
+    blocks = padded.reshape(*a.shape[:-1], -1, block)
+    largest = blocks.abs().amax(-1, keepdim=True)
+    inverse = torch.where(largest > 0, 127.0 / largest, torch.zeros_like(largest))
+    rounded = torch.round(blocks * inverse) * (largest / 127.0)
+    rounded = rounded.reshape(padded.shape)[..., :k]
+    return a + (rounded - a).detach() if a.requires_grad else rounded
+
+
 class KeptWeight:
     """A result computed from frozen tensors, kept while they are the same tensors, unchanged.
 
@@ -104,8 +120,11 @@ class MatMulNBits(ContribQuantOperator):
     bits / 8); scales (A's type, N * n_blocks values); zero_points (optional: uint8 codes packed
     like B, ceil(n_blocks * bits / 8) bytes per row, or float values shaped like scales);
     g_idx (optional int32 [K]: the block of each row of K, for act-order weights); bias
-    (optional [N]). ``accuracy_level`` only lets onnxruntime compute in lower precision (at
-    level 4 it quantizes A to int8); sonnx computes in float and accepts every level.
+    (optional [N]). At ``accuracy_level`` 4 (and above) onnxruntime's CPU kernel rounds A to
+    int8 in blocks of K before the product, for 4- and 8-bit weights (2-bit ones: blocks of 32
+    to 128) without g_idx or float zero points; sonnx rounds A the same way
+    (:func:`int8_blocks`), so the two agree to float rounding where a float product would
+    differ by the int8 step. Other levels compute in float, as onnxruntime's CPU kernel does.
     """
 
     op_type = "MatMulNBits"
@@ -134,6 +153,8 @@ class MatMulNBits(ContribQuantOperator):
                 f"{tuple(a.shape)}"
             )
         weights = (b, scales, zero_points, g_idx)
+        if self._rounds_a_to_int8(a, zero_points, g_idx):
+            a = int8_blocks(a, int(self.attr("block_size")))
         if torch.is_grad_enabled() and a.requires_grad:
             # Training through a 4-bit weight (QLoRA): no float copy outlives the step.
             y = _DequantizedProduct.apply(a, lambda: self.dequantize(*weights, k=k, n=n))
@@ -141,6 +162,21 @@ class MatMulNBits(ContribQuantOperator):
             w = self._weight.get(weights, lambda: self.dequantize(*weights, k=k, n=n))
             y = torch.matmul(a, w.to(a.dtype).t())
         return y if bias is None else y + bias
+
+    def _rounds_a_to_int8(
+        self, a: torch.Tensor, zero_points: torch.Tensor | None, g_idx: torch.Tensor | None
+    ) -> bool:
+        """Whether onnxruntime's CPU kernel computes this node with A rounded to int8 (its
+        CompInt8 kernels: float32 A, accuracy_level 4 or more, no g_idx, no float zero points,
+        4- or 8-bit weights, or 2-bit ones in blocks of 32 to 128)."""
+        bits, block = int(self.attr("bits")), int(self.attr("block_size"))
+        return (
+            a.dtype == torch.float32
+            and int(self.attr("accuracy_level")) >= 4
+            and g_idx is None
+            and (zero_points is None or not zero_points.dtype.is_floating_point)
+            and (bits != 2 or 32 <= block <= 128)
+        )
 
     def dequantize(
         self,
