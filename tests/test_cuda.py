@@ -29,6 +29,7 @@ import sonnx
 from sonnx import autograd, opt
 from sonnx import dist as sonnx_dist
 from sonnx.device import Device, get_default_device, set_default_device, set_seed
+from sonnx.onnx.cuda_graphs import capture_cuda_graph
 from sonnx.onnx.exporter import to_onnx
 from sonnx.opt.loss_scaler import GROWTH_TRACKER, SCALE
 from sonnx.tensor import Tensor, to_numpy
@@ -103,6 +104,33 @@ def test_graph_mode_compiles_on_the_gpu_equal_to_eager_and_loads_from_its_store(
     _close(_run(second, c.feeds[0], gpu), _run(eager, c.feeds[0], gpu))
     assert second.graph_runner.compile_count == 0
     assert second.graph_runner.loaded_count >= 1
+
+
+def test_the_voice_activity_model_captured_as_a_cuda_graph_replays_equal_to_eager(
+    gpu: Device,
+) -> None:
+    """The voice-activity stand-in (small ops: a few dozen kernels a chunk) compiled whole in
+    graph mode and captured as a CUDA graph: streaming chunks, the state fed back, each
+    replay's outputs equal the eager run's; the sample rate stays as captured."""
+    if gpu.torch_device.type != "cuda":
+        pytest.skip(
+            "CUDA graphs need CUDA: nothing to capture on the CPU standing in for the GPU "
+            f"({DEVICE_VARIABLE}=cpu)"
+        )
+    c = case("vad")
+    eager = sonnx.prepare(c.model, device=gpu)
+    rep = sonnx.prepare(c.model, device=gpu, use_graph=True)
+    first = {n: _on(gpu, a) for n, a in c.feeds[2].items()}  # batch 3 at 16 kHz
+    captured = capture_cuda_graph(rep, first)
+    assert set(captured.inputs) == {"input", "h", "c"} and set(captured.fixed) == {"sr"}
+    h, c_state = first["h"], first["c"]
+    for chunk in range(3):
+        x = _on(gpu, np.random.default_rng(chunk).standard_normal((3, 512)).astype(np.float32))
+        expected = eager.run({"input": x, "sr": first["sr"], "h": h, "c": c_state})
+        got = captured.run({"input": x, "h": h, "c": c_state})
+        _close([to_numpy(t) for t in got], [to_numpy(t) for t in expected])
+        h, c_state = expected[1], expected[2]
+    assert captured.replays == 3
 
 
 def _train_imported(

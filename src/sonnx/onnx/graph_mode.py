@@ -291,6 +291,24 @@ class GraphRunner:
         the first run."""
         return self._whole
 
+    def whole_graph_for(
+        self, inputs: dict[str, torch.Tensor]
+    ) -> tuple[CompiledGraph, list[str], list[str], list[int]] | None:
+        """The graph an earlier run of ``inputs`` (values by name) computed the whole model
+        with: the graph, the names of its traced inputs (in its order) and of the inputs baked
+        into it, and the positions of the model's outputs among the graph's. None when no such
+        run was made or some step runs eagerly."""
+        if self._whole is None:
+            return None
+        segment, positions = self._whole
+        datas = [inputs[n] for n in segment.inputs]
+        choice = segment.recent.get(tuple(map(layout, datas)))
+        entry = None if choice is None else choice.graphs.get(_baked_values(datas, choice.baked))
+        if entry is None:
+            return None
+        names = [[segment.inputs[i] for i in which] for which in (choice.traced, choice.baked)]
+        return entry, names[0], names[1], positions
+
     @staticmethod
     def _chosen_outputs(segment: Segment, datas: list[torch.Tensor]) -> list[Any] | None:
         """The segment's outputs from the graph chosen before for inputs of these layouts and
