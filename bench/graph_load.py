@@ -22,10 +22,10 @@ loads and matches eager. Each attempt here runs in a child process, so a crash i
 4. ``mmap-weights``: at the crashing size, with ``aot_inductor.force_mmap_weights`` (the
    weights read from the mapped file at load instead of copied from the library's data).
 
-Each attempt prints one line, ``graph-load <name>: ok ...`` or ``graph-load <name>: CRASHED
-...``, with the library's size, and compile-and-load seconds; an attempt the budget cannot
-hold is reported as not run. The attempts that compile use their own graph store, and share
-inductor's cache (its Triton kernels) with the run before them.
+Each attempt prints one line, ``graph-load <name>: ok ...``, ``... CRASHED: signal ...`` (with
+the child's last lines) or ``... FAILED: exit ...``, with the library's size and seconds; an
+attempt the budget cannot hold is reported as not run. The attempts that compile use their own
+graph store, and share inductor's cache (its Triton kernels) with the run before them.
 """
 
 from __future__ import annotations
@@ -168,8 +168,11 @@ def run_attempts(args: argparse.Namespace) -> int:
             said = next((ln for ln in lines if ln.startswith("graph-load")), "no report")
             print(f"{said}; library {size}; {took:.0f} s in all", flush=True)
             continue
-        how = _signal_name(child.returncode) if child.returncode < 0 else f"exit {child.returncode}"
-        print(f"graph-load {name}: CRASHED: {how} after {took:.0f} s; library {size}; "
+        if child.returncode < 0:
+            how = f"CRASHED: {_signal_name(child.returncode)}"
+        else:
+            how = f"FAILED: exit {child.returncode}"
+        print(f"graph-load {name}: {how} after {took:.0f} s; library {size}; "
               "the child's last lines:", flush=True)
         for line in lines[-15:]:
             print(f"    {line}", flush=True)
