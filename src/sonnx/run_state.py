@@ -48,7 +48,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CPU_AS_DEVICE",
-    "DEFERRED_CHECKS", "HOST_ORIGINALS", "RUN_DEVICE", "TRAINING", "VALUE_CHECKS"]
+    "DEFERRED_CHECKS",
+    "HOST_ORIGINALS",
+    "RUN_DEVICE",
+    "TRAINING",
+    "VALUE_CHECKS",
+]
 
 TRAINING: ContextVar[bool] = ContextVar("sonnx.training", default=False)
 VALUE_CHECKS: ContextVar[bool] = ContextVar("sonnx.value_checks", default=True)
