@@ -69,12 +69,17 @@ def _patch_compile(patches: dict[str, object]) -> None:
     compile_fx.compile_fx_aot = patched
 
 
+class _NothingStored(BaseException):
+    """Raised instead of compiling in ``reload``: a BaseException, so graph mode does not take
+    it for inductor's failure (and split the graph to find the step it fails on)."""
+
+
 def _refuse_compiles() -> None:
     """Have the graph store load what it holds and compile nothing."""
     from sonnx.onnx.graph_store import GraphStore
 
     def refuse(*args, **kwargs):
-        raise RuntimeError("graph-load reload: nothing stored for this model; not compiling")
+        raise _NothingStored
 
     GraphStore.compile = refuse
 
@@ -105,7 +110,11 @@ def attempt(args: argparse.Namespace) -> None:
     expected = sonnx.prepare(model, device=dev).run(feeds)[0].data
     start = time.perf_counter()
     rep = sonnx.prepare(model, device=dev, use_graph=True)
-    got = rep.run(feeds)[0].data
+    try:
+        got = rep.run(feeds)[0].data
+    except _NothingStored:
+        print(f"graph-load {args.attempt}: nothing stored for this model in SONNX_CACHE_DIR")
+        return
     dev.synchronize()
     took = time.perf_counter() - start
     runner = rep.graph_runner
@@ -130,53 +139,53 @@ def _signal_name(rc: int) -> str:
         return f"signal {-rc}"
 
 
-def run_attempts(args: argparse.Namespace) -> int:
-    """Each attempt in a child process, within ``--budget`` seconds; returns how many ran."""
+def run_attempts(args: argparse.Namespace) -> None:
+    """Each attempt in a child process, within ``--budget`` seconds."""
     import torch
 
     print(f"graph-load: torch {torch.__version__}, CUDA {torch.version.cuda}; "
           f"ResNet-50 width {args.width}, batch {args.batch}, {args.device}", flush=True)
     deadline = time.monotonic() + args.budget
     shared_store = os.environ.get("SONNX_CACHE_DIR")
-    ran = 0
     for name in args.attempts:
         _, _, compiles = ATTEMPTS[name]
         left = deadline - time.monotonic()
         if left < (LEAST_FOR_A_COMPILE_S if compiles else 5):
             print(f"graph-load {name}: not run ({left:.0f} s of the budget left)", flush=True)
-            continue
-        store = Path(tempfile.mkdtemp(prefix=f"graph-load-{name}-")) if compiles else None
-        if store is None and shared_store is None:
-            print(f"graph-load {name}: not run (no SONNX_CACHE_DIR to reload from)")
-            continue
-        env = dict(os.environ, SONNX_CACHE_DIR=str(store or shared_store))
-        command = [sys.executable, __file__, "--attempt", name, *_passed(args)]
-        start = time.monotonic()
-        try:
-            child = subprocess.run(
-                command, env=env, capture_output=True, text=True, timeout=left
-            )
-        except subprocess.TimeoutExpired:
-            print(f"graph-load {name}: TIMED OUT after {left:.0f} s", flush=True)
-            ran += 1
-            continue
-        ran += 1
-        took = time.monotonic() - start
-        size = _library_sizes(store or Path(shared_store))
-        lines = (child.stdout + child.stderr).strip().splitlines()
-        if child.returncode == 0:
-            said = next((ln for ln in lines if ln.startswith("graph-load")), "no report")
-            print(f"{said}; library {size}; {took:.0f} s in all", flush=True)
-            continue
-        if child.returncode < 0:
-            how = f"CRASHED: {_signal_name(child.returncode)}"
+        elif not compiles and shared_store is None:
+            print(f"graph-load {name}: not run (no SONNX_CACHE_DIR to reload from)", flush=True)
+        elif not compiles:
+            _run_child(name, Path(shared_store), left, args)
         else:
-            how = f"FAILED: exit {child.returncode}"
-        print(f"graph-load {name}: {how} after {took:.0f} s; library {size}; "
-              "the child's last lines:", flush=True)
-        for line in lines[-15:]:
-            print(f"    {line}", flush=True)
-    return ran
+            with tempfile.TemporaryDirectory(prefix=f"graph-load-{name}-") as store:
+                _run_child(name, Path(store), left, args)
+
+
+def _run_child(name: str, store: Path, limit: float, args: argparse.Namespace) -> None:
+    """Attempt ``name`` in a child process with graph store ``store``; print how it went."""
+    command = [sys.executable, __file__, "--attempt", name, *_passed(args)]
+    env = dict(os.environ, SONNX_CACHE_DIR=str(store))
+    start = time.monotonic()
+    try:
+        child = subprocess.run(command, env=env, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        print(f"graph-load {name}: TIMED OUT after {limit:.0f} s", flush=True)
+        return
+    took = time.monotonic() - start
+    size = _library_sizes(store)
+    lines = (child.stdout + child.stderr).strip().splitlines()
+    if child.returncode == 0:
+        said = next((ln for ln in lines if ln.startswith("graph-load")), "no report")
+        print(f"{said}; library {size}; {took:.0f} s in all", flush=True)
+        return
+    if child.returncode < 0:
+        how = f"CRASHED: {_signal_name(child.returncode)}"
+    else:
+        how = f"FAILED: exit {child.returncode}"
+    print(f"graph-load {name}: {how} after {took:.0f} s; library {size}; "
+          "the child's last lines:", flush=True)
+    for line in lines[-15:]:
+        print(f"    {line}", flush=True)
 
 
 def _passed(args: argparse.Namespace) -> list[str]:
