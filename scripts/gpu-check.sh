@@ -8,7 +8,7 @@
 # installs nothing from the network. --wheels DIR installs the pure-Python wheels in DIR
 # (no index, no dependencies) into a temporary folder put on PYTHONPATH. --dry-run prints the
 # plan with each section's estimate and time limit, and needs no GPU. Every section runs under
-# `timeout`, so the whole check ends within about six and a half minutes on one H100 or H200.
+# `timeout`, so the whole check ends within about seven minutes on one H100 or H200.
 set -uo pipefail
 
 usage() { echo "usage: bash scripts/gpu-check.sh OUTDIR [--dry-run] [--wheels DIR]" >&2; exit 64; }
@@ -32,9 +32,9 @@ TESTS=$(cd "$ROOT" && grep -rl --include='test_*.py' 'pytest.mark.cuda' tests | 
 
 # name | time limit (s) | estimate on one H100 (s) | what it runs
 SECTIONS=(
-  "tests|120|90|pytest -m cuda $TESTS(zoo stand-ins run/train/export, graph mode + store, CUDA graphs, host reads per run, DistOpt on NCCL, trees, Model.compile, mixed precision, serving repository: cuda vs cpu)"
+  "tests|160|130|pytest -m cuda $TESTS(zoo stand-ins run/train/export, graph mode + store, CUDA graphs, host reads per run, DistOpt on NCCL, trees, Model.compile, mixed precision, serving repository: cuda vs cpu)"
   "infer|60|40|bench/gpu.py infer: ResNet-50, MobileNet-v3 (224x224) and BERT h256 L4 seq128, sonnx eager vs torch eager, batch 1 and 32"
-  "graph|160|100|bench/gpu.py graph --batches 32 1: ResNet-50 in sonnx graph mode (one compile) vs torch.compile(dynamic=True) (a compile per batch: torch specialises size 1), cold inductor/Triton caches; if it fails, bench/graph_load.py --attempts narrow reload in the time left (ResNet-50 at width 16, a sixteenth of the weights; the stored library reloaded in a fresh process; one child process each)"
+  "graph|150|100|bench/gpu.py graph --batches 32 1: ResNet-50 in sonnx graph mode (one compile) vs torch.compile(dynamic=True) (a compile per batch: torch specialises size 1), cold inductor/Triton caches; if it fails, bench/graph_load.py --attempts narrow reload in the time left (ResNet-50 at width 16, a sixteenth of the weights; the stored library reloaded in a fresh process; one child process each)"
   "train|45|25|bench/gpu.py train: walkthrough CNN (batch 64) and imported BERT h128 L4 (8x128) training step vs torch + SGD"
 )
 
