@@ -31,8 +31,10 @@ from sonnx import dist as sonnx_dist
 from sonnx.device import Device, get_default_device, set_default_device, set_seed
 from sonnx.onnx.exporter import to_onnx
 from sonnx.opt.loss_scaler import GROWTH_TRACKER, SCALE
+from sonnx.runtime.cuda_graphs import capture_cuda_graph
 from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models
+from sonnx.testing.host_reads import count_host_reads, device_values
 from sonnx.walkthrough import CNN, LayerCNN
 from tests.testing.test_zoo import FAMILIES, case
 
@@ -104,6 +106,33 @@ def test_graph_mode_compiles_on_the_gpu_equal_to_eager_and_loads_from_its_store(
     assert second.graph_runner.loaded_count >= 1
 
 
+def test_the_voice_activity_model_captured_as_a_cuda_graph_replays_equal_to_eager(
+    gpu: Device,
+) -> None:
+    """The voice-activity stand-in (small ops: a few dozen kernels a chunk) compiled whole in
+    graph mode and captured as a CUDA graph: streaming chunks, the state fed back, each
+    replay's outputs equal the eager run's; the sample rate stays as captured."""
+    if gpu.torch_device.type != "cuda":
+        pytest.skip(
+            "CUDA graphs need CUDA: nothing to capture on the CPU standing in for the GPU "
+            f"({DEVICE_VARIABLE}=cpu)"
+        )
+    c = case("vad")
+    eager = sonnx.prepare(c.model, device=gpu)
+    rep = sonnx.prepare(c.model, device=gpu, use_graph=True)
+    first = {n: _on(gpu, a) for n, a in c.feeds[2].items()}  # batch 3 at 16 kHz
+    captured = capture_cuda_graph(rep, first)
+    assert set(captured.inputs) == {"input", "h", "c"} and set(captured.fixed) == {"sr"}
+    h, c_state = first["h"], first["c"]
+    for chunk in range(3):
+        x = _on(gpu, np.random.default_rng(chunk).standard_normal((3, 512)).astype(np.float32))
+        expected = eager.run({"input": x, "sr": first["sr"], "h": h, "c": c_state})
+        got = captured.run({"input": x, "h": h, "c": c_state})
+        _close([to_numpy(t) for t in got], [to_numpy(t) for t in expected])
+        h, c_state = expected[1], expected[2]
+    assert captured.replays == 3
+
+
 def _train_imported(
     model: onnx.ModelProto, dev: Device, inputs: list[np.ndarray], labels: np.ndarray
 ) -> tuple[list[float], sonnx.SONNXModel, list[Tensor]]:
@@ -165,6 +194,35 @@ def test_imported_bert_style_encoder_trains_and_exports_on_the_gpu_as_on_the_cpu
     )
     ids, mask = torch_models.bert_inputs(4, 8, 50)
     _check_training(model, gpu, [ids.numpy(), mask.numpy()])
+
+
+def _bert_case() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    torch.manual_seed(0)
+    module = torch_models.TinyBert(vocab=50, hidden=16, heads=2, layers=1, ffn=32, max_len=8)
+    names = ["input_ids", "attention_mask"]
+    model = torch_models.export(module, torch_models.bert_inputs(1, 8, 50), 17, names)
+    feeds = torch_models.bert_inputs(4, 8, 50)
+    return model, {n: t.numpy() for n, t in zip(names, feeds, strict=True)}
+
+
+@pytest.mark.parametrize("name", ["resnet50", "bert"])
+def test_an_eager_run_reads_device_values_on_the_host_at_most_once(
+    gpu: Device, name: str
+) -> None:
+    """An imported CNN and a BERT-style encoder, run eagerly on the GPU, read device values
+    back at most once per run (the BERT encoder: its token-id check, deferred to the run's
+    end); each run is counted, the first (which learns the shape values) included."""
+    model, arrays = (case(name).model, case(name).feeds[1]) if name != "bert" else _bert_case()
+    rep = sonnx.prepare(model, device=gpu)
+    expected = sonnx.prepare(model).run(arrays)
+    for _ in range(3):
+        feeds = {n: _on(gpu, a) for n, a in arrays.items()}
+        # On the CPU standing in for the GPU, the counter follows what would be on the GPU.
+        stand_ins = device_values(rep, feeds) if gpu.torch_device.type == "cpu" else ()
+        with count_host_reads(stand_ins) as reads:
+            outs = rep.run(feeds)
+        assert reads.count <= 1, f"host reads in one run: {reads.functions}"
+        _close([to_numpy(t) for t in outs], [to_numpy(t) for t in expected])
 
 
 # ---- models built with sonnx ---------------------------------------------------------------

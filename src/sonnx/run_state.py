@@ -13,6 +13,8 @@ must therefore stay with that run, not leak into every thread of the process:
   :class:`~sonnx.errors.BadInputError` naming the node, and switched off the fused conv path.
 - :data:`DEFERRED_CHECKS`: the device value checks one graph run collects and reads back at
   its end (:func:`sonnx.engine.tracing.deferred_checks`); another thread's run has its own.
+- :data:`CPU_AS_DEVICE`: checks of values on the CPU are deferred as a GPU's are, while a test
+  counts host reads with the CPU standing in for a GPU (:mod:`sonnx.testing.host_reads`).
 - :data:`HOST_ORIGINALS`: for the operator call in progress, the host originals of inputs
   copied to the device (:mod:`sonnx.engine.host_values`).
 - :data:`RUN_DEVICE`: the graph's device while its run creates tensors that have no input
@@ -44,7 +46,14 @@ if TYPE_CHECKING:
 
     from sonnx.device import Device
 
-__all__ = ["DEFERRED_CHECKS", "HOST_ORIGINALS", "RUN_DEVICE", "TRAINING", "VALUE_CHECKS"]
+__all__ = [
+    "CPU_AS_DEVICE",
+    "DEFERRED_CHECKS",
+    "HOST_ORIGINALS",
+    "RUN_DEVICE",
+    "TRAINING",
+    "VALUE_CHECKS",
+]
 
 TRAINING: ContextVar[bool] = ContextVar("sonnx.training", default=False)
 VALUE_CHECKS: ContextVar[bool] = ContextVar("sonnx.value_checks", default=True)
@@ -52,6 +61,7 @@ VALUE_CHECKS: ContextVar[bool] = ContextVar("sonnx.value_checks", default=True)
 DEFERRED_CHECKS: ContextVar[list[tuple[torch.Tensor, Callable[[], str]]] | None] = ContextVar(
     "sonnx.deferred_checks", default=None
 )
+CPU_AS_DEVICE: ContextVar[bool] = ContextVar("sonnx.cpu_as_device", default=False)
 #: id(device copy) -> host original; None when no input was moved. Replaced, never changed
 #: in place, so a context copied from this one never sees its entries change.
 HOST_ORIGINALS: ContextVar[dict[int, Any] | None] = ContextVar(

@@ -24,7 +24,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from sonnx.errors import BadInputError
-from sonnx.run_state import DEFERRED_CHECKS, VALUE_CHECKS
+from sonnx.run_state import CPU_AS_DEVICE, DEFERRED_CHECKS, VALUE_CHECKS
 from sonnx.symbolic_sizes import SYMBOLIC_TYPES
 
 __all__ = [
@@ -58,8 +58,9 @@ def tracing() -> Iterator[None]:
 
 def defers_checks_on(device: torch.device) -> bool:
     """Whether a check of values on ``device`` is deferred: inside a graph run, off the CPU
-    (reading a GPU value waits for the GPU, so a run reads all its checks back at once)."""
-    return device.type != "cpu" and DEFERRED_CHECKS.get() is not None
+    (reading a GPU value waits for the GPU, so a run reads all its checks back at once), or on
+    the CPU while it stands in for a GPU (:data:`sonnx.run_state.CPU_AS_DEVICE`)."""
+    return DEFERRED_CHECKS.get() is not None and (device.type != "cpu" or CPU_AS_DEVICE.get())
 
 
 def defer_check(failed: torch.Tensor, message: Callable[[], str]) -> None:

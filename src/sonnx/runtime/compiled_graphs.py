@@ -31,13 +31,15 @@ from sonnx.runtime.transposed_convs import fold_into_transposed_convolutions
 @dataclass
 class CompiledGraph:
     """A compiled segment: the weight versions it froze in, the guards saying which inputs it
-    serves, the callable computing the segment's outputs, and whether it was loaded from disk
-    (rather than compiled by this process)."""
+    serves, the callable computing the segment's outputs, whether it was loaded from disk
+    (rather than compiled by this process), and the library file while it exists (a graph
+    kept in the store; one compiled with the store off is deleted once loaded)."""
 
     versions: tuple[Any, ...]
     guards: str
     run: Callable[..., Any]
     loaded: bool = False
+    library: Path | None = None
     _check: Any = field(default=None, repr=False)
 
     def fits(self, inputs: Sequence[torch.Tensor]) -> bool:

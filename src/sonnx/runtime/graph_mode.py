@@ -98,9 +98,11 @@ def _is_shape_value(t: torch.Tensor) -> bool:
 
 
 def _is_control_value(t: torch.Tensor) -> bool:
-    """One integer or boolean on the host: a switch (a sample rate, a mode flag) that can
-    select an ``If`` branch, baked into a segment's graph."""
-    return is_host_value(t) and t.numel() == 1
+    """One integer or boolean: a switch (a sample rate, a mode flag) that can select an ``If``
+    branch, baked into a segment's graph. On a GPU too: choosing the graph then reads the one
+    value back, as the ``If`` run eagerly would, and the rest compiles as one graph (an H100
+    ran the voice-activity stand-in's ``If`` eagerly while only host values were baked)."""
+    return not (t.is_floating_point() or t.is_complex()) and t.numel() == 1
 
 
 class _ReplanError(Exception):
@@ -291,6 +293,24 @@ class GraphRunner:
         eagerly), with the positions of the graph's outputs among its outputs; None before
         the first run."""
         return self._whole
+
+    def whole_graph_for(
+        self, inputs: dict[str, torch.Tensor]
+    ) -> tuple[CompiledGraph, list[str], list[str], list[int]] | None:
+        """The graph an earlier run of ``inputs`` (values by name) computed the whole model
+        with: the graph, the names of its traced inputs (in its order) and of the inputs baked
+        into it, and the positions of the model's outputs among the graph's. None when no such
+        run was made or some step runs eagerly."""
+        if self._whole is None:
+            return None
+        segment, positions = self._whole
+        datas = [inputs[n] for n in segment.inputs]
+        choice = segment.recent.get(tuple(map(layout, datas)))
+        entry = None if choice is None else choice.graphs.get(_baked_values(datas, choice.baked))
+        if entry is None:
+            return None
+        names = [[segment.inputs[i] for i in which] for which in (choice.traced, choice.baked)]
+        return entry, names[0], names[1], positions
 
     @staticmethod
     def _chosen_outputs(segment: Segment, datas: list[torch.Tensor]) -> list[Any] | None:

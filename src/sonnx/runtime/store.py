@@ -160,7 +160,7 @@ class GraphStore:
                 guards = (entry / _GUARDS).read_text(encoding="utf-8")
                 if admits(guards, inputs):
                     run = load_library(entry / _LIBRARY, device)
-                    return CompiledGraph(versions, guards, run, loaded=True)
+                    return CompiledGraph(versions, guards, run, True, entry / _LIBRARY)
             except Exception as e:  # an unreadable entry is skipped: the graph compiles again
                 warnings.warn(
                     f"graph mode ignores the stored graph {entry}: {e}", RuntimeWarning, 3
@@ -209,7 +209,8 @@ class GraphStore:
             scratch.rename(entry)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        return CompiledGraph(versions, guards, load_library(entry / _LIBRARY, device))
+        library = entry / _LIBRARY
+        return CompiledGraph(versions, guards, load_library(library, device), library=library)
 
     def usage(self) -> tuple[int, int]:
         """How many compiled graphs are stored, and their bytes on disk."""
