@@ -28,9 +28,7 @@ from sonnx.operators.linalg.products import matmul
 from sonnx.operators.shape.layout import expand, reshape, transpose, unsqueeze
 from sonnx.tensor import Tensor
 
-register_operators(
-    Attention, RotaryEmbedding, LinearAttention, CausalConvWithState,
-)
+register_operators(Attention, RotaryEmbedding, LinearAttention, CausalConvWithState)
 
 
 def _repeat_heads(x: Tensor, times: int) -> Tensor:

@@ -11,9 +11,7 @@ from sonnx.onnx.registry import NodeInfo, converter, register_operators
 from sonnx.operators.elementwise.cast import BitCast, Cast, CastLike
 from sonnx.tensor import Tensor
 
-register_operators(
-    Cast, CastLike, BitCast,
-)
+register_operators(Cast, CastLike, BitCast)
 
 
 @converter("Cast", 1)

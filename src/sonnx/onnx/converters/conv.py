@@ -7,6 +7,4 @@ types and defaults, DeformConv-22 only added types.
 from sonnx.onnx.registry import register_operators
 from sonnx.operators.conv.conv import Col2Im, Conv, ConvInteger, ConvTranspose, DeformConv
 
-register_operators(
-    Conv, ConvTranspose, ConvInteger, DeformConv, Col2Im,
-)
+register_operators(Conv, ConvTranspose, ConvInteger, DeformConv, Col2Im)

@@ -17,9 +17,7 @@ from sonnx.operators.linalg.products import (
 )
 from sonnx.tensor import Tensor
 
-register_operators(
-    MatMul, Gemm, Einsum, Det, CumSum, CumProd, MatMulInteger, QLinearMatMul,
-)
+register_operators(MatMul, Gemm, Einsum, Det, CumSum, CumProd, MatMulInteger, QLinearMatMul)
 
 
 @converter("Gemm", 1, 6)

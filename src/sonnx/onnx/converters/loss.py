@@ -3,6 +3,4 @@
 from sonnx.onnx.registry import register_operators
 from sonnx.operators.loss import NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 
-register_operators(
-    NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss,
-)
+register_operators(NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss)

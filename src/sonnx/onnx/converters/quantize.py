@@ -3,6 +3,4 @@
 from sonnx.onnx.registry import register_operators
 from sonnx.operators.quantize.linear import DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear
 
-register_operators(
-    QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
-)
+register_operators(QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear)

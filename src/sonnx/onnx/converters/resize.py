@@ -15,9 +15,7 @@ from sonnx.onnx.registry import NodeInfo, converter, register_operators
 from sonnx.operators.image.resize import AffineGrid, GridSample, Resize, RoiAlign
 from sonnx.tensor import Tensor
 
-register_operators(
-    Resize, GridSample, AffineGrid, RoiAlign,
-)
+register_operators(Resize, GridSample, AffineGrid, RoiAlign)
 
 
 def _legacy_resize(x: Tensor, scales: Tensor, mode: str, node: NodeInfo) -> Tensor:

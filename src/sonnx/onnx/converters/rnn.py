@@ -14,9 +14,7 @@ from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operato
 from sonnx.operators.rnn.recurrent import GRU, LSTM, RNN
 from sonnx.tensor import Tensor
 
-register_operators(
-    RNN, GRU, LSTM,
-)
+register_operators(RNN, GRU, LSTM)
 
 _CLASSES = {"RNN": RNN, "GRU": GRU, "LSTM": LSTM}
 

@@ -15,6 +15,4 @@ from sonnx.operators.spectral.transforms import (
     MelWeightMatrix,
 )
 
-register_operators(
-    DFT, STFT, HannWindow, HammingWindow, BlackmanWindow, MelWeightMatrix,
-)
+register_operators(DFT, STFT, HannWindow, HammingWindow, BlackmanWindow, MelWeightMatrix)

@@ -8,6 +8,4 @@ from sonnx.operators.text.strings import (
     StringSplit,
 )
 
-register_operators(
-    StringNormalizer, StringConcat, StringSplit, RegexFullMatch,
-)
+register_operators(StringNormalizer, StringConcat, StringSplit, RegexFullMatch)

@@ -4,6 +4,4 @@ sonnx.operators.text.features."""
 from sonnx.onnx.registry import register_operators
 from sonnx.operators.text.features import TfIdfVectorizer, Tokenizer
 
-register_operators(
-    TfIdfVectorizer, Tokenizer,
-)
+register_operators(TfIdfVectorizer, Tokenizer)
