@@ -3,12 +3,15 @@
 An operator's traits (:class:`sonnx.engine.operator.Operator`) have safe defaults, but a
 default taken by omission is a decision nobody made: this walks the registry and fails on a
 class that leaves a trait undecided where its schema shows it matters, so adding an operator
-means declaring them next to its class.
+means declaring them next to its class. Its since-versions are declared there too: the registry
+holds a class for exactly the versions it declares, each a since-version of its operator in
+``onnx.defs`` where onnx has a schema for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections import defaultdict
 
 import onnx
 import onnx.defs
@@ -16,7 +19,14 @@ import pytest
 
 import sonnx  # noqa: F401  (registers every converter)
 from sonnx.engine.operator import Operator, OutputShape, Randomness
-from sonnx.onnx.registry import REGISTRY, NodeInfo, operator_class
+from sonnx.errors import SonnxError
+from sonnx.onnx.registry import (
+    REGISTRY,
+    NodeInfo,
+    OperatorConverter,
+    operator_class,
+    register_operators,
+)
 
 #: Schema input names that configure an operation rather than carry its data or weights.
 PARAMETER_NAMES = frozenset(
@@ -42,6 +52,31 @@ def _classes() -> list[tuple[str, str, type[Operator]]]:
 CLASSES = _classes()
 
 
+def _own_versions() -> dict[type[Operator], list[tuple[str, int]]]:
+    """Each class the registry runs as its own converter -> the (domain, since-version) keys
+    it is registered at."""
+    found: dict[type[Operator], list[tuple[str, int]]] = defaultdict(list)
+    for domain, op_type in REGISTRY.operators():
+        for version in REGISTRY.versions(op_type, domain):
+            _, convert = REGISTRY.lookup(domain, op_type, version)
+            if isinstance(convert, OperatorConverter):
+                found[convert.operator_class].append((domain, version))
+    return found
+
+
+OWN_VERSIONS = _own_versions()
+
+
+def _onnx_since_versions() -> dict[tuple[str, str], set[int]]:
+    found: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for schema in onnx.defs.get_all_schemas_with_history():
+        found[(schema.domain, schema.name)].add(schema.since_version)
+    return found
+
+
+ONNX_SINCE_VERSIONS = _onnx_since_versions()
+
+
 def _declares(cls: type[Operator], trait: str) -> bool:
     """Whether the class or a family base below the contract sets ``trait``."""
     return any(trait in base.__dict__ for base in cls.__mro__ if base is not Operator)
@@ -65,6 +100,63 @@ def _allowed(schema: onnx.defs.OpSchema, formal: onnx.defs.OpSchema.FormalParame
 
 def _label(item: tuple[str, str, type[Operator]]) -> str:
     return f"{item[0] or 'ai.onnx'}.{item[1]}"
+
+
+def _class_label(cls: type[Operator]) -> str:
+    return f"{cls.domain or 'ai.onnx'}.{cls.op_type}"
+
+
+@pytest.mark.parametrize(
+    "cls", sorted({c for *_, c in CLASSES} | set(OWN_VERSIONS), key=_class_label), ids=_class_label
+)
+def test_the_registry_holds_each_class_at_the_since_versions_it_declares(cls) -> None:
+    """Sorted, in the class's own domain; () for a class only function converters build
+    (BatchNormalization, whose converter reads the version itself)."""
+    held = OWN_VERSIONS.get(cls, [])
+    assert {domain for domain, _ in held} <= {cls.domain}
+    assert cls.since_versions == tuple(v for _, v in held), (
+        f"{cls.__qualname__}.since_versions is {cls.since_versions}; the registry holds it at "
+        f"{[v for _, v in held]}"
+    )
+
+
+SCHEMA_CLASSES = [
+    cls for cls in OWN_VERSIONS if (cls.domain, cls.op_type) in ONNX_SINCE_VERSIONS
+]
+
+
+@pytest.mark.parametrize("cls", sorted(SCHEMA_CLASSES, key=_class_label), ids=_class_label)
+def test_declared_since_versions_are_the_operators_since_versions_in_onnx(cls) -> None:
+    """Where onnx has the operator (the default domain, ai.onnx.ml, the training domain), each
+    declared version is one at which its schema changed: a made-up one would serve opsets the
+    class was not written for. (com.microsoft operators have no schema in onnx.)"""
+    real = ONNX_SINCE_VERSIONS[(cls.domain, cls.op_type)]
+    assert set(cls.since_versions) <= real, (
+        f"{cls.__qualname__}: since_versions {cls.since_versions}, onnx.defs has "
+        f"{sorted(real)}"
+    )
+
+
+def test_the_since_version_walk_covers_the_onnx_and_ml_operators() -> None:
+    domains = {cls.domain for cls in SCHEMA_CLASSES}
+    assert {"", "ai.onnx.ml"} <= domains and len(SCHEMA_CLASSES) > 150
+
+
+def test_a_class_registered_without_its_own_since_versions_is_refused() -> None:
+    class Undeclared(Operator):
+        op_type = "Undeclared"
+        domain = "com.example.test"
+
+    class Inheriting(Undeclared):
+        since_versions = (1,)
+
+    class Borrowing(Inheriting):
+        op_type = "Borrowing"
+
+    for cls in (Undeclared, Borrowing):
+        with pytest.raises(SonnxError, match=f"{cls.__qualname__}.*declares no since_versions"):
+            register_operators(cls)
+        assert REGISTRY.versions(cls.op_type, cls.domain) == []
 
 
 @pytest.mark.parametrize("item", CLASSES, ids=_label)

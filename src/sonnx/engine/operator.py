@@ -86,13 +86,19 @@ is_training = TRAINING.get
 class Operator:
     """Base class of every recorded operation.
 
-    Subclasses set ``op_type`` (and ``domain`` outside the default ONNX domain) and implement
-    :meth:`forward`. Override :meth:`export` only when the ONNX form differs from "one node of
-    ``op_type`` with ``self.attrs``" (a decomposition, or an older opset's spelling).
+    Subclasses set ``op_type`` (and ``domain`` outside the default ONNX domain) and the
+    ``since_versions`` they serve, and implement :meth:`forward`. Override :meth:`export` only
+    when the ONNX form differs from "one node of ``op_type`` with ``self.attrs``" (a
+    decomposition, or an older opset's spelling).
     """
 
     op_type: ClassVar[str] = ""
     domain: ClassVar[str] = ""
+    #: The since-versions of ``op_type`` in ``domain`` this class runs as they are written
+    #: (``cls(version=v, **attrs)``), each declared by the class itself: the importer registers
+    #: it for exactly these (:func:`~sonnx.onnx.registry.register_operators`). Older versions an
+    #: adapter function converts (an attribute that later became an input) are not listed.
+    since_versions: ClassVar[tuple[int, ...]] = ()
 
     # ---- traits: what the operator is (safe defaults; declared by the class or its family) ----
     #: How the output's shape is decided. Not declared FROM_SHAPES, an operator is value-sized:

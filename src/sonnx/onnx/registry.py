@@ -8,7 +8,8 @@ A converter is called as ``convert(node, inputs, attrs)`` where ``node`` is a
 :class:`NodeInfo`, ``inputs`` the node's input tensors (``None`` for absent optional inputs) and
 ``attrs`` the node's attributes with schema defaults filled in; it returns the output tensor(s).
 Most operators register their :class:`~sonnx.engine.operator.Operator` class directly with
-:func:`register_operator`; version adapters (an attribute that later became an input, …) are
+:func:`register_operators`, which reads the since-versions and domain the class declares;
+version adapters (an attribute that later became an input, …) are
 written as functions with :func:`converter`.
 
 An operator's traits (:class:`~sonnx.engine.operator.Operator`: output shape, parameterising
@@ -160,7 +161,7 @@ def bind_node(op: OperatorT, node: NodeInfo) -> OperatorT:
 
 
 class OperatorConverter:
-    """The converter of an Operator class registered with :func:`register_operator`: builds
+    """The converter of an Operator class registered with :func:`register_operators`: builds
     ``cls(version=v, **attrs)`` for the node. The importer builds it once per node
     (:meth:`build`) and calls its ``forward`` on every run; called as a converter, it builds
     and runs a recorded operator."""
@@ -176,11 +177,23 @@ class OperatorConverter:
         return self.build(node, attrs)(*inputs)
 
 
-def register_operator(cls: type[Operator], *since_versions: int, domain: str = "") -> None:
-    """Register an Operator class as its own converter: ``cls(version=v, **attrs)(*inputs)``."""
-    convert = OperatorConverter(cls)
-    for v in since_versions:
-        REGISTRY.register(cls.op_type, v, convert, domain or cls.domain, cls)
+def register_operators(*classes: type[Operator]) -> None:
+    """Register each Operator class as its own converter, ``cls(version=v, **attrs)(*inputs)``,
+    for every since-version ``v`` it declares, in its declared ``domain``.
+
+    ``since_versions`` must be set on the class itself: one inherited from a base is the
+    base's operator's (com.microsoft QuantizeLinear extends ONNX's, whose versions differ).
+    """
+    for cls in classes:
+        if not cls.__dict__.get("since_versions"):
+            raise SonnxError(
+                f"operator class {cls.__module__}.{cls.__qualname__} ({cls.op_type}) is "
+                "registered but declares no since_versions of its own; set e.g. "
+                "`since_versions = (1,)` on the class"
+            )
+        convert = OperatorConverter(cls)
+        for v in cls.since_versions:
+            REGISTRY.register(cls.op_type, v, convert, cls.domain, cls)
 
 
 def operator_class(node: NodeInfo) -> type[Operator]:

@@ -14,7 +14,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.errors import BadInputError
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, converter, register_operators
 from sonnx.operators.activation.softmax import softmax
 from sonnx.operators.attention.attention import (
     Attention,
@@ -28,10 +28,7 @@ from sonnx.operators.linalg.products import matmul
 from sonnx.operators.shape.layout import expand, reshape, transpose, unsqueeze
 from sonnx.tensor import Tensor
 
-register_operator(Attention, 23, 24, 25)
-register_operator(RotaryEmbedding, 23)
-register_operator(LinearAttention, 27)
-register_operator(CausalConvWithState, 27)
+register_operators(Attention, RotaryEmbedding, LinearAttention, CausalConvWithState)
 
 
 def _repeat_heads(x: Tensor, times: int) -> Tensor:

@@ -7,13 +7,11 @@ from typing import Any
 from onnx import TensorProto
 
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, converter, register_operators
 from sonnx.operators.elementwise.cast import BitCast, Cast, CastLike
 from sonnx.tensor import Tensor
 
-register_operator(Cast, 6, 9, 13, 19, 21, 23, 24, 25, 28)
-register_operator(CastLike, 15, 19, 21, 23, 24, 25)
-register_operator(BitCast, 26)
+register_operators(Cast, CastLike, BitCast)
 
 
 @converter("Cast", 1)

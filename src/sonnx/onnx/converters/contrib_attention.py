@@ -3,7 +3,7 @@ sonnx.operators.attention.contrib_gqa and its contrib_attention_* siblings."""
 
 from __future__ import annotations
 
-from sonnx.onnx.registry import register_operator
+from sonnx.onnx.registry import register_operators
 from sonnx.operators.attention.contrib_bert import (
     Attention,
     MultiHeadAttention,
@@ -13,13 +13,7 @@ from sonnx.operators.attention.contrib_bias import RelativePositionBias
 from sonnx.operators.attention.contrib_decoder import DecoderMaskedMultiHeadAttention
 from sonnx.operators.attention.contrib_gqa import GroupQueryAttention, RotaryEmbedding
 
-for _cls in (
-    Attention,
-    DecoderMaskedMultiHeadAttention,
-    GroupQueryAttention,
-    MultiHeadAttention,
-    QAttention,
-    RelativePositionBias,
-    RotaryEmbedding,
-):
-    register_operator(_cls, 1, domain="com.microsoft")
+register_operators(
+    Attention, DecoderMaskedMultiHeadAttention, GroupQueryAttention, MultiHeadAttention,
+    QAttention, RelativePositionBias, RotaryEmbedding,
+)

@@ -7,7 +7,7 @@ SimplifiedLayerNormalization, which onnxruntime registers in the default domain 
 so it serves every opset; onnx has no schema for it, so nodes are not schema-checked).
 """
 
-from sonnx.onnx.registry import register_operator
+from sonnx.onnx.registry import register_operators
 from sonnx.operators.normalization.contrib_activations import (
     BiasAdd,
     BiasGelu,
@@ -26,19 +26,8 @@ from sonnx.operators.normalization.contrib_skip import (
     SkipSimplifiedLayerNormalization,
 )
 
-for _cls in (
-    SkipLayerNormalization,
-    SkipSimplifiedLayerNormalization,
-    EmbedLayerNormalization,
-    QEmbedLayerNormalization,
-    GroupNorm,
-    SkipGroupNorm,
-    Gelu,
-    BiasGelu,
-    FastGelu,
-    QuickGelu,
-    BiasAdd,
-    BiasSplitGelu,
-):
-    register_operator(_cls, 1, domain="com.microsoft")
-register_operator(SimplifiedLayerNormalization, 1)
+register_operators(
+    SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization,
+    QEmbedLayerNormalization, GroupNorm, SkipGroupNorm, Gelu, BiasGelu, FastGelu, QuickGelu,
+    BiasAdd, BiasSplitGelu, SimplifiedLayerNormalization,
+)

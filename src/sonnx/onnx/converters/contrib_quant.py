@@ -1,7 +1,7 @@
 """Importer registrations for com.microsoft products and quantization: see
 sonnx.operators.quantize.contrib_nbits, contrib_quant_integer, contrib_fused and contrib_qlinear."""
 
-from sonnx.onnx.registry import register_operator
+from sonnx.onnx.registry import register_operators
 from sonnx.operators.linalg.contrib_fused import FusedConv, FusedGemm, FusedMatMul, NhwcConv
 from sonnx.operators.quantize.contrib_integer import DynamicQuantizeMatMul, MatMulIntegerToFloat
 from sonnx.operators.quantize.contrib_nbits import GatherBlockQuantized, MatMulNBits
@@ -20,26 +20,9 @@ from sonnx.operators.quantize.contrib_qlinear import (
     QuantizeLinear,
 )
 
-for _cls in (
-    DequantizeLinear,
-    DynamicQuantizeMatMul,
-    FusedConv,
-    FusedGemm,
-    FusedMatMul,
-    GatherBlockQuantized,
-    MatMulIntegerToFloat,
-    MatMulNBits,
-    NhwcConv,
-    QGemm,
-    QLinearAdd,
-    QLinearAveragePool,
-    QLinearConcat,
-    QLinearGlobalAveragePool,
-    QLinearLeakyRelu,
-    QLinearMul,
-    QLinearSigmoid,
-    QLinearSoftmax,
-    QLinearWhere,
-    QuantizeLinear,
-):
-    register_operator(_cls, 1, domain="com.microsoft")
+register_operators(
+    DequantizeLinear, DynamicQuantizeMatMul, FusedConv, FusedGemm, FusedMatMul,
+    GatherBlockQuantized, MatMulIntegerToFloat, MatMulNBits, NhwcConv, QGemm, QLinearAdd,
+    QLinearAveragePool, QLinearConcat, QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul,
+    QLinearSigmoid, QLinearSoftmax, QLinearWhere, QuantizeLinear,
+)

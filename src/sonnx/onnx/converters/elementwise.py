@@ -17,44 +17,20 @@ import torch
 
 from sonnx.engine.operator import Operator
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, converter, register_operators
 from sonnx.operators import elementwise as ew
 from sonnx.operators.shape.layout import unsqueeze
 from sonnx.tensor import Tensor
 
 # ---- ops whose versions differ only in accepted types ---------------------------------------
-for _cls in (ew.Abs, ew.Neg, ew.Exp, ew.Log, ew.Sqrt, ew.Reciprocal, ew.Ceil, ew.Floor):
-    register_operator(_cls, 6, 13)
-for _cls in (ew.Sin, ew.Cos, ew.Tan, ew.Asin, ew.Acos, ew.Atan):
-    register_operator(_cls, 7, 22)
-for _cls in (ew.Sinh, ew.Cosh, ew.Asinh, ew.Acosh, ew.Atanh):
-    register_operator(_cls, 9, 22)
-for _cls in (ew.Add, ew.Sub, ew.Mul, ew.Div):
-    register_operator(_cls, 7, 13, 14)
-for _cls in (ew.And, ew.Or, ew.Xor):
-    register_operator(_cls, 7)
-for _cls in (ew.BitwiseAnd, ew.BitwiseOr, ew.BitwiseXor, ew.BitwiseNot):
-    register_operator(_cls, 18)
-for _cls in (ew.Less, ew.Greater):
-    register_operator(_cls, 7, 9, 13)
-for _cls in (ew.LessOrEqual, ew.GreaterOrEqual):
-    register_operator(_cls, 12, 16)
-for _cls in (ew.Max, ew.Min):
-    register_operator(_cls, 6, 8, 12, 13)
-for _cls in (ew.Mean, ew.Sum):
-    register_operator(_cls, 6, 8, 13)
-register_operator(ew.Sign, 9, 13)
-register_operator(ew.Erf, 9, 13)
-register_operator(ew.Round, 11, 22)
-register_operator(ew.IsNaN, 9, 13, 20)
-register_operator(ew.IsInf, 10, 20)
-register_operator(ew.Not, 1)
-register_operator(ew.Pow, 7, 12, 13, 15)
-register_operator(ew.Mod, 10, 13, 28)
-register_operator(ew.BitShift, 11, 28)
-register_operator(ew.Equal, 7, 11, 13, 19)
-register_operator(ew.Where, 9, 16)
-register_operator(ew.Clip, 11, 12, 13)
+register_operators(
+    ew.Abs, ew.Neg, ew.Exp, ew.Log, ew.Sqrt, ew.Reciprocal, ew.Ceil, ew.Floor, ew.Sin, ew.Cos,
+    ew.Tan, ew.Asin, ew.Acos, ew.Atan, ew.Sinh, ew.Cosh, ew.Asinh, ew.Acosh, ew.Atanh, ew.Add,
+    ew.Sub, ew.Mul, ew.Div, ew.And, ew.Or, ew.Xor, ew.BitwiseAnd, ew.BitwiseOr, ew.BitwiseXor,
+    ew.BitwiseNot, ew.Less, ew.Greater, ew.LessOrEqual, ew.GreaterOrEqual, ew.Max, ew.Min,
+    ew.Mean, ew.Sum, ew.Sign, ew.Erf, ew.Round, ew.IsNaN, ew.IsInf, ew.Not, ew.Pow, ew.Mod,
+    ew.BitShift, ew.Equal, ew.Where, ew.Clip,
+)
 
 _OPSET1_CLASSES: dict[str, type[Operator]] = {
     cls.op_type: cls

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, converter, register_operators
 from sonnx.operators.indexing.gather_scatter import (
     ArgMax,
     ArgMin,
@@ -29,20 +29,10 @@ from sonnx.operators.indexing.gather_scatter import (
 )
 from sonnx.tensor import Tensor
 
-register_operator(Gather, 1, 11, 13)
-register_operator(GatherElements, 11, 13)
-register_operator(GatherND, 11, 12, 13)
-register_operator(ScatterElements, 11, 13, 16, 18)
-register_operator(ScatterND, 11, 13, 16, 18)
-register_operator(TensorScatter, 24)
-register_operator(OneHot, 9, 11, 28)
-register_operator(NonZero, 9, 13)
-register_operator(Compress, 9, 11, 28)
-register_operator(TopK, 10, 11, 24)
-register_operator(Unique, 11, 28)
-register_operator(ArgMax, 1, 11, 12, 13)
-register_operator(ArgMin, 1, 11, 12, 13)
-register_operator(NonMaxSuppression, 10, 11)
+register_operators(
+    Gather, GatherElements, GatherND, ScatterElements, ScatterND, TensorScatter, OneHot,
+    NonZero, Compress, TopK, Unique, ArgMax, ArgMin, NonMaxSuppression,
+)
 
 
 @converter("Scatter", 9, 11, operator=ScatterElements)

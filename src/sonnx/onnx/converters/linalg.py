@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, converter, register_operators
 from sonnx.operators.linalg.products import (
     CumProd,
     CumSum,
@@ -17,14 +17,7 @@ from sonnx.operators.linalg.products import (
 )
 from sonnx.tensor import Tensor
 
-register_operator(MatMul, 1, 9, 13)
-register_operator(Gemm, 7, 9, 11, 13)
-register_operator(Einsum, 12, 28)
-register_operator(Det, 11, 22)
-register_operator(CumSum, 11, 14)
-register_operator(CumProd, 26)
-register_operator(MatMulInteger, 10)
-register_operator(QLinearMatMul, 10, 21)
+register_operators(MatMul, Gemm, Einsum, Det, CumSum, CumProd, MatMulInteger, QLinearMatMul)
 
 
 @converter("Gemm", 1, 6)

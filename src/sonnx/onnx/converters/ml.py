@@ -11,7 +11,7 @@ import numpy as np
 from sonnx import dtypes
 from sonnx.device import get_default_device
 from sonnx.errors import BadInputError
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, converter, register_operators
 from sonnx.onnx.values import MapSequence
 from sonnx.operators.ml.common import ML_DOMAIN
 from sonnx.operators.ml.linear import (
@@ -29,25 +29,11 @@ from sonnx.operators.ml.transforms import ArrayFeatureExtractor, Binarizer, Tree
 from sonnx.operators.ml.trees import TreeEnsembleClassifier, TreeEnsembleRegressor
 from sonnx.tensor import Tensor
 
-register_operator(ArrayFeatureExtractor, 1, domain=ML_DOMAIN)
-register_operator(Binarizer, 1, domain=ML_DOMAIN)
-register_operator(TreeEnsemble, 5, domain=ML_DOMAIN)
-for _op in (
-    FeatureVectorizer,
-    Imputer,
-    LinearClassifier,
-    LinearRegressor,
-    Normalizer,
-    OneHotEncoder,
-    Scaler,
-    SVMClassifier,
-    SVMRegressor,
-):
-    register_operator(_op, 1, domain=ML_DOMAIN)
-register_operator(LabelEncoder, 1, 2, 4, domain=ML_DOMAIN)
-register_operator(CategoryMapper, 1, domain=ML_DOMAIN)
-register_operator(TreeEnsembleClassifier, 1, 3, domain=ML_DOMAIN)
-register_operator(TreeEnsembleRegressor, 1, 3, domain=ML_DOMAIN)
+register_operators(
+    ArrayFeatureExtractor, Binarizer, TreeEnsemble, FeatureVectorizer, Imputer,
+    LinearClassifier, LinearRegressor, Normalizer, OneHotEncoder, Scaler, SVMClassifier,
+    SVMRegressor, LabelEncoder, CategoryMapper, TreeEnsembleClassifier, TreeEnsembleRegressor,
+)
 
 
 @converter("ZipMap", 1, domain=ML_DOMAIN)

@@ -13,7 +13,7 @@ import torch
 
 from sonnx.engine.operator import is_training
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operators
 from sonnx.operators.normalization.batch import (
     LRN,
     BatchNormalization,
@@ -28,14 +28,10 @@ from sonnx.operators.normalization.batch import (
 )
 from sonnx.tensor import Tensor
 
-register_operator(InstanceNormalization, 1, 6, 22)
-register_operator(LayerNormalization, 17)
-register_operator(GroupNormalization, 18, 21)
-register_operator(RMSNormalization, 23)
-register_operator(LRN, 1, 13)
-register_operator(LpNormalization, 1, 22)
-register_operator(MeanVarianceNormalization, 9, 13)
-register_operator(Dropout, 12, 13, 22)
+register_operators(
+    InstanceNormalization, LayerNormalization, GroupNormalization, RMSNormalization, LRN,
+    LpNormalization, MeanVarianceNormalization, Dropout,
+)
 
 
 @converter("BatchNormalization", 1, 6, 7, 9, 14, 15, operator=BatchNormalization)

@@ -6,7 +6,7 @@ ceil_mode, dilations, count_include_pad) whose defaults give the earlier behavio
 GlobalLpPool's p changed from float to int.
 """
 
-from sonnx.onnx.registry import register_operator
+from sonnx.onnx.registry import register_operators
 from sonnx.operators.pooling.windowed import (
     AveragePool,
     GlobalAveragePool,
@@ -17,10 +17,6 @@ from sonnx.operators.pooling.windowed import (
     MaxUnpool,
 )
 
-register_operator(MaxPool, 1, 8, 10, 11, 12, 22)
-register_operator(AveragePool, 1, 7, 10, 11, 19, 22)
-register_operator(LpPool, 1, 2, 11, 18, 22)
-register_operator(GlobalAveragePool, 1, 22)
-register_operator(GlobalMaxPool, 1, 22)
-register_operator(GlobalLpPool, 1, 2, 22)
-register_operator(MaxUnpool, 9, 11, 22)
+register_operators(
+    MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool, GlobalLpPool, MaxUnpool,
+)

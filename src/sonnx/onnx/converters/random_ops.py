@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sonnx.onnx.registry import register_operator
+from sonnx.onnx.registry import register_operators
 from sonnx.operators.randomness.generators import (
     Bernoulli,
     Multinomial,
@@ -12,9 +12,6 @@ from sonnx.operators.randomness.generators import (
     RandomUniformLike,
 )
 
-register_operator(RandomUniform, 1, 22)
-register_operator(RandomNormal, 1, 22)
-register_operator(RandomUniformLike, 1, 22)
-register_operator(RandomNormalLike, 1, 22)
-register_operator(Bernoulli, 15, 22)
-register_operator(Multinomial, 7, 22)
+register_operators(
+    RandomUniform, RandomNormal, RandomUniformLike, RandomNormalLike, Bernoulli, Multinomial,
+)

@@ -11,14 +11,11 @@ from typing import Any
 import numpy as np
 
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, converter, register_operators
 from sonnx.operators.image.resize import AffineGrid, GridSample, Resize, RoiAlign
 from sonnx.tensor import Tensor
 
-register_operator(Resize, 11, 13, 18, 19)
-register_operator(GridSample, 16, 20, 22)
-register_operator(AffineGrid, 20)
-register_operator(RoiAlign, 10, 16, 22)
+register_operators(Resize, GridSample, AffineGrid, RoiAlign)
 
 
 def _legacy_resize(x: Tensor, scales: Tensor, mode: str, node: NodeInfo) -> Tensor:

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operators
 from sonnx.operators.rnn.recurrent import GRU, LSTM, RNN
 from sonnx.tensor import Tensor
 
-register_operator(RNN, 7, 14, 22)
-register_operator(GRU, 7, 14, 22)
-register_operator(LSTM, 7, 14, 22)
+register_operators(RNN, GRU, LSTM)
 
 _CLASSES = {"RNN": RNN, "GRU": GRU, "LSTM": LSTM}
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operator
+from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operators
 from sonnx.operators.shape import (
     CenterCropPad,
     Concat,
@@ -41,28 +41,11 @@ from sonnx.operators.shape import (
 )
 from sonnx.tensor import Tensor
 
-register_operator(Reshape, 5, 13, 14, 19, 21, 23, 24, 25)
-register_operator(Flatten, 1, 9, 11, 13, 21, 23, 24, 25)
-register_operator(Transpose, 1, 13, 21, 23, 24, 25)
-register_operator(Concat, 1, 4, 11, 13)
-register_operator(Split, 13, 18)
-register_operator(Slice, 10, 11, 13)
-register_operator(Squeeze, 13, 21, 23, 24, 25)
-register_operator(Unsqueeze, 13, 21, 23, 24, 25)
-register_operator(Tile, 6, 13)
-register_operator(Expand, 8, 13)
-register_operator(Pad, 11, 13, 18, 19, 21, 23, 24, 25)
-register_operator(Shape, 1, 13, 15, 19, 21, 23, 24, 25)
-register_operator(Size, 1, 13, 19, 21, 23, 24, 25)
-register_operator(Constant, 1, 9, 11, 12, 13, 19, 21, 23, 24, 25)
-register_operator(ConstantOfShape, 9, 20, 21, 23, 24, 25)
-register_operator(Range, 11, 27)
-register_operator(EyeLike, 9, 22)
-register_operator(Trilu, 14)
-register_operator(DepthToSpace, 1, 11, 13, 28)
-register_operator(SpaceToDepth, 1, 13, 28)
-register_operator(CenterCropPad, 18)
-register_operator(ReverseSequence, 10, 28)
+register_operators(
+    Reshape, Flatten, Transpose, Concat, Split, Slice, Squeeze, Unsqueeze, Tile, Expand, Pad,
+    Shape, Size, Constant, ConstantOfShape, Range, EyeLike, Trilu, DepthToSpace, SpaceToDepth,
+    CenterCropPad, ReverseSequence,
+)
 
 
 def _ints(values: Sequence[int], like: Tensor) -> Tensor:

@@ -5,7 +5,7 @@ DFT-17 (axis attribute) and DFT-20 (axis input) are one class that branches on i
 
 from __future__ import annotations
 
-from sonnx.onnx.registry import register_operator
+from sonnx.onnx.registry import register_operators
 from sonnx.operators.spectral.transforms import (
     DFT,
     STFT,
@@ -15,9 +15,4 @@ from sonnx.operators.spectral.transforms import (
     MelWeightMatrix,
 )
 
-register_operator(DFT, 17, 20)
-register_operator(STFT, 17)
-register_operator(HannWindow, 17)
-register_operator(HammingWindow, 17)
-register_operator(BlackmanWindow, 17)
-register_operator(MelWeightMatrix, 17)
+register_operators(DFT, STFT, HannWindow, HammingWindow, BlackmanWindow, MelWeightMatrix)

@@ -1,6 +1,6 @@
 """Importer registrations for the string operators: see sonnx.operators.text.strings."""
 
-from sonnx.onnx.registry import register_operator
+from sonnx.onnx.registry import register_operators
 from sonnx.operators.text.strings import (
     RegexFullMatch,
     StringConcat,
@@ -8,7 +8,4 @@ from sonnx.operators.text.strings import (
     StringSplit,
 )
 
-register_operator(StringNormalizer, 10)
-register_operator(StringConcat, 20)
-register_operator(StringSplit, 20)
-register_operator(RegexFullMatch, 20)
+register_operators(StringNormalizer, StringConcat, StringSplit, RegexFullMatch)

@@ -1,8 +1,7 @@
 """Importer registrations for TfIdfVectorizer and com.microsoft Tokenizer: see
 sonnx.operators.text.features."""
 
-from sonnx.onnx.registry import register_operator
+from sonnx.onnx.registry import register_operators
 from sonnx.operators.text.features import TfIdfVectorizer, Tokenizer
 
-register_operator(TfIdfVectorizer, 9)
-register_operator(Tokenizer, 1)
+register_operators(TfIdfVectorizer, Tokenizer)

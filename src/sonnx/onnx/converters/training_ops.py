@@ -3,9 +3,7 @@ sonnx.operators.training.updates."""
 
 from __future__ import annotations
 
-from sonnx.onnx.registry import register_operator
-from sonnx.operators.training.updates import TRAINING_DOMAIN, Adagrad, Adam, Momentum
+from sonnx.onnx.registry import register_operators
+from sonnx.operators.training.updates import Adagrad, Adam, Momentum
 
-register_operator(Adagrad, 1, domain=TRAINING_DOMAIN)
-register_operator(Adam, 1, domain=TRAINING_DOMAIN)
-register_operator(Momentum, 1, domain=TRAINING_DOMAIN)
+register_operators(Adagrad, Adam, Momentum)

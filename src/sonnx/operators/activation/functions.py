@@ -155,6 +155,7 @@ class _Activation(StrictExport):
 
 class Relu(_Activation):
     op_type = "Relu"
+    since_versions = (1, 6, 13, 14)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.bool or x.is_complex() or x.dtype in _UNSIGNED:
@@ -167,6 +168,7 @@ class Relu(_Activation):
 
 class LeakyRelu(_Activation):
     op_type = "LeakyRelu"
+    since_versions = (1, 6, 16)
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return F.leaky_relu(x, float(self.attr("alpha")))
@@ -176,6 +178,7 @@ class PRelu(_Activation):
     """``slope * x`` where x < 0; ``slope`` broadcasts unidirectionally to ``X``."""
 
     op_type = "PRelu"
+    since_versions = (1, 6, 7, 9, 16)
 
     def _per_channel(self, x_shape: tuple[int, ...], slope_shape: tuple[int, ...]) -> bool:
         """Before version 7 a 1-D slope held one value per channel (axis 1 of X). Reads shapes
@@ -215,6 +218,7 @@ class PRelu(_Activation):
 
 class Elu(_Activation):
     op_type = "Elu"
+    since_versions = (1, 6, 22)
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return F.elu(x, float(self.attr("alpha")))
@@ -222,6 +226,7 @@ class Elu(_Activation):
 
 class Selu(_Activation):
     op_type = "Selu"
+    since_versions = (1, 6, 22)
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         alpha, gamma = float(self.attr("alpha")), float(self.attr("gamma"))
@@ -230,6 +235,7 @@ class Selu(_Activation):
 
 class Celu(_Activation):
     op_type = "Celu"
+    since_versions = (12, 28)
     since = 12
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -246,6 +252,7 @@ class Celu(_Activation):
 
 class Sigmoid(_Activation):
     op_type = "Sigmoid"
+    since_versions = (1, 6, 13)
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(x)
@@ -253,6 +260,7 @@ class Sigmoid(_Activation):
 
 class HardSigmoid(_Activation):
     op_type = "HardSigmoid"
+    since_versions = (1, 6, 22)
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         alpha, beta = float(self.attr("alpha")), float(self.attr("beta"))
@@ -261,6 +269,7 @@ class HardSigmoid(_Activation):
 
 class HardSwish(_Activation):
     op_type = "HardSwish"
+    since_versions = (14, 22)
     since = 14
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -274,6 +283,7 @@ class HardSwish(_Activation):
 
 class Tanh(_Activation):
     op_type = "Tanh"
+    since_versions = (1, 6, 13)
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(x)
@@ -281,6 +291,7 @@ class Tanh(_Activation):
 
 class Softplus(_Activation):
     op_type = "Softplus"
+    since_versions = (1, 22)
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return F.softplus(x)
@@ -288,6 +299,7 @@ class Softplus(_Activation):
 
 class Softsign(_Activation):
     op_type = "Softsign"
+    since_versions = (1, 22)
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return F.softsign(x)
@@ -295,6 +307,7 @@ class Softsign(_Activation):
 
 class ThresholdedRelu(_Activation):
     op_type = "ThresholdedRelu"
+    since_versions = (10, 22)
     since = 10
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -312,6 +325,7 @@ class Gelu(_Activation):
     """``x * Phi(x)``; ``approximate="tanh"`` uses the tanh formula."""
 
     op_type = "Gelu"
+    since_versions = (20,)
     since = 20
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -346,6 +360,7 @@ class Gelu(_Activation):
 
 class Mish(_Activation):
     op_type = "Mish"
+    since_versions = (18, 22)
     since = 18
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -371,6 +386,7 @@ def _swish_nodes(op: Operator, g: GraphBuilder, x: str, out: str) -> None:
 
 class Swish(_Activation):
     op_type = "Swish"
+    since_versions = (24,)
     since = 24
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -389,6 +405,7 @@ class SwiGLU(_Activation):
     """``Swish_alpha(A) * B`` for a gate ``A`` and a value ``B`` of the same shape."""
 
     op_type = "SwiGLU"
+    since_versions = (28,)
     since = 28
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -411,6 +428,7 @@ class Shrink(_Activation):
     """``x - bias`` above ``lambd``, ``x + bias`` below ``-lambd``, else 0 (any number type)."""
 
     op_type = "Shrink"
+    since_versions = (9,)
     since = 9
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -98,6 +98,7 @@ def _half_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 class Softmax(_AxisNormalizer):
     op_type = "Softmax"
+    since_versions = (1, 11, 13)
 
     def along(self, x: torch.Tensor, dim: int) -> torch.Tensor:
         return _half_softmax(x, dim) if x.dtype in _HALF else torch.softmax(x, dim)
@@ -105,6 +106,7 @@ class Softmax(_AxisNormalizer):
 
 class LogSoftmax(_AxisNormalizer):
     op_type = "LogSoftmax"
+    since_versions = (1, 11, 13)
 
     def along(self, x: torch.Tensor, dim: int) -> torch.Tensor:
         if x.dtype in _HALF:
@@ -116,6 +118,7 @@ class Hardmax(_AxisNormalizer):
     """1 at the first maximum along the axis, 0 elsewhere (no gradient flows through)."""
 
     op_type = "Hardmax"
+    since_versions = (1, 11, 13)
 
     def along(self, x: torch.Tensor, dim: int) -> torch.Tensor:
         if x.numel() == 0:

@@ -100,6 +100,7 @@ class Attention(Operator):
     """
 
     op_type = "Attention"
+    since_versions = (23, 24, 25)
     output_shape = OutputShape.FROM_SHAPES
     # The mask and the key lengths are data of each call.
     parameterising_inputs = frozenset()
@@ -373,6 +374,7 @@ class RotaryEmbedding(Operator):
     """
 
     op_type = "RotaryEmbedding"
+    since_versions = (23,)
     output_shape = OutputShape.FROM_SHAPES
     # The cos and sin caches are fixed tables; position_ids are data.
     parameterising_inputs = frozenset({1, 2})

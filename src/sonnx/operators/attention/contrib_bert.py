@@ -95,6 +95,7 @@ class MultiHeadAttention(ContribOperator):
     past/present key and value (BNSH)."""
 
     op_type = "MultiHeadAttention"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {
         "mask_filter_value": MASK_FILTER_VALUE,
         "scale": 0.0,
@@ -164,6 +165,7 @@ class Attention(ContribOperator):
     size); attention_bias."""
 
     op_type = "Attention"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {
         "do_rotary": 0,
         "mask_filter_value": MASK_FILTER_VALUE,
@@ -232,6 +234,7 @@ class QAttention(Attention):
     """
 
     op_type = "QAttention"
+    since_versions = (1,)
     # The scales and zero points parameterise the dequantization.
     parameterising_inputs = frozenset({3, 4, 6, 7})
 

@@ -52,6 +52,7 @@ class RelativePositionBias(ContribOperator):
     """com.microsoft RelativePositionBias (see the module docstring)."""
 
     op_type = "RelativePositionBias"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {"is_bidirectional": 0}
     output_shape = OutputShape.FROM_SHAPES
     # query_length and key_length are the output's sizes.

@@ -34,6 +34,7 @@ class DecoderMaskedMultiHeadAttention(ContribOperator):
     """com.microsoft DecoderMaskedMultiHeadAttention (see the module docstring)."""
 
     op_type = "DecoderMaskedMultiHeadAttention"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {
         "mask_filter_value": MASK_FILTER_VALUE,
         "output_qk": 0,

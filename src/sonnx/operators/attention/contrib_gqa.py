@@ -67,6 +67,7 @@ class RotaryEmbedding(ContribOperator):
     """
 
     op_type = "RotaryEmbedding"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {
         "interleaved": 0,
         "is_packed_batching": 0,
@@ -138,6 +139,7 @@ class GroupQueryAttention(ContribOperator):
     """
 
     op_type = "GroupQueryAttention"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {
         "do_rotary": 0,
         "kv_cache_bit_width": 0,

@@ -46,6 +46,7 @@ class LinearAttention(Operator):
     """
 
     op_type = "LinearAttention"
+    since_versions = (27,)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(
@@ -136,6 +137,7 @@ class CausalConvWithState(Operator):
     """
 
     op_type = "CausalConvWithState"
+    since_versions = (27,)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(

@@ -179,6 +179,7 @@ class Conv(Operator):
     """ONNX Conv: X (N, C, spatial...), W (M, C/group, kernel...), optional B (M,)."""
 
     op_type = "Conv"
+    since_versions = (1, 11, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(
@@ -194,6 +195,7 @@ class ConvInteger(Operator):
     """
 
     op_type = "ConvInteger"
+    since_versions = (10,)
     output_shape = OutputShape.FROM_SHAPES
     parameterising_inputs = frozenset({2, 3})
 
@@ -242,6 +244,7 @@ class ConvTranspose(Operator):
     """
 
     op_type = "ConvTranspose"
+    since_versions = (1, 11, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(

@@ -60,6 +60,7 @@ class DeformConv(Operator):
     """
 
     op_type = "DeformConv"
+    since_versions = (19, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(
@@ -149,6 +150,7 @@ class Col2Im(Operator):
     """
 
     op_type = "Col2Im"
+    since_versions = (18,)
     output_shape = OutputShape.FROM_SHAPES
     # Strings, which ONNX lets in, are refused: overlapping blocks are summed.
     moves_elements_only = False

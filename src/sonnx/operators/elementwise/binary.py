@@ -61,6 +61,7 @@ class BinaryOp(Operator):
 
 class Add(BinaryOp):
     op_type = "Add"
+    since_versions = (7, 13, 14)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -69,6 +70,7 @@ class Add(BinaryOp):
 
 class Sub(BinaryOp):
     op_type = "Sub"
+    since_versions = (7, 13, 14)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -77,6 +79,7 @@ class Sub(BinaryOp):
 
 class Mul(BinaryOp):
     op_type = "Mul"
+    since_versions = (7, 13, 14)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -128,6 +131,7 @@ class Div(BinaryOp):
     """Integer division truncates toward zero, like C (and unlike torch's default)."""
 
     op_type = "Div"
+    since_versions = (7, 13, 14)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -141,6 +145,7 @@ class Mod(BinaryOp):
     """``fmod=0``: remainder with the divisor's sign; ``fmod=1``: with the dividend's sign."""
 
     op_type = "Mod"
+    since_versions = (10, 13, 28)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -155,6 +160,7 @@ class Pow(BinaryOp):
     """``X ** Y``; since opset 12 Y may have another numeric type. The result has X's type."""
 
     op_type = "Pow"
+    since_versions = (7, 12, 13, 15)
     # The exponent.
     parameterising_inputs = frozenset({1})
     input_names = ("X", "Y")

@@ -284,6 +284,7 @@ class Cast(Operator):
     overflow; ``round_mode`` (opset 24+) governs rounding into FLOAT8E8M0."""
 
     op_type = "Cast"
+    since_versions = (6, 9, 13, 19, 21, 23, 24, 25, 28)
     takes_strings = True
     output_shape = OutputShape.FROM_SHAPES
 
@@ -316,6 +317,7 @@ class CastLike(Operator):
     """Cast ``input`` to the element type of ``target_type`` (whose values are ignored)."""
 
     op_type = "CastLike"
+    since_versions = (15, 19, 21, 23, 24, 25)
     takes_strings = True
     output_shape = OutputShape.FROM_SHAPES
     # Only target_type's element type is read.
@@ -343,6 +345,7 @@ class BitCast(Operator):
     """Reinterpret the bits as type ``to`` (same element width; little-endian, as torch)."""
 
     op_type = "BitCast"
+    since_versions = (26,)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

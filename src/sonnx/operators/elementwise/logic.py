@@ -51,6 +51,7 @@ __all__ = [
 
 class Equal(BinaryOp):
     op_type = "Equal"
+    since_versions = (7, 11, 13, 19)
     takes_strings = True
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -62,6 +63,7 @@ class Equal(BinaryOp):
 
 class Less(BinaryOp):
     op_type = "Less"
+    since_versions = (7, 9, 13)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -70,6 +72,7 @@ class Less(BinaryOp):
 
 class LessOrEqual(BinaryOp):
     op_type = "LessOrEqual"
+    since_versions = (12, 16)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -78,6 +81,7 @@ class LessOrEqual(BinaryOp):
 
 class Greater(BinaryOp):
     op_type = "Greater"
+    since_versions = (7, 9, 13)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -86,6 +90,7 @@ class Greater(BinaryOp):
 
 class GreaterOrEqual(BinaryOp):
     op_type = "GreaterOrEqual"
+    since_versions = (12, 16)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -102,6 +107,7 @@ class LogicalOp(BinaryOp):
 
 class And(LogicalOp):
     op_type = "And"
+    since_versions = (7,)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -110,6 +116,7 @@ class And(LogicalOp):
 
 class Or(LogicalOp):
     op_type = "Or"
+    since_versions = (7,)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -118,6 +125,7 @@ class Or(LogicalOp):
 
 class Xor(LogicalOp):
     op_type = "Xor"
+    since_versions = (7,)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -134,6 +142,7 @@ class IntegerOp(BinaryOp):
 
 class BitwiseAnd(IntegerOp):
     op_type = "BitwiseAnd"
+    since_versions = (18,)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -142,6 +151,7 @@ class BitwiseAnd(IntegerOp):
 
 class BitwiseOr(IntegerOp):
     op_type = "BitwiseOr"
+    since_versions = (18,)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -150,6 +160,7 @@ class BitwiseOr(IntegerOp):
 
 class BitwiseXor(IntegerOp):
     op_type = "BitwiseXor"
+    since_versions = (18,)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -172,6 +183,7 @@ class BitShift(IntegerOp):
     """
 
     op_type = "BitShift"
+    since_versions = (11, 28)
     input_names = ("X", "Y")
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

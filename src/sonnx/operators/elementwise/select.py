@@ -64,6 +64,7 @@ class VariadicOp(Operator):
 
 class Max(VariadicOp):
     op_type = "Max"
+    since_versions = (6, 8, 12, 13)
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         self.check(xs)
@@ -74,6 +75,7 @@ class Max(VariadicOp):
 
 class Min(VariadicOp):
     op_type = "Min"
+    since_versions = (6, 8, 12, 13)
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         self.check(xs)
@@ -84,6 +86,7 @@ class Min(VariadicOp):
 
 class Sum(VariadicOp):
     op_type = "Sum"
+    since_versions = (6, 8, 13)
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         self.check(xs)
@@ -94,6 +97,7 @@ class Sum(VariadicOp):
 
 class Mean(VariadicOp):
     op_type = "Mean"
+    since_versions = (6, 8, 13)
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         self.check(xs)
@@ -105,6 +109,7 @@ class Where(Operator):
     """``Where(condition, X, Y)``: X where condition holds, else Y (all three broadcast)."""
 
     op_type = "Where"
+    since_versions = (9, 16)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     moved_inputs = frozenset({1, 2})
@@ -148,6 +153,7 @@ class Clip(Operator):
     """
 
     op_type = "Clip"
+    since_versions = (11, 12, 13)
     output_shape = OutputShape.FROM_SHAPES
     parameterising_inputs = frozenset({1, 2})
 

@@ -90,31 +90,37 @@ class FloatUnary(Operator):
 
 class Exp(FloatUnary):
     op_type = "Exp"
+    since_versions = (6, 13)
     fn = staticmethod(torch.exp)
 
 
 class Log(FloatUnary):
     op_type = "Log"
+    since_versions = (6, 13)
     fn = staticmethod(torch.log)
 
 
 class Sqrt(FloatUnary):
     op_type = "Sqrt"
+    since_versions = (6, 13)
     fn = staticmethod(torch.sqrt)
 
 
 class Reciprocal(FloatUnary):
     op_type = "Reciprocal"
+    since_versions = (6, 13)
     fn = staticmethod(torch.reciprocal)
 
 
 class Ceil(FloatUnary):
     op_type = "Ceil"
+    since_versions = (6, 13)
     fn = staticmethod(torch.ceil)
 
 
 class Floor(FloatUnary):
     op_type = "Floor"
+    since_versions = (6, 13)
     fn = staticmethod(torch.floor)
 
 
@@ -122,66 +128,79 @@ class Round(FloatUnary):
     """Rounds half to even, as ONNX and ``torch.round`` both do."""
 
     op_type = "Round"
+    since_versions = (11, 22)
     fn = staticmethod(torch.round)
 
 
 class Erf(FloatUnary):
     op_type = "Erf"
+    since_versions = (9, 13)
     fn = staticmethod(torch.erf)
 
 
 class Sin(FloatUnary):
     op_type = "Sin"
+    since_versions = (7, 22)
     fn = staticmethod(torch.sin)
 
 
 class Cos(FloatUnary):
     op_type = "Cos"
+    since_versions = (7, 22)
     fn = staticmethod(torch.cos)
 
 
 class Tan(FloatUnary):
     op_type = "Tan"
+    since_versions = (7, 22)
     fn = staticmethod(torch.tan)
 
 
 class Asin(FloatUnary):
     op_type = "Asin"
+    since_versions = (7, 22)
     fn = staticmethod(torch.asin)
 
 
 class Acos(FloatUnary):
     op_type = "Acos"
+    since_versions = (7, 22)
     fn = staticmethod(torch.acos)
 
 
 class Atan(FloatUnary):
     op_type = "Atan"
+    since_versions = (7, 22)
     fn = staticmethod(torch.atan)
 
 
 class Sinh(FloatUnary):
     op_type = "Sinh"
+    since_versions = (9, 22)
     fn = staticmethod(torch.sinh)
 
 
 class Cosh(FloatUnary):
     op_type = "Cosh"
+    since_versions = (9, 22)
     fn = staticmethod(torch.cosh)
 
 
 class Asinh(FloatUnary):
     op_type = "Asinh"
+    since_versions = (9, 22)
     fn = staticmethod(torch.asinh)
 
 
 class Acosh(FloatUnary):
     op_type = "Acosh"
+    since_versions = (9, 22)
     fn = staticmethod(torch.acosh)
 
 
 class Atanh(FloatUnary):
     op_type = "Atanh"
+    since_versions = (9, 22)
     fn = staticmethod(torch.atanh)
 
 
@@ -194,6 +213,7 @@ def _float_for_test(op: str, x: torch.Tensor) -> torch.Tensor:
 
 class IsNaN(Operator):
     op_type = "IsNaN"
+    since_versions = (9, 13, 20)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -204,6 +224,7 @@ class IsInf(Operator):
     """Attributes ``detect_negative`` and ``detect_positive`` select which infinities count."""
 
     op_type = "IsInf"
+    since_versions = (10, 20)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -220,6 +241,7 @@ class IsInf(Operator):
 
 class Abs(Operator):
     op_type = "Abs"
+    since_versions = (6, 13)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -229,6 +251,7 @@ class Abs(Operator):
 
 class Neg(Operator):
     op_type = "Neg"
+    since_versions = (6, 13)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -239,6 +262,7 @@ class Neg(Operator):
 
 class Sign(Operator):
     op_type = "Sign"
+    since_versions = (9, 13)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -250,6 +274,7 @@ class Sign(Operator):
 
 class Not(Operator):
     op_type = "Not"
+    since_versions = (1,)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -259,6 +284,7 @@ class Not(Operator):
 
 class BitwiseNot(Operator):
     op_type = "BitwiseNot"
+    since_versions = (18,)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,7 @@ class ImageDecoder(Operator):
     ``pixel_format`` RGB or BGR, 1 for Grayscale. Not differentiable."""
 
     op_type = "ImageDecoder"
+    since_versions = (20,)
     output_shape = OutputShape.VALUE_SIZED
 
     def forward(self, encoded: torch.Tensor) -> torch.Tensor:

@@ -39,6 +39,7 @@ class GridSample(Operator):
     """
 
     op_type = "GridSample"
+    since_versions = (16, 20, 22)
     output_shape = OutputShape.FROM_SHAPES
     # Strings, which ONNX lets in, are refused: sampling computes on numbers.
     moves_elements_only = False
@@ -145,6 +146,7 @@ class AffineGrid(Operator):
     """ONNX AffineGrid (20): sampling grid for ``theta`` (N, 2, 3) or (N, 3, 4) and ``size``."""
 
     op_type = "AffineGrid"
+    since_versions = (20,)
     output_shape = OutputShape.FROM_SHAPES
     shape_inputs = frozenset({1})
     parameterising_inputs = frozenset({1})
@@ -196,6 +198,7 @@ class RoiAlign(Operator):
     """
 
     op_type = "RoiAlign"
+    since_versions = (10, 16, 22)
     output_shape = OutputShape.FROM_SHAPES
     # The boxes and their batch indices are data.
     parameterising_inputs = frozenset()

@@ -321,6 +321,7 @@ class Resize(Operator):
     """
 
     op_type = "Resize"
+    since_versions = (11, 13, 18, 19)
     output_shape = OutputShape.FROM_SHAPES
     # Strings, which ONNX lets in, are refused: interpolation computes on numbers.
     moves_elements_only = False

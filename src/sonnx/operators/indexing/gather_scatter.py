@@ -94,6 +94,7 @@ class Gather(Operator):
     """``output = data`` indexed along ``axis`` by ``indices`` (any shape; negative wrap)."""
 
     op_type = "Gather"
+    since_versions = (1, 11, 13)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     # Indices are data.
@@ -137,6 +138,7 @@ class GatherElements(Operator):
     """``output[i][j][k] = data[index[i][j][k]][j][k]`` for axis 0 (``torch.gather``)."""
 
     op_type = "GatherElements"
+    since_versions = (11, 13)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     parameterising_inputs = frozenset()
@@ -179,6 +181,7 @@ class GatherND(Operator):
     the first ``batch_dims`` axes of both are batch axes gathered in lock-step."""
 
     op_type = "GatherND"
+    since_versions = (11, 12, 13)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     parameterising_inputs = frozenset()
@@ -250,6 +253,7 @@ class ScatterElements(Operator):
     positions ``indices`` gives along ``axis``: the inverse of GatherElements."""
 
     op_type = "ScatterElements"
+    since_versions = (11, 13, 16, 18)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     moved_inputs = frozenset({0, 2})
@@ -286,6 +290,7 @@ class ScatterND(Operator):
     ``indices`` replaced by (or combined by ``reduction`` with) ``updates``."""
 
     op_type = "ScatterND"
+    since_versions = (11, 13, 16, 18)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     moved_inputs = frozenset({0, 2})
@@ -328,6 +333,7 @@ class TensorScatter(Operator):
     per batch row at ``write_indices`` (0 when absent); ``mode="circular"`` wraps around."""
 
     op_type = "TensorScatter"
+    since_versions = (24,)
     output_shape = OutputShape.FROM_SHAPES
     # Strings, which ONNX lets in, are refused: only numeric caches are written.
     moves_elements_only = False
@@ -379,6 +385,7 @@ class OneHot(Operator):
     position and ``values[0]`` elsewhere; out-of-range indices give an all-off row."""
 
     op_type = "OneHot"
+    since_versions = (9, 11, 28)
     output_shape = OutputShape.FROM_SHAPES
     shape_inputs = frozenset({1})
     # depth, and the (off, on) values.
@@ -409,6 +416,7 @@ class NonZero(Operator):
     """The indices of the non-zero elements, as an int64 ``(rank, count)`` tensor."""
 
     op_type = "NonZero"
+    since_versions = (9, 13)
     output_shape = OutputShape.VALUE_SIZED
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -422,6 +430,7 @@ class Compress(Operator):
     ``condition`` is true (``numpy.compress``: a shorter condition selects a prefix)."""
 
     op_type = "Compress"
+    since_versions = (9, 11, 28)
     output_shape = OutputShape.VALUE_SIZED
     moves_elements_only = True
 

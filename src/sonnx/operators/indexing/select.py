@@ -53,6 +53,7 @@ class TopK(Operator):
     """
 
     op_type = "TopK"
+    since_versions = (10, 11, 24)
     output_shape = OutputShape.FROM_SHAPES
     shape_inputs = frozenset({1})
     parameterising_inputs = frozenset({1})
@@ -92,6 +93,7 @@ class Unique(Operator):
     indices and counts; sorted ascending, or in order of first occurrence when ``sorted=0``."""
 
     op_type = "Unique"
+    since_versions = (11, 28)
     output_shape = OutputShape.VALUE_SIZED
     # Strings, which ONNX lets in, are refused: sorting them has no torch form.
     moves_elements_only = False
@@ -160,11 +162,13 @@ class _ArgReduce(Operator):
 
 class ArgMax(_ArgReduce):
     op_type = "ArgMax"
+    since_versions = (1, 11, 12, 13)
     largest = True
 
 
 class ArgMin(_ArgReduce):
     op_type = "ArgMin"
+    since_versions = (1, 11, 12, 13)
     largest = False
 
 
@@ -206,6 +210,7 @@ class NonMaxSuppression(Operator):
     ``[batch, class, box]``."""
 
     op_type = "NonMaxSuppression"
+    since_versions = (10, 11)
     output_shape = OutputShape.VALUE_SIZED
     # The box count per class and the two thresholds.
     parameterising_inputs = frozenset({2, 3, 4})

@@ -36,6 +36,7 @@ class FusedMatMul(ContribQuantOperator):
     """
 
     op_type = "FusedMatMul"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {
         "alpha": 1.0,
         "transA": 0,
@@ -120,6 +121,7 @@ class FusedGemm(ContribQuantOperator):
     """
 
     op_type = "FusedGemm"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {
         "alpha": 1.0,
         "beta": 1.0,
@@ -153,6 +155,7 @@ class FusedConv(ContribQuantOperator):
     alpha; Clip: min, max; HardSigmoid: alpha, beta)."""
 
     op_type = "FusedConv"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
 
     def forward(
@@ -180,6 +183,7 @@ class NhwcConv(ContribQuantOperator):
     C), W (M, kernel..., C / group), B (M,), Y (N, spatial..., M); Conv's attributes."""
 
     op_type = "NhwcConv"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
 
     def forward(

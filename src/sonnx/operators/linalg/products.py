@@ -101,6 +101,7 @@ class MatMul(StrictExport):
     """``numpy.matmul``: 1-D operands are promoted and batch dimensions broadcast."""
 
     op_type = "MatMul"
+    since_versions = (1, 9, 13)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -111,6 +112,7 @@ class Gemm(StrictExport):
     """``alpha * A' @ B' + beta * C`` with optional transposes; C broadcasts to (M, N)."""
 
     op_type = "Gemm"
+    since_versions = (7, 9, 11, 13)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(
@@ -169,6 +171,7 @@ class Einsum(StrictExport):
     """Einstein summation as ``torch.einsum`` (explicit, implicit and ellipsis forms)."""
 
     op_type = "Einsum"
+    since_versions = (12, 28)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
@@ -194,6 +197,7 @@ class Det(StrictExport):
     """Determinants of the square matrices in the last two dimensions."""
 
     op_type = "Det"
+    since_versions = (11, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -247,6 +251,7 @@ class _Scan(StrictExport):
 
 class CumSum(_Scan):
     op_type = "CumSum"
+    since_versions = (11, 14)
     identity = 0
 
     def scan(self, x: torch.Tensor, axis: int) -> torch.Tensor:
@@ -255,6 +260,7 @@ class CumSum(_Scan):
 
 class CumProd(_Scan):
     op_type = "CumProd"
+    since_versions = (26,)
     identity = 1
 
     def scan(self, x: torch.Tensor, axis: int) -> torch.Tensor:
@@ -283,6 +289,7 @@ class MatMulInteger(StrictExport):
     """``(A - a_zero_point) @ (B - b_zero_point)`` on 8-bit integers, accumulated in int32."""
 
     op_type = "MatMulInteger"
+    since_versions = (10,)
     output_shape = OutputShape.FROM_SHAPES
     parameterising_inputs = frozenset({2, 3})
 
@@ -327,6 +334,7 @@ class QLinearMatMul(StrictExport):
     """
 
     op_type = "QLinearMatMul"
+    since_versions = (10, 21)
     output_shape = OutputShape.FROM_SHAPES
     parameterising_inputs = frozenset({1, 2, 4, 5, 6, 7})
 

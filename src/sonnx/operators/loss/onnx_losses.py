@@ -109,6 +109,7 @@ class NegativeLogLikelihoodLoss(Operator):
     """ONNX NegativeLogLikelihoodLoss (versions 12, 13, 22: one semantics)."""
 
     op_type = "NegativeLogLikelihoodLoss"
+    since_versions = (12, 13, 22)
     output_shape = OutputShape.FROM_SHAPES
     # Targets are data; the class weights are fixed, not trained.
     parameterising_inputs = frozenset({2})
@@ -131,6 +132,7 @@ class SoftmaxCrossEntropyLoss(Operator):
     """
 
     op_type = "SoftmaxCrossEntropyLoss"
+    since_versions = (12, 13)
     output_shape = OutputShape.FROM_SHAPES
     # Labels are data; the class weights are fixed, not trained.
     parameterising_inputs = frozenset({2})

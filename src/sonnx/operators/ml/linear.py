@@ -58,6 +58,7 @@ class LinearRegressor(MLOperator):
     (float32, (N, targets)), then ``post_transform``."""
 
     op_type = "LinearRegressor"
+    since_versions = (1,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = feature_matrix(self, x)
@@ -89,6 +90,7 @@ class LinearClassifier(MLOperator):
     """
 
     op_type = "LinearClassifier"
+    since_versions = (1,)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = feature_matrix(self, x)
@@ -128,6 +130,7 @@ class Scaler(MLOperator):
     for every feature or one per feature."""
 
     op_type = "Scaler"
+    since_versions = (1,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = feature_matrix(self, x)
@@ -153,6 +156,7 @@ class Normalizer(MLOperator):
     whose norm is 0 is left as it is."""
 
     op_type = "Normalizer"
+    since_versions = (1,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = feature_matrix(self, x).to(torch.float64)
@@ -172,6 +176,7 @@ class Imputer(MLOperator):
     of its feature (or the one value for all), keeping X's type and shape."""
 
     op_type = "Imputer"
+    since_versions = (1,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32):
@@ -202,6 +207,7 @@ class FeatureVectorizer(MLOperator):
     cut or zero-padded to its ``inputdimensions`` entry."""
 
     op_type = "FeatureVectorizer"
+    since_versions = (1,)
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         widths = ints(self, "inputdimensions")
@@ -230,6 +236,7 @@ class OneHotEncoder(MLOperator):
     integers first, as onnxruntime does."""
 
     op_type = "OneHotEncoder"
+    since_versions = (1,)
     takes_strings = True
 
     def forward(self, x: torch.Tensor | StringArray) -> torch.Tensor:

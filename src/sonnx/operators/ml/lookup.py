@@ -76,6 +76,7 @@ class LabelEncoder(MLOperator):
     """
 
     op_type = "LabelEncoder"
+    since_versions = (1, 2, 4)
     takes_strings = True
 
     def forward(self, x: Any) -> StringArray | torch.Tensor:
@@ -138,6 +139,7 @@ class CategoryMapper(MLOperator):
     values not in the table."""
 
     op_type = "CategoryMapper"
+    since_versions = (1,)
     takes_strings = True
 
     def forward(self, x: Any) -> StringArray | torch.Tensor:

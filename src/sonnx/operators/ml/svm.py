@@ -71,6 +71,7 @@ class SVMClassifier(MLOperator):
     """
 
     op_type = "SVMClassifier"
+    since_versions = (1,)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = feature_matrix(self, x).to(torch.float64)
@@ -224,6 +225,7 @@ class SVMRegressor(MLOperator):
     ``one_class`` the sign of it as 1 or -1."""
 
     op_type = "SVMRegressor"
+    since_versions = (1,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = feature_matrix(self, x).to(torch.float64)

@@ -41,6 +41,7 @@ class Binarizer(MLOperator):
     its gradient is zero wherever it exists, so none is recorded)."""
 
     op_type = "Binarizer"
+    since_versions = (1,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in FEATURE_TYPES:
@@ -59,6 +60,7 @@ class ArrayFeatureExtractor(MLOperator):
     """
 
     op_type = "ArrayFeatureExtractor"
+    since_versions = (1,)
     moves_elements_only = True
     # The indices are data, as Gather's are.
     parameterising_inputs = frozenset()
@@ -97,6 +99,7 @@ class TreeEnsemble(MLOperator):
     """
 
     op_type = "TreeEnsemble"
+    since_versions = (5,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in _TREE_TYPES:

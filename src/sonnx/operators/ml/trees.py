@@ -164,6 +164,7 @@ class TreeEnsembleRegressor(_TreeEnsembleBase):
     target), then ``post_transform``. A target no leaf reached gets 0 (plus its base)."""
 
     op_type = "TreeEnsembleRegressor"
+    since_versions = (1, 3)
     prefix = "target"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -192,6 +193,7 @@ class TreeEnsembleClassifier(_TreeEnsembleBase):
     """
 
     op_type = "TreeEnsembleClassifier"
+    since_versions = (1, 3)
     prefix = "class"
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -187,6 +187,7 @@ class InstanceNormalization(Operator):
     """Normalize each (instance, channel) over its spatial axes, then scale and shift."""
 
     op_type = "InstanceNormalization"
+    since_versions = (1, 6, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x, scale, b) -> torch.Tensor:  # type: ignore[override]
@@ -219,6 +220,7 @@ class GroupNormalization(Operator):
     """
 
     op_type = "GroupNormalization"
+    since_versions = (18, 21)
     output_shape = OutputShape.FROM_SHAPES
 
     def per_group_affine(self) -> bool:

@@ -30,6 +30,7 @@ class Gelu(ContribNormOperator):
     """``0.5 * X * (1 + erf(X / sqrt(2)))``: com.microsoft's Gelu, before ONNX had one."""
 
     op_type = "Gelu"
+    since_versions = (1,)
 
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
         check_float(self.op_type, "X", x)
@@ -40,6 +41,7 @@ class BiasGelu(ContribNormOperator):
     """Gelu (the erf form) of ``A + B``, B a vector over A's last axis."""
 
     op_type = "BiasGelu"
+    since_versions = (1,)
 
     def forward(self, a, b) -> torch.Tensor:  # type: ignore[override]
         return F.gelu(_plus_bias(self.op_type, a, b))
@@ -50,6 +52,7 @@ class FastGelu(ContribNormOperator):
     ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``."""
 
     op_type = "FastGelu"
+    since_versions = (1,)
 
     def forward(self, x, bias=None) -> torch.Tensor:  # type: ignore[override]
         return F.gelu(_plus_bias(self.op_type, x, bias), approximate="tanh")
@@ -59,6 +62,7 @@ class QuickGelu(ContribNormOperator):
     """``X * sigmoid(alpha * X)`` (CLIP's activation, alpha 1.702 by default)."""
 
     op_type = "QuickGelu"
+    since_versions = (1,)
     defaults = {"alpha": 1.702}
 
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
@@ -78,6 +82,7 @@ class BiasAdd(ContribNormOperator):
     """``X + bias + skip``: X and skip (N, S, C), bias (C,)."""
 
     op_type = "BiasAdd"
+    since_versions = (1,)
 
     def forward(self, x, bias, skip) -> torch.Tensor:  # type: ignore[override]
         _check_3d(self.op_type, x)
@@ -95,6 +100,7 @@ class BiasSplitGelu(ContribNormOperator):
     Y (N, S, D / 2)."""
 
     op_type = "BiasSplitGelu"
+    since_versions = (1,)
 
     def forward(self, x, bias) -> torch.Tensor:  # type: ignore[override]
         _check_3d(self.op_type, x)

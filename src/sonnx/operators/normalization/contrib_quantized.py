@@ -32,6 +32,7 @@ class QEmbedLayerNormalization(EmbedLayerNormalization):
     mask_index_out, as EmbedLayerNormalization's first two; positions are 0 .. S-1."""
 
     op_type = "QEmbedLayerNormalization"
+    since_versions = (1,)
     # The scales and zero points parameterise the dequantization of the tables.
     parameterising_inputs = frozenset(range(8, 18))
 

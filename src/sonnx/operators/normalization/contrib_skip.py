@@ -76,6 +76,7 @@ class SkipLayerNormalization(ContribNormOperator):
     """
 
     op_type = "SkipLayerNormalization"
+    since_versions = (1,)
     defaults = {"epsilon": _BERT_EPSILON}
     #: Subtracts the mean (a LayerNorm); the simplified form does not (an RMS norm).
     centered: bool = True
@@ -98,6 +99,7 @@ class SkipSimplifiedLayerNormalization(SkipLayerNormalization):
     """
 
     op_type = "SkipSimplifiedLayerNormalization"
+    since_versions = (1,)
     centered = False
 
     def forward(self, x, skip, gamma, bias=None) -> TorchOutputs:  # type: ignore[override]
@@ -113,6 +115,7 @@ class SimplifiedLayerNormalization(ContribNormOperator):
 
     op_type = "SimplifiedLayerNormalization"
     domain = ""
+    since_versions = (1,)
     defaults = {"axis": -1, "epsilon": 1e-5, "stash_type": 1}
 
     def forward(self, x, scale) -> TorchOutputs:  # type: ignore[override]
@@ -129,6 +132,7 @@ class EmbedLayerNormalization(ContribNormOperator):
     """
 
     op_type = "EmbedLayerNormalization"
+    since_versions = (1,)
     defaults = {"epsilon": _BERT_EPSILON, "mask_index_type": 1}
 
     def forward(  # type: ignore[override]
@@ -209,6 +213,7 @@ class GroupNorm(ContribNormOperator):
     ``activation=1`` adding SiLU after it; gamma and beta (C,)."""
 
     op_type = "GroupNorm"
+    since_versions = (1,)
     defaults = {"epsilon": 1e-5, "channels_last": 1}
     required_attributes = frozenset({"groups", "activation"})
 
@@ -247,6 +252,7 @@ class SkipGroupNorm(GroupNorm):
     (N, C), bias (C,). The optional output S is that sum."""
 
     op_type = "SkipGroupNorm"
+    since_versions = (1,)
 
     def forward(self, x, gamma, beta, skip, bias=None) -> TorchOutputs:  # type: ignore[override]
         op = self.op_type

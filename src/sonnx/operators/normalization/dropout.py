@@ -32,6 +32,7 @@ class Dropout(Operator):
     """
 
     op_type = "Dropout"
+    since_versions = (12, 13, 22)
     output_shape = OutputShape.FROM_SHAPES
     # The ratio and the training mode.
     parameterising_inputs = frozenset({1, 2})

@@ -86,6 +86,7 @@ class LayerNormalization(Operator):
     """
 
     op_type = "LayerNormalization"
+    since_versions = (17,)
     output_shape = OutputShape.FROM_SHAPES
     # The last input signature found to take torch's fused kernel, with the normalized shape
     # and epsilon: an imported transformer runs one operator object on the same shapes at
@@ -172,6 +173,7 @@ class RMSNormalization(Operator):
     """``X / sqrt(mean(X^2 over axes axis..last) + epsilon) * scale``; output in scale's type."""
 
     op_type = "RMSNormalization"
+    since_versions = (23,)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x, scale) -> torch.Tensor:  # type: ignore[override]
@@ -222,6 +224,7 @@ class LpNormalization(Operator):
     """Divide by the L1 or L2 norm along ``axis``; a zero-norm slice stays zero."""
 
     op_type = "LpNormalization"
+    since_versions = (1, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
@@ -245,6 +248,7 @@ class MeanVarianceNormalization(Operator):
     """``(X - mean) / (std + 1e-9)`` over ``axes`` (the epsilon is ONNX's function body's)."""
 
     op_type = "MeanVarianceNormalization"
+    since_versions = (9, 13)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
@@ -273,6 +277,7 @@ class LRN(Operator):
     """
 
     op_type = "LRN"
+    since_versions = (1, 13)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]

@@ -37,6 +37,7 @@ class GlobalAveragePool(Operator):
     """Mean over every spatial axis, keeping them as size 1."""
 
     op_type = "GlobalAveragePool"
+    since_versions = (1, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -47,6 +48,7 @@ class GlobalMaxPool(Operator):
     """Maximum over every spatial axis, keeping them as size 1."""
 
     op_type = "GlobalMaxPool"
+    since_versions = (1, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -67,6 +69,7 @@ class GlobalLpPool(Operator):
     """The p-norm over every spatial axis, keeping them as size 1 (p a float before v2)."""
 
     op_type = "GlobalLpPool"
+    since_versions = (1, 2, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -86,6 +89,7 @@ class MaxUnpool(Operator):
     """
 
     op_type = "MaxUnpool"
+    since_versions = (9, 11, 22)
     output_shape = OutputShape.FROM_SHAPES
     shape_inputs = frozenset({2})
     # The pooled indices are data; output_shape sizes the result.

@@ -267,6 +267,7 @@ class MaxPool(Operator):
     """
 
     op_type = "MaxPool"
+    since_versions = (1, 8, 10, 11, 12, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -328,6 +329,7 @@ class AveragePool(Operator):
     """ONNX AveragePool; count_include_pad=0 divides by the number of input elements only."""
 
     op_type = "AveragePool"
+    since_versions = (1, 7, 10, 11, 19, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -353,6 +355,7 @@ class LpPool(Operator):
     """ONNX LpPool: the p-norm of each window (zero padding; p is a float before version 2)."""
 
     op_type = "LpPool"
+    since_versions = (1, 2, 11, 18, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

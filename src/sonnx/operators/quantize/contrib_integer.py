@@ -81,6 +81,7 @@ class MatMulIntegerToFloat(ContribQuantOperator):
     optional a_zero_point, b_zero_point (scalar or per column of B) and bias."""
 
     op_type = "MatMulIntegerToFloat"
+    since_versions = (1,)
     parameterising_inputs = frozenset({2, 3, 4, 5})
     defaults: ClassVar[dict[str, Any]] = {}
 
@@ -105,6 +106,7 @@ class DynamicQuantizeMatMul(ContribQuantOperator):
     b_zero_point and bias."""
 
     op_type = "DynamicQuantizeMatMul"
+    since_versions = (1,)
     parameterising_inputs = frozenset({2, 3})
     defaults: ClassVar[dict[str, Any]] = {}
 

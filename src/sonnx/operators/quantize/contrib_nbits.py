@@ -128,6 +128,7 @@ class MatMulNBits(ContribQuantOperator):
     """
 
     op_type = "MatMulNBits"
+    since_versions = (1,)
     parameterising_inputs = frozenset({2, 3, 4})
     defaults: ClassVar[dict[str, Any]] = {"bits": 4, "accuracy_level": 0}
     required_attributes = frozenset({"K", "N", "block_size"})
@@ -262,6 +263,7 @@ class GatherBlockQuantized(ContribQuantOperator):
     """
 
     op_type = "GatherBlockQuantized"
+    since_versions = (1,)
     parameterising_inputs = frozenset({2, 3})
     defaults: ClassVar[dict[str, Any]] = {
         "gather_axis": 0,

@@ -119,6 +119,7 @@ class QLinearAdd(_QLinear):
     """
 
     op_type = "QLinearAdd"
+    since_versions = (1,)
     parameterising_inputs = frozenset({1, 2, 4, 5, 6, 7})
 
     def forward(
@@ -150,6 +151,7 @@ class QLinearMul(_QLinear):
     as onnxruntime's kernel, the zero point is added before rounding."""
 
     op_type = "QLinearMul"
+    since_versions = (1,)
     parameterising_inputs = frozenset({1, 2, 4, 5, 6, 7})
 
     def forward(
@@ -195,6 +197,7 @@ class _QLinearUnary(_QLinear):
 
 class QLinearSigmoid(_QLinearUnary):
     op_type = "QLinearSigmoid"
+    since_versions = (1,)
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(x)
@@ -202,6 +205,7 @@ class QLinearSigmoid(_QLinearUnary):
 
 class QLinearLeakyRelu(_QLinearUnary):
     op_type = "QLinearLeakyRelu"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {"alpha": 0.01}
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -213,6 +217,7 @@ class QLinearSoftmax(_QLinearUnary):
     axes from ``axis`` on, as ONNX Softmax-1/11; ``opset`` says which)."""
 
     op_type = "QLinearSoftmax"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {"axis": -1}
     required_attributes = frozenset({"opset"})
 
@@ -227,6 +232,7 @@ class QLinearAveragePool(_QLinearUnary):
     """AveragePool of the dequantized X (its ONNX attributes; ``channels_last``: NHWC)."""
 
     op_type = "QLinearAveragePool"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {"channels_last": 0}
     zero_point_first = True
 
@@ -243,6 +249,7 @@ class QLinearGlobalAveragePool(_QLinearUnary):
     """The mean of each channel's dequantized values (``channels_last``: NHWC)."""
 
     op_type = "QLinearGlobalAveragePool"
+    since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {"channels_last": 0}
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -256,6 +263,7 @@ class QLinearConcat(_QLinear):
     scale and zero point, each requantized to Y's."""
 
     op_type = "QLinearConcat"
+    since_versions = (1,)
     parameterising_inputs = frozenset({0, 1})
     required_attributes = frozenset({"axis"})
 
@@ -276,6 +284,7 @@ class QLinearWhere(_QLinear):
     """``Z = where(condition, requantize(X), requantize(Y))`` into Z's scale and zero point."""
 
     op_type = "QLinearWhere"
+    since_versions = (1,)
     parameterising_inputs = frozenset({2, 3, 5, 6, 7, 8})
 
     def forward(
@@ -302,6 +311,7 @@ class QGemm(_QLinear):
     point may be per column ([N])."""
 
     op_type = "QGemm"
+    since_versions = (1,)
     parameterising_inputs = frozenset({1, 2, 4, 5, 7, 8})
     defaults: ClassVar[dict[str, Any]] = {"alpha": 1.0, "transA": 0, "transB": 0}
 
@@ -350,6 +360,7 @@ class QuantizeLinear(OnnxQuantizeLinear):
     """com.microsoft QuantizeLinear: ONNX's, with ``axis`` (default 1) for per-axis scales."""
 
     domain = "com.microsoft"
+    since_versions = (1,)
 
     def attr(self, name: str) -> Any:
         return self.attrs.get(name, 1 if name == "axis" else None)
@@ -362,6 +373,7 @@ class DequantizeLinear(OnnxDequantizeLinear):
     """com.microsoft DequantizeLinear: ONNX's, with ``axis`` (default 1) for per-axis scales."""
 
     domain = "com.microsoft"
+    since_versions = (1,)
 
     def attr(self, name: str) -> Any:
         return self.attrs.get(name, 1 if name == "axis" else None)

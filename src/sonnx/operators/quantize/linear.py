@@ -120,6 +120,7 @@ class QuantizeLinear(StrictExport):
     """
 
     op_type = "QuantizeLinear"
+    since_versions = (10, 13, 19, 21, 23, 24, 25, 28)
     output_shape = OutputShape.FROM_SHAPES
     parameterising_inputs = frozenset({1, 2})
 
@@ -183,6 +184,7 @@ class DequantizeLinear(StrictExport):
     """
 
     op_type = "DequantizeLinear"
+    since_versions = (10, 13, 19, 21, 23, 24, 25, 28)
     output_shape = OutputShape.FROM_SHAPES
     parameterising_inputs = frozenset({1, 2})
 
@@ -233,6 +235,7 @@ class DynamicQuantizeLinear(StrictExport):
     """
 
     op_type = "DynamicQuantizeLinear"
+    since_versions = (11,)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -66,6 +66,7 @@ class QLinearConv(Operator):
     """
 
     op_type = "QLinearConv"
+    since_versions = (10,)
     output_shape = OutputShape.FROM_SHAPES
     parameterising_inputs = frozenset({1, 2, 4, 5, 6, 7})
 

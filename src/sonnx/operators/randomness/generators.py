@@ -118,24 +118,28 @@ class RandomUniform(_Sized):
     """ONNX RandomUniform: ``shape`` samples from U(low, high)."""
 
     op_type = "RandomUniform"
+    since_versions = (1, 22)
 
 
 class RandomNormal(_Sized):
     """ONNX RandomNormal: ``shape`` samples from N(mean, scale^2)."""
 
     op_type = "RandomNormal"
+    since_versions = (1, 22)
 
 
 class RandomUniformLike(_Like):
     """ONNX RandomUniformLike: samples from U(low, high) shaped like the input."""
 
     op_type = "RandomUniformLike"
+    since_versions = (1, 22)
 
 
 class RandomNormalLike(_Like):
     """ONNX RandomNormalLike: samples from N(mean, scale^2) shaped like the input."""
 
     op_type = "RandomNormalLike"
+    since_versions = (1, 22)
 
 
 class Bernoulli(Operator):
@@ -143,6 +147,7 @@ class Bernoulli(Operator):
     (default: the input's)."""
 
     op_type = "Bernoulli"
+    since_versions = (15, 22)
     output_shape = OutputShape.FROM_SHAPES
     random = Randomness.ALWAYS
 
@@ -168,6 +173,7 @@ class Multinomial(Operator):
     whose values are unnormalized log-probabilities; drawn with replacement."""
 
     op_type = "Multinomial"
+    since_versions = (7, 22)
     output_shape = OutputShape.FROM_SHAPES
     random = Randomness.ALWAYS
 

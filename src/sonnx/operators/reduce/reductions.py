@@ -136,6 +136,7 @@ def _at(items: Sequence[Tensor | None], i: int) -> Tensor | None:
 
 class ReduceSum(Reduction):
     op_type = "ReduceSum"
+    since_versions = (13,)
     input_axes_since = 13
 
     def reduce(self, x: torch.Tensor, dims: list[int]) -> torch.Tensor:
@@ -144,6 +145,7 @@ class ReduceSum(Reduction):
 
 class ReduceSumSquare(Reduction):
     op_type = "ReduceSumSquare"
+    since_versions = (18,)
 
     def reduce(self, x: torch.Tensor, dims: list[int]) -> torch.Tensor:
         return _sum(_restore_mul(x, x), dims)
@@ -156,6 +158,7 @@ def _restore_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 class ReduceMean(Reduction):
     op_type = "ReduceMean"
+    since_versions = (18,)
 
     def reduce(self, x: torch.Tensor, dims: list[int]) -> torch.Tensor:
         if _is_float(x):
@@ -165,6 +168,7 @@ class ReduceMean(Reduction):
 
 class ReduceProd(Reduction):
     op_type = "ReduceProd"
+    since_versions = (18,)
 
     def reduce(self, x: torch.Tensor, dims: list[int]) -> torch.Tensor:
         # torch.prod takes one dimension at a time; prod of an empty set is 1.
@@ -202,16 +206,19 @@ def _identity(dtype: torch.dtype, largest: bool) -> Any:
 
 class ReduceMax(_Extreme):
     op_type = "ReduceMax"
+    since_versions = (18, 20)
     largest = True
 
 
 class ReduceMin(_Extreme):
     op_type = "ReduceMin"
+    since_versions = (18, 20)
     largest = False
 
 
 class ReduceL1(Reduction):
     op_type = "ReduceL1"
+    since_versions = (18,)
 
     def reduce(self, x: torch.Tensor, dims: list[int]) -> torch.Tensor:
         magnitude = x if x.dtype in SIGNED_TWIN or x.dtype == torch.uint8 else x.abs()
@@ -220,6 +227,7 @@ class ReduceL1(Reduction):
 
 class ReduceL2(Reduction):
     op_type = "ReduceL2"
+    since_versions = (18,)
 
     def reduce(self, x: torch.Tensor, dims: list[int]) -> torch.Tensor:
         # vector_norm's gradient is 0 (not NaN) where the norm is 0.
@@ -229,6 +237,7 @@ class ReduceL2(Reduction):
 
 class ReduceLogSum(Reduction):
     op_type = "ReduceLogSum"
+    since_versions = (18, 28)
 
     def reduce(self, x: torch.Tensor, dims: list[int]) -> torch.Tensor:
         out = torch.log(torch.sum(_wide(x), dim=dims, keepdim=True))
@@ -237,6 +246,7 @@ class ReduceLogSum(Reduction):
 
 class ReduceLogSumExp(Reduction):
     op_type = "ReduceLogSumExp"
+    since_versions = (18, 28)
 
     def reduce(self, x: torch.Tensor, dims: list[int]) -> torch.Tensor:
         # torch.logsumexp subtracts the maximum first, so large inputs do not overflow.

@@ -293,6 +293,7 @@ class RNN(_Recurrent):
     """ONNX RNN: ``H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb)``; outputs Y and Y_h."""
 
     op_type = "RNN"
+    since_versions = (7, 14, 22)
     gates = 1
     default_activations = ("Tanh",)
 
@@ -307,6 +308,7 @@ class GRU(_Recurrent):
     """ONNX GRU (gates z, r, h); ``linear_before_reset`` applies the reset gate after R_h."""
 
     op_type = "GRU"
+    since_versions = (7, 14, 22)
     gates = 3
     default_activations = ("Sigmoid", "Tanh")
 
@@ -341,6 +343,7 @@ class LSTM(_Recurrent):
     """
 
     op_type = "LSTM"
+    since_versions = (7, 14, 22)
     gates = 4
     default_activations = ("Sigmoid", "Tanh", "Tanh")
     state_names = ("initial_h", "initial_c")

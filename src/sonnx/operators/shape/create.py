@@ -66,6 +66,7 @@ class Shape(Operator):
     """The input's shape as an int64 vector, optionally only dims ``start:end`` (opset 15)."""
 
     op_type = "Shape"
+    since_versions = (1, 13, 15, 19, 21, 23, 24, 25)
     output_shape = OutputShape.FROM_SHAPES
     reads_shape_only = True
 
@@ -99,6 +100,7 @@ class Size(Operator):
     """The number of elements, as an int64 scalar."""
 
     op_type = "Size"
+    since_versions = (1, 13, 19, 21, 23, 24, 25)
     output_shape = OutputShape.FROM_SHAPES
     reads_shape_only = True
 
@@ -114,6 +116,7 @@ class Constant(Operator):
     importer), ``value_float(s)`` or ``value_int(s)``."""
 
     op_type = "Constant"
+    since_versions = (1, 9, 11, 12, 13, 19, 21, 23, 24, 25)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self) -> torch.Tensor:
@@ -151,6 +154,7 @@ class ConstantOfShape(Operator):
     zero)."""
 
     op_type = "ConstantOfShape"
+    since_versions = (9, 20, 21, 23, 24, 25)
     output_shape = OutputShape.FROM_SHAPES
     shape_inputs = frozenset({0})
     size_inputs = frozenset({0})
@@ -189,6 +193,7 @@ class Range(Operator):
     """
 
     op_type = "Range"
+    since_versions = (11, 27)
     output_shape = OutputShape.FROM_SHAPES
     shape_inputs = frozenset({0, 1, 2})
     size_inputs = frozenset({0, 1, 2})
@@ -247,6 +252,7 @@ class EyeLike(Operator):
     (an ONNX type code) or the input's."""
 
     op_type = "EyeLike"
+    since_versions = (9, 22)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -60,6 +60,7 @@ class Reshape(Operator):
     ``allowzero=1``, opset 14+)."""
 
     op_type = "Reshape"
+    since_versions = (5, 13, 14, 19, 21, 23, 24, 25)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     shape_inputs = frozenset({1})
@@ -133,6 +134,7 @@ class Flatten(Operator):
     """2-D result: dims before ``axis`` form the rows, the rest the columns."""
 
     op_type = "Flatten"
+    since_versions = (1, 9, 11, 13, 21, 23, 24, 25)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
 
@@ -152,6 +154,7 @@ class Transpose(Operator):
     """Permute the axes by ``perm`` (default: reverse them)."""
 
     op_type = "Transpose"
+    since_versions = (1, 13, 21, 23, 24, 25)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
 
@@ -172,6 +175,7 @@ class Squeeze(Operator):
     """Remove size-1 axes: those listed in ``axes`` (an input from opset 13), else all."""
 
     op_type = "Squeeze"
+    since_versions = (13, 21, 23, 24, 25)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     shape_inputs = frozenset({1})
@@ -202,6 +206,7 @@ class Unsqueeze(Operator):
     """Insert size-1 axes at ``axes`` (positions in the output; an input from opset 13)."""
 
     op_type = "Unsqueeze"
+    since_versions = (13, 21, 23, 24, 25)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     shape_inputs = frozenset({1})
@@ -227,6 +232,7 @@ class Expand(Operator):
     """Broadcast ``x`` and ``shape`` against each other (a dim of 1 in ``shape`` keeps x's)."""
 
     op_type = "Expand"
+    since_versions = (8, 13)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     shape_inputs = frozenset({1})
@@ -250,6 +256,7 @@ class Tile(Operator):
     """Repeat ``x`` ``repeats[i]`` times along axis i (one repeat count per axis)."""
 
     op_type = "Tile"
+    since_versions = (6, 13)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     # The repeats (Tile-1: the tiles and the axis, inputs 1 and 2).
@@ -302,6 +309,7 @@ class DepthToSpace(Operator):
     """Move ``blocksize**2`` channel groups into spatial blocks (DCR or CRD channel order)."""
 
     op_type = "DepthToSpace"
+    since_versions = (1, 11, 13, 28)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
 
@@ -329,6 +337,7 @@ class SpaceToDepth(Operator):
     DepthToSpace; ``mode`` from opset 28)."""
 
     op_type = "SpaceToDepth"
+    since_versions = (1, 13, 28)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
 

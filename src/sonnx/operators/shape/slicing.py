@@ -59,6 +59,7 @@ class Concat(Operator):
     """Join the inputs along ``axis``."""
 
     op_type = "Concat"
+    since_versions = (1, 4, 11, 13)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     moved_inputs = None
@@ -100,6 +101,7 @@ class Split(Operator):
     else into ``num_outputs`` (opset 18) or as many pieces as the node has outputs."""
 
     op_type = "Split"
+    since_versions = (13, 18)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     shape_inputs = frozenset({1})
@@ -170,6 +172,7 @@ class Slice(Operator):
     backwards)."""
 
     op_type = "Slice"
+    since_versions = (10, 11, 13)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     shape_inputs = frozenset({1, 2, 3, 4})
@@ -342,6 +345,7 @@ class Pad(Operator):
     """Pad (or crop, for negative pads) every axis; modes constant, reflect, edge, wrap."""
 
     op_type = "Pad"
+    since_versions = (11, 13, 18, 19, 21, 23, 24, 25)
     output_shape = OutputShape.FROM_SHAPES
     # Strings, which ONNX lets in, are refused: a constant pad needs a string constant.
     moves_elements_only = False
@@ -435,6 +439,7 @@ class CenterCropPad(Operator):
     """Crop or zero-pad ``axes`` (default all) to ``shape`` around the centre."""
 
     op_type = "CenterCropPad"
+    since_versions = (18,)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     shape_inputs = frozenset({1})
@@ -466,6 +471,7 @@ class ReverseSequence(Operator):
     """Reverse the first ``sequence_lens[b]`` time steps of every batch entry b."""
 
     op_type = "ReverseSequence"
+    since_versions = (10, 28)
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     # The sequence lengths are data of each call.
@@ -504,6 +510,7 @@ class Trilu(Operator):
     """Keep the upper (``upper=1``) or lower triangle of the last two axes, from diagonal k."""
 
     op_type = "Trilu"
+    since_versions = (14,)
     output_shape = OutputShape.FROM_SHAPES
     # Strings, which ONNX lets in, are refused: the zeroed part needs a string zero.
     moves_elements_only = False

@@ -73,6 +73,7 @@ class DFT(Operator):
     reads such a half spectrum and returns the real signal (an inverse real FFT)."""
 
     op_type = "DFT"
+    since_versions = (17, 20)
     output_shape = OutputShape.FROM_SHAPES
     shape_inputs = frozenset({1, 2})
     parameterising_inputs = frozenset({1, 2})
@@ -132,6 +133,7 @@ class STFT(Operator):
     multiplied by ``window`` and transformed; output (batch, frames, bins, 2)."""
 
     op_type = "STFT"
+    since_versions = (17,)
     output_shape = OutputShape.FROM_SHAPES
     # frame_step, window and frame_length.
     shape_inputs = frozenset({1, 2, 3})
@@ -198,6 +200,7 @@ class HannWindow(_Window):
     """ONNX HannWindow: ``0.5 - 0.5 cos(2 pi n / N)``."""
 
     op_type = "HannWindow"
+    since_versions = (17,)
     coefficients = (0.5, 0.5)
 
 
@@ -205,6 +208,7 @@ class HammingWindow(_Window):
     """ONNX HammingWindow: ``25/46 - 21/46 cos(2 pi n / N)``."""
 
     op_type = "HammingWindow"
+    since_versions = (17,)
     coefficients = (25 / 46, 21 / 46)
 
 
@@ -212,6 +216,7 @@ class BlackmanWindow(_Window):
     """ONNX BlackmanWindow: ``0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N)``."""
 
     op_type = "BlackmanWindow"
+    since_versions = (17,)
     coefficients = (0.42, 0.5, 0.08)
 
 
@@ -234,6 +239,7 @@ class MelWeightMatrix(Operator):
     """
 
     op_type = "MelWeightMatrix"
+    since_versions = (17,)
     output_shape = OutputShape.FROM_SHAPES
     shape_inputs = frozenset({0, 1, 2, 3, 4})
     parameterising_inputs = frozenset({0, 1, 2, 3, 4})

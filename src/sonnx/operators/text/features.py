@@ -48,6 +48,7 @@ class TfIdfVectorizer(Operator):
     """
 
     op_type = "TfIdfVectorizer"
+    since_versions = (9,)
     takes_strings = True
     output_shape = OutputShape.FROM_SHAPES
 
@@ -207,6 +208,7 @@ class Tokenizer(Operator):
 
     op_type = "Tokenizer"
     domain = "com.microsoft"
+    since_versions = (1,)
     takes_strings = True
     output_shape = OutputShape.VALUE_SIZED
 

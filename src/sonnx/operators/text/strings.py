@@ -65,6 +65,7 @@ class StringConcat(_StringOp):
     """ONNX StringConcat: ``X + Y`` elementwise, broadcasting NumPy-style."""
 
     op_type = "StringConcat"
+    since_versions = (20,)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: StringArray, y: StringArray) -> StringArray:
@@ -87,6 +88,7 @@ class StringSplit(_StringOp):
     """
 
     op_type = "StringSplit"
+    since_versions = (20,)
     output_shape = OutputShape.VALUE_SIZED
 
     def forward(self, x: StringArray) -> tuple[StringArray, torch.Tensor]:
@@ -117,6 +119,7 @@ class StringNormalizer(_StringOp):
     """
 
     op_type = "StringNormalizer"
+    since_versions = (10,)
     output_shape = OutputShape.VALUE_SIZED
     since = 10
 
@@ -204,6 +207,7 @@ class RegexFullMatch(_StringOp):
     :func:`compile_re2` for how RE2 syntax is read)."""
 
     op_type = "RegexFullMatch"
+    since_versions = (20,)
     output_shape = OutputShape.FROM_SHAPES
 
     def forward(self, x: StringArray) -> torch.Tensor:

@@ -73,6 +73,7 @@ class Adagrad(_Update):
     with ``G`` including the L2 term ``norm_coefficient * X``."""
 
     op_type = "Adagrad"
+    since_versions = (1,)
     states = ("H",)
 
     def update(self, r, t, x, g, h):
@@ -88,6 +89,7 @@ class Adam(_Update):
     before the step and weight shrinking (``norm_coefficient_post``) after it."""
 
     op_type = "Adam"
+    since_versions = (1,)
     states = ("V", "H")
 
     def update(self, r, t, x, g, v, h):
@@ -105,6 +107,7 @@ class Momentum(_Update):
     ``beta`` is 1 on the first update (``T == 0``)."""
 
     op_type = "Momentum"
+    since_versions = (1,)
     states = ("V",)
 
     def update(self, r, t, x, g, v):
