@@ -7,37 +7,40 @@
 
 The models are exported from ``sonnx.testing.torch_models`` with torch's ONNX exporter (opset
 17, BatchNorm folded into Conv as for deployment, dynamic batch): a ResNet-18-style CNN, a
-MobileNet-v2-style CNN and a BERT-style encoder. The zoo stand-ins (``sonnx.testing.zoo_*``,
-random weights) imitate deployed files: ResNet-50 and MobileNet-v3-Large at ``--image``, a
-YOLOv8n detector and a DBNet text detector at each of ``--det-sizes`` (dynamic H x W, the
-YOLO anchor grid computed in the graph), a CRNN recogniser at 48 x each of ``--rec-widths``,
-a BERT-style encoder (hidden 256, 4 layers, BERT-base's vocabulary; hidden 768 would make
-the run too long) with int8 weights behind DequantizeLinear / Cast at each of
-``--qbert-seqs``, and a streaming VAD (an ``If`` on the sample rate, a stateful LSTM) on
-512-sample chunks at 16 and 8 kHz. Both sides load the same serialized bytes;
-the set-up rows time ``sonnx.prepare`` against creating the onnxruntime session. Each batch
-has two sonnx rows: the eager interpreter, and graph mode (``prepare(..., use_graph=True)``:
-graphs traced with symbolic sizes and compiled by inductor, a new one only for a shape the
-ones before do not serve; ``compile_s`` is the first run at each shape, compiling or not).
-Each run feeds NumPy arrays and ends with NumPy outputs on both sides, in inference mode
+MobileNet-v2-style CNN and a BERT-style encoder, the latter also as onnxruntime's transformers
+optimizer rewrites it (``bert-optimized``: com.microsoft Attention, SkipLayerNormalization,
+EmbedLayerNormalization and BiasGelu, as optimized encoders are published). The zoo stand-ins
+(``sonnx.testing.zoo_*``, random weights) imitate deployed files: ResNet-50 and
+MobileNet-v3-Large at ``--image``, a YOLOv8n detector and a DBNet text detector at each of
+``--det-sizes`` (dynamic H x W, the YOLO anchor grid computed in the graph), a CRNN recogniser
+at 48 x each of ``--rec-widths``, a BERT-style encoder (hidden 256, 4 layers, BERT-base's
+vocabulary; hidden 768 would make the run too long) with int8 weights behind DequantizeLinear /
+Cast at each of ``--qbert-seqs``, and a streaming VAD (an ``If`` on the sample rate, a stateful
+LSTM) on 512-sample chunks at 16 and 8 kHz. Both sides load the same serialized bytes; the
+set-up rows time ``sonnx.prepare`` against creating the onnxruntime session. Each batch has two
+sonnx rows: the eager interpreter, and graph mode (``prepare(..., use_graph=True)``: graphs
+traced with symbolic sizes and compiled by inductor, a new one only for a shape the ones before
+do not serve; ``compile_s`` is the first run at each shape, compiling or not). Each run feeds
+NumPy arrays and ends with NumPy outputs on both sides, in inference mode
 (``sonnx.autograd.training = False``). ``--profile N`` also prints the N most expensive torch
 operators of one sonnx run, and how much of the run was spent outside them (Python dispatch).
-``--torch-compiled`` also times the source torch module compiled the way torch runs best on
-the CPU for one shape (``torch.compile``, inductor with weights frozen and prepacked, a graph
-per shape): how far graph mode is from what torch's kernels can do at all.
-``--torch-onednn-graph`` times the source module traced to TorchScript per shape, frozen, and
-run through oneDNN Graph (torch's LLGA fuser, ``torch.jit.enable_onednn_fusion``), which
-keeps compiled oneDNN partitions between calls where eager torch and inductor's graphs set up
-each convolution call anew: what a backend built on it could reach.
-"""
+``--torch-compiled`` also times the source torch module compiled the way torch runs best on the
+CPU for one shape (``torch.compile``, inductor with weights frozen and prepacked, a graph per
+shape): how far graph mode is from what torch's kernels can do at all. ``--torch-onednn-graph``
+times the source module traced to TorchScript per shape, frozen, and run through oneDNN Graph
+(torch's LLGA fuser, ``torch.jit.enable_onednn_fusion``), which keeps compiled oneDNN partitions
+between calls where eager torch and inductor's graphs set up each convolution call anew: what a
+backend built on it could reach. """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -61,7 +64,7 @@ from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.testing import torch_models, zoo_audio, zoo_text, zoo_vision
 
 OPSET = 17
-MODELS = ("resnet18", "mobilenetv2", "bert")
+MODELS = ("resnet18", "mobilenetv2", "bert", "bert-optimized")
 ZOO = ("resnet50", "mobilenetv3", "yolov8", "dbnet", "crnn", "bert-int8", "vad")
 Feeds = dict[str, np.ndarray]
 
@@ -177,6 +180,22 @@ def bert_spec(hidden: int, layers: int, seq: int, vocab: int, batches: list[int]
     return Spec(name, proto.SerializeToString(), {f"seq{seq}": make}, module, batches)
 
 
+def optimized_bert_spec(spec: Spec, hidden: int) -> Spec:
+    """``spec``'s encoder as onnxruntime's transformers optimizer rewrites it for its own
+    fused kernels (com.microsoft EmbedLayerNormalization, Attention, SkipLayerNormalization,
+    BiasGelu): the form an optimized BERT is downloaded in."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bert.onnx"
+        path.write_bytes(spec.onnx_bytes)
+        optimized = optimize_model(
+            str(path), model_type="bert", num_heads=hidden // 32, hidden_size=hidden, opt_level=0
+        )
+    proto = optimized.model.SerializeToString()
+    return Spec(spec.name + " optimized", proto, spec.variants, spec.module, spec.batches)
+
+
 def build(name: str, args: argparse.Namespace) -> Spec:
     torch.manual_seed(0)
     batches = args.batches or ([1, 16] if name in MODELS else [1, 8])
@@ -184,10 +203,11 @@ def build(name: str, args: argparse.Namespace) -> Spec:
         return image_spec("resnet18", torch_models.ResNet18(), args.image, batches)
     if name == "mobilenetv2":
         return image_spec("mobilenetv2", torch_models.MobileNetV2(), args.image, batches)
-    if name == "bert":
-        return bert_spec(
+    if name in ("bert", "bert-optimized"):
+        spec = bert_spec(
             args.bert_hidden, args.bert_layers, args.bert_seq, args.bert_vocab, batches
         )
+        return optimized_bert_spec(spec, args.bert_hidden) if name == "bert-optimized" else spec
     return zoo_spec(name, args, batches)
 
 
