@@ -32,7 +32,14 @@ DIST_METHODS = {
 
 
 class SONNXModel(Model):
-    """A Model whose forward runs an imported ONNX graph (see :func:`sonnx.prepare`)."""
+    """A Model whose forward runs an imported ONNX graph (see :func:`sonnx.prepare`).
+
+    :param onnx_model: the ONNX model, as :func:`sonnx.prepare` takes it (ModelProto, path or
+        bytes).
+    :param device: where the weights live (None: the default device).
+    :raises BadModelError: the model is not valid ONNX.
+    :raises UnsupportedOperatorError: the model uses operators sonnx has no converter for.
+    """
 
     def __init__(self, onnx_model: ModelSource, device: Device | None = None) -> None:
         super().__init__()
@@ -57,14 +64,36 @@ class SONNXModel(Model):
 
     def forward(self, *x: Any, last_layers: int = -1, output: str | None = None) -> list[Tensor]:
         """The imported graph's outputs (a list), or those at a cut: ``last_layers=-k`` drops
-        the last k-1 layers, ``output="name"`` stops at that tensor."""
+        the last k-1 layers, ``output="name"`` stops at that tensor.
+
+        :param x: the graph's inputs, in the order of ``rep.inputs``.
+        :param last_layers: as in :meth:`SingaRep.run`.
+        :param output: as in :meth:`SingaRep.run`.
+        :returns: the outputs as Tensors.
+        :raises BadInputError: inputs that do not match the graph's, or a cut naming no layer or
+            tensor.
+        """
         return self._rep.run(list(x), last_layers=last_layers, output=output)
 
     def train_one_batch(
         self, x: Tensor, y: Tensor, dist_option: str = "fp32", spars: float | None = None
     ) -> tuple[Tensor, Tensor]:
         """Forward, softmax cross-entropy on the first output, then the optimizer step chosen
-        by ``dist_option`` (SINGA's five modes; plain optimizers support ``"fp32"``)."""
+        by ``dist_option`` (SINGA's five modes; plain optimizers support ``"fp32"``).
+
+        Override it to train another loss or a cut graph with layers of your own.
+
+        :param x: the batch's input.
+        :param y: the batch's class labels (int indices, or one-hot / probabilities).
+        :param dist_option: ``"fp32"`` (plain update, or all-reduce with :class:`~sonnx.opt.DistOpt`),
+            or with DistOpt ``"fp16"``, ``"partialUpdate"``, ``"sparseTopK"``,
+            ``"sparseThreshold"``.
+        :param spars: the sparsification ratio or threshold of the sparse modes (None: DistOpt's
+            default).
+        :returns: the model's first output and the loss.
+        :raises BadInputError: no optimizer was set, an unknown ``dist_option``, or a
+            distributed mode with an optimizer that is not a DistOpt.
+        """
         if self.optimizer is None:
             raise BadInputError(
                 f"{type(self).__name__}.train_one_batch: no optimizer; call "
@@ -99,6 +128,10 @@ class SONNXModel(Model):
 
         Each argument is an initializer name (that parameter only) or else a name prefix
         (``"features."``); no argument means every imported parameter.
+
+        :param names_or_prefixes: initializer names or name prefixes.
+        :returns: how many parameters were frozen.
+        :raises BadInputError: no imported parameter (float initializer) matches.
         """
         chosen = self._matching(names_or_prefixes or ("",), "freeze")
         for t in chosen:
@@ -106,7 +139,13 @@ class SONNXModel(Model):
         return len(chosen)
 
     def unfreeze(self, *names_or_prefixes: str) -> int:
-        """Train the imported parameters named (or prefixed) so again; returns how many."""
+        """Train the imported parameters named (or prefixed) so again; returns how many.
+
+        :param names_or_prefixes: initializer names or name prefixes, as :meth:`freeze` takes
+            them; none means every imported parameter.
+        :returns: how many parameters were unfrozen.
+        :raises BadInputError: no imported parameter (float initializer) matches.
+        """
         chosen = self._matching(names_or_prefixes or ("",), "unfreeze")
         for t in chosen:
             t.requires_grad = True

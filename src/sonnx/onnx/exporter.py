@@ -174,8 +174,21 @@ def to_onnx(
     onnxruntime's own float16 converter does plus normalizations, Softmax and reductions, with
     Casts between (see :mod:`sonnx.onnx.float16`); its float inputs and outputs are float16.
 
+    :param inputs: the tensors that become the graph's inputs.
+    :param outputs: the tensors that become the graph's outputs (at least one).
+    :param model_name: the graph's name (None: an imported graph's own name, else ``"sonnx"``).
+    :param opset: the default-domain opset to write (None: :data:`DEFAULT_EXPORT_OPSET`, or
+        an imported graph's own opset, raised as far as an operator needs).
+    :param dynamic_batch: make axis 0 of sonnx-built inputs symbolic (``"batch"``) when no
+        ``dynamic_axes`` are given.
+    :param doc_string: the model's doc string.
+    :param input_names: names for the graph inputs, one per input.
+    :param output_names: names for the graph outputs, one per output.
+    :param dynamic_axes: symbolic dims by input or output name, as torch.onnx.export takes them.
+    :param dtype: ``"float32"`` or ``"float16"``, the float type the model computes in.
     :returns: the model (write it with :func:`save`).
-    :raises ExportError: no outputs, an input or output that is not a Tensor, names or
+    :raises ExportError: an unknown ``dtype``, no outputs, an input or output that is not a
+        Tensor, names or
         ``dynamic_axes`` that do not match the inputs and outputs, or a graph that cannot be
         written (float16 with control flow, for one).
     :raises OpsetTooOldError: an operator cannot be written at the ``opset`` asked for; the
@@ -560,7 +573,10 @@ def save(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
     Both files are written in a temporary directory next to the target and moved into place,
     so a reader never sees a half-written model, and ``model`` itself is left unchanged.
 
+    :param model: the model to write (from :func:`to_onnx` or ``onnx.load``).
+    :param path: the file to write; missing parent directories are created.
     :returns: the path written.
+    :raises OSError: the file or its directory cannot be written.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

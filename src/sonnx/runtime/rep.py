@@ -151,6 +151,15 @@ class SingaRep:
         ``all_outputs=True`` returns every computed tensor by name; ``aux_output`` names extra
         tensors appended to the returned list.
 
+        :param inputs: one value per graph input: a list in the order of :attr:`inputs`, a
+            dict by input name, or a single Tensor or array for a one-input model. Values are
+            sonnx Tensors, torch tensors or NumPy arrays (a dict for a map input, a list for a
+            sequence input, None for an empty optional).
+        :param last_layers: ``-1`` for the whole model, ``-k`` to drop the last ``k - 1``
+            layers (:meth:`summary` lists each layer's value).
+        :param all_outputs: return every tensor computed, by name.
+        :param aux_output: names of further tensors to return after the outputs.
+        :param output: the name of one tensor to stop at and return.
         :returns: the outputs as Tensors, in the model's output order (a dict by name with
             ``all_outputs``); ``tensor.to_numpy`` gives NumPy arrays.
         :raises BadInputError: an input is missing, unknown, or not of its declared element
@@ -341,8 +350,19 @@ class SingaRep:
     ) -> str:
         """Which way :meth:`run` with these arguments goes in this thread, and why: compiled
         graph mode part by part (compiled segments, steps run eagerly and the reason), or the
-        program through its generated plan or its step loop. ``inputs`` (optional) decide
-        whether their shapes were seen before. ``SONNX_DEBUG=1`` prints the path of every run."""
+        program through its generated plan or its step loop. ``SONNX_DEBUG=1`` prints the path
+        of every run.
+
+        :param inputs: the inputs :meth:`run` would get (optional); they decide whether their
+            shapes were compiled before.
+        :param last_layers: as in :meth:`run`.
+        :param all_outputs: as in :meth:`run`.
+        :param aux_output: as in :meth:`run`.
+        :param output: as in :meth:`run`.
+        :returns: the explanation, several lines of text.
+        :raises BadInputError: as :meth:`run` does for the same ``inputs``, ``last_layers`` and
+            ``output``.
+        """
         whole = last_layers == -1 and output is None and not all_outputs and not aux_output
         choice = choose_path(self.graph_runner is not None, whole, is_training())
         stop, _ = self._plan_stop(last_layers, output)
@@ -355,7 +375,11 @@ class SingaRep:
     def summary(self) -> str:
         """A table of layers: index, the ``last_layers`` value that stops after it, op, node
         name, the names of its output tensors (what ``run(output=...)`` and
-        ``sonnx run --output`` take), and the first output's shape."""
+        ``sonnx run --output`` take), and the first output's shape (from ONNX shape inference;
+        ``?`` where it is unknown).
+
+        :returns: the table, one line per layer after a header line.
+        """
         n = len(self.steps)
         rows = [f"{'#':>4}  {'cut':>5}  {'op':<22} {'name':<32} {'outputs':<32} shape"]
         for k, step in enumerate(self.steps):
@@ -388,8 +412,15 @@ def prepare(
     inference runs of the whole model go through ``torch.compile`` (see
     :mod:`sonnx.runtime.graph_mode`); training runs, cuts and ``all_outputs`` stay eager.
 
+    :param model: the ONNX model: an ``onnx.ModelProto``, a path to a ``.onnx`` file (weights in
+        external data files beside it are read), or the serialized bytes.
+    :param device: where the weights live and runs happen (None: the default device, see
+        :func:`sonnx.device.get_default_device`).
+    :param use_graph: run whole-model inference through one compiled graph per input
+        signature.
+    :param options: no keyword options are accepted; any is an error.
     :returns: the runnable model.
-    :raises BadModelError: the file or bytes are not a valid ONNX model, or a node breaks its
+    :raises BadModelError: the file is missing, the file or bytes are not a valid ONNX model, or a node breaks its
         ``onnx.defs`` schema (counts, attributes, types).
     :raises UnsupportedOperatorError: the model uses operators sonnx has no converter for (all
         of them listed).
