@@ -216,6 +216,15 @@ class Model(Layer):
         :class:`~sonnx.opt.loss_scaler.LossScaler` (whether set before or after compiling),
         used by ``optimizer(loss)`` and :class:`~sonnx.opt.DistOpt`'s modes. Inference
         (``model(x)`` in eval mode) runs in float32.
+
+        :param inputs: one Tensor per ``forward`` argument, of the real shapes, dtypes and
+            device (``tensor.PlaceHolder`` or real data).
+        :param is_train: leave the model in training mode (else inference mode).
+        :param use_graph: run ``forward`` through ``torch.compile`` (see :meth:`graph`).
+        :param sequential: SINGA's flag, recorded only.
+        :param precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` for training calls.
+        :raises BadInputError: an unknown ``precision``, or ``inputs`` that are not a non-empty
+            list of Tensors.
         """
         check_precision(precision, f"{type(self).__name__}.compile")
         if (
@@ -245,7 +254,14 @@ class Model(Layer):
         self._attach_loss_scaler()
 
     def graph(self, mode: bool = True, sequential: bool = False) -> None:
-        """Switch graph mode (``torch.compile``) on or off."""
+        """Switch graph mode (``torch.compile``) on or off.
+
+        A ``forward`` whose control flow follows tensor values cannot be traced; it then runs
+        eagerly, with a ``RuntimeWarning`` once.
+
+        :param mode: True to run ``forward`` compiled, False to run it eagerly.
+        :param sequential: SINGA's request to run operations in order, recorded only.
+        """
         self.graph_mode = bool(mode)
         self.sequential = bool(sequential)
         self._graphs = {}
@@ -258,7 +274,11 @@ class Model(Layer):
             self.__dict__.pop("forward", None)
 
     def set_optimizer(self, optimizer: Optimizer | DistOpt) -> None:
-        """Train with ``optimizer``; it gets the model's loss scaler (None unless fp16)."""
+        """Train with ``optimizer``; it gets the model's loss scaler (None unless fp16).
+
+        :param optimizer: a :mod:`sonnx.opt` optimizer, or a :class:`~sonnx.opt.DistOpt`.
+        :raises BadInputError: ``optimizer`` is neither.
+        """
         if not isinstance(optimizer, (Optimizer, DistOpt)):
             raise BadInputError(
                 f"{type(self).__name__}.set_optimizer: expected a sonnx.opt Optimizer, "
@@ -277,7 +297,16 @@ class Model(Layer):
     # ---- running --------------------------------------------------------------------------
     def train_one_batch(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """One optimisation step: ``out = forward(x)``, ``loss = loss_fn(out, y)``, then
-        ``optimizer(loss)``; returns ``(out, loss)``. Override for anything else."""
+        ``optimizer(loss)``; returns ``(out, loss)``. Override for anything else.
+
+        ``model(x, y)`` in training mode calls it (under autocast for a lower precision).
+
+        :param x: the batch's input.
+        :param y: the batch's target, as ``loss_fn`` takes it (class labels for the default
+            :class:`~sonnx.layer.SoftMaxCrossEntropy`).
+        :returns: the model's output and the loss.
+        :raises BadInputError: no optimizer was set.
+        """
         if self.optimizer is None:
             raise BadInputError(
                 f"{type(self).__name__}.train_one_batch: no optimizer; call "
@@ -349,6 +378,21 @@ class Model(Layer):
         An imported part (a :class:`~sonnx.SONNXModel`) is written as its own graph. The
         names, ``dynamic_axes`` and ``dtype`` (``"float16"`` writes a float16 model) have
         :func:`sonnx.to_onnx`'s meaning.
+
+        :param path: the file to write (None: only return the model).
+        :param example_inputs: one Tensor per ``forward`` argument; their shapes become the
+            graph inputs' shapes.
+        :param opset: the default-domain opset (None: :func:`sonnx.to_onnx`'s default).
+        :param dynamic_batch: make the inputs' axis 0 symbolic when no ``dynamic_axes`` are
+            given.
+        :param input_names: names for the graph inputs.
+        :param output_names: names for the graph outputs.
+        :param dynamic_axes: symbolic dims by input or output name.
+        :param dtype: ``"float32"`` or ``"float16"``.
+        :returns: the model.
+        :raises ExportError: as :func:`sonnx.to_onnx` raises it (bad names, ``dynamic_axes`` or
+            ``dtype``; a graph that cannot be written).
+        :raises OpsetTooOldError: an operator cannot be written at ``opset``.
         """
         from sonnx.onnx.exporter import save, to_onnx
 
@@ -385,6 +429,14 @@ class Model(Layer):
 
         In distributed training only rank 0 writes (the replicas hold the same weights), and
         the file loads into a single-process model like any other.
+
+        The file is a zip of a JSON manifest and a NumPy ``.npz`` (no pickle).
+
+        :param fpath: the file to write.
+        :param aux_states: further values to keep, by name (Tensors, torch tensors, arrays or
+            numbers); :meth:`load_states` returns them.
+        :raises BadInputError: an aux state that cannot be stored as a tensor.
+        :raises OSError: the file cannot be written.
         """
         if not dist.is_main():
             return
@@ -413,7 +465,14 @@ class Model(Layer):
         _write_atomically(os.fspath(fpath), json.dumps(manifest, indent=1), buffer.getvalue())
 
     def load_states(self, fpath: str | os.PathLike) -> dict[str, Tensor]:
-        """Restore the model states saved by :meth:`save_states`; returns the aux states."""
+        """Restore the model states saved by :meth:`save_states`; returns the aux states.
+
+        :param fpath: a file written by :meth:`save_states`.
+        :returns: the ``aux_states`` saved with them, as Tensors by name.
+        :raises BadInputError: no such file, not a sonnx states file (names what is wrong with
+            it), states missing or extra against this model (compile it first), or a state of
+            another shape or dtype.
+        """
         path = os.fspath(fpath)
         model, aux = _read_states(path)
         mine = self.get_states()

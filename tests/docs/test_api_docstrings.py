@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 # Dotted paths of the public callables; a class stands for its constructor (its parameters
-# are documented in the class docstring, as Sphinx and mkdocstrings expect).
+# are documented in the docstring of the class that defines ``__init__``, as Sphinx and
+# mkdocstrings expect).
 PUBLIC = [
     # sonnx.__all__ and the imported-model runtime
     "sonnx.prepare",
@@ -163,9 +164,11 @@ def documented_callable(obj: Any) -> tuple[str, Callable[..., Any], bool]:
     """The docstring that documents ``obj``'s arguments, the callable whose signature it
     documents, and whether a return value must be documented (not for a constructor)."""
     if inspect.isclass(obj):
-        init = obj.__dict__.get("__init__")
-        doc = (obj.__doc__ or "") + "\n" + ((init.__doc__ or "") if init else "")
-        return doc, obj.__init__, False
+        # The class that defines the constructor documents it (a shared private base for
+        # Conv1d/2d/3d, for one; the API reference renders those bases too).
+        owner = next(c for c in obj.__mro__ if "__init__" in c.__dict__)
+        docs = [obj.__doc__, owner.__doc__, owner.__init__.__doc__]
+        return "\n".join(d for d in docs if d), owner.__init__, False
     return obj.__doc__ or "", obj, True
 
 

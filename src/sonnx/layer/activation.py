@@ -67,7 +67,10 @@ class SeLU(Layer):
 
 
 class SoftMax(Layer):
-    """Softmax along ``axis`` (SINGA's default axis 1)."""
+    """Softmax along ``axis`` (SINGA's default axis 1).
+
+    :param axis: the axis the probabilities sum to one along.
+    """
 
     def __init__(self, axis: int = 1) -> None:
         super().__init__()
@@ -85,7 +88,10 @@ class LogSoftMax(SoftMax):
 
 
 class GELU(Layer):
-    """Gaussian error linear unit; ``approximate="tanh"`` uses the tanh approximation."""
+    """Gaussian error linear unit; ``approximate="tanh"`` uses the tanh approximation.
+
+    :param approximate: ``"none"`` (the exact erf form) or ``"tanh"``.
+    """
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
@@ -96,7 +102,10 @@ class GELU(Layer):
 
 
 class LeakyReLU(Layer):
-    """``x`` for positive ``x``, ``a * x`` otherwise."""
+    """``x`` for positive ``x``, ``a * x`` otherwise.
+
+    :param a: the slope for negative ``x``.
+    """
 
     def __init__(self, a: float = 0.01) -> None:
         super().__init__()
@@ -107,7 +116,10 @@ class LeakyReLU(Layer):
 
 
 class ELU(Layer):
-    """``x`` for positive ``x``, ``alpha * (exp(x) - 1)`` otherwise."""
+    """``x`` for positive ``x``, ``alpha * (exp(x) - 1)`` otherwise.
+
+    :param alpha: the scale of the negative part.
+    """
 
     def __init__(self, alpha: float = 1.0) -> None:
         super().__init__()
@@ -118,7 +130,11 @@ class ELU(Layer):
 
 
 class HardSigmoid(Layer):
-    """``max(0, min(1, alpha * x + gamma))``."""
+    """``max(0, min(1, alpha * x + gamma))``.
+
+    :param alpha: the slope.
+    :param gamma: the offset.
+    """
 
     def __init__(self, alpha: float = 0.2, gamma: float = 0.5) -> None:
         super().__init__()

@@ -96,19 +96,35 @@ class Layer:
                     stack.append(child)
 
     def get_params(self) -> dict[str, Tensor]:
-        """The trainable parameters (``stores_grad``) by dotted name, e.g. ``{"fc.W": …}``."""
+        """The trainable parameters (``stores_grad``) by dotted name, e.g. ``{"fc.W": …}``.
+
+        :returns: the parameters by name (empty before the first forward pass creates them).
+        """
         return {name: t for name, t in self.named_states() if t.stores_grad}
 
     def get_states(self) -> dict[str, Tensor]:
-        """The parameters plus the other states (e.g. batch-norm running statistics)."""
+        """The parameters plus the other states (e.g. batch-norm running statistics).
+
+        :returns: every state by dotted name.
+        """
         return dict(self.named_states())
 
     def set_params(self, params: Mapping[str, Any]) -> None:
-        """Overwrite parameters in place from ``{name: Tensor | ndarray | torch.Tensor}``."""
+        """Overwrite parameters in place from ``{name: Tensor | ndarray | torch.Tensor}``.
+
+        :param params: new values by the names :meth:`get_params` uses (some or all of them).
+        :raises BadInputError: an unknown name, a value that is not a tensor or array, or a
+            value of another shape.
+        """
         self._assign(params, self.get_params(), "set_params")
 
     def set_states(self, states: Mapping[str, Any]) -> None:
-        """Overwrite parameters and states in place (see :meth:`get_states`)."""
+        """Overwrite parameters and states in place (see :meth:`get_states`).
+
+        :param states: new values by the names :meth:`get_states` uses (some or all of them).
+        :raises BadInputError: an unknown name, a value that is not a tensor or array, or a
+            value of another shape.
+        """
         self._assign(states, self.get_states(), "set_states")
 
     def _assign(self, values: Mapping[str, Any], targets: dict[str, Tensor], what: str) -> None:
@@ -133,7 +149,11 @@ class Layer:
     def train(self, mode: bool = True) -> Layer:
         """Training mode (dropout active, batch statistics) for every layer; sets
         ``sonnx.autograd.training``, which the operators read, for this thread (a thread that
-        runs the model has its own flag: see :mod:`sonnx.run_state`)."""
+        runs the model has its own flag: see :mod:`sonnx.run_state`).
+
+        :param mode: True for training mode, False for inference mode.
+        :returns: this layer.
+        """
         import sonnx.autograd as autograd
 
         autograd.training = bool(mode)
@@ -142,7 +162,10 @@ class Layer:
         return self
 
     def eval(self) -> Layer:
-        """Inference mode: ``train(False)``."""
+        """Inference mode: ``train(False)``.
+
+        :returns: this layer.
+        """
         return self.train(False)
 
     def __repr__(self) -> str:
@@ -150,7 +173,11 @@ class Layer:
 
 
 class Sequential(Layer):
-    """Applies its layers in order; their states are named by position (``0.W``, ``1.b``)."""
+    """Applies its layers in order; their states are named by position (``0.W``, ``1.b``).
+
+    :param layers: the layers, first to last.
+    :raises BadInputError: an argument is not a Layer.
+    """
 
     def __init__(self, *layers: Layer) -> None:
         super().__init__()
@@ -166,6 +193,10 @@ class Sequential(Layer):
             yield str(i), layer
 
     def append(self, layer: Layer) -> None:
+        """Add a layer after the last one.
+
+        :param layer: the layer to run last.
+        """
         self._layers.append(layer)
 
     def __len__(self) -> int:

@@ -41,6 +41,22 @@ class _ConvNd(Layer):
     SINGA's ``Conv2d(in_channels, nb_kernels, kernel_size[, stride[, padding]])`` fixes them.
     ``pad_mode`` is ONNX's ``auto_pad`` ("NOTSET" uses ``padding``; "SAME_UPPER",
     "SAME_LOWER" and "VALID" compute the pads from the input size).
+
+    :param nb_kernels: the output channels (or ``in_channels`` in SINGA's positional form).
+    :param kernel_size: the kernel's size, one int for every spatial axis or one per axis.
+    :param args: SINGA's positional ``nb_kernels, kernel_size[, stride[, padding]]`` after
+        ``in_channels``.
+    :param stride: the step, one int or one per spatial axis.
+    :param padding: zeros added at both ends, one int, one per spatial axis, or ONNX's
+        begin-and-end ``pads``.
+    :param dilation: the kernel's dilation, one int or one per spatial axis.
+    :param group: the number of channel groups (``nb_kernels`` and the input channels must be
+        divisible by it).
+    :param bias: add a bias ``b`` (zeros at first).
+    :param pad_mode: ONNX's ``auto_pad``: "NOTSET", "SAME_UPPER", "SAME_LOWER" or "VALID".
+    :raises BadInputError: too many positional arguments, sizes that are not positive ints,
+        ``nb_kernels`` not divisible by ``group``, or an unknown ``pad_mode``; at the first
+        call, an input of the wrong rank or channels.
     """
 
     spatial: ClassVar[int] = 2
@@ -157,7 +173,15 @@ class Conv3d(_ConvNd):
 
 
 class _PoolNd(Layer):
-    """Shared by the pooling layers; ``stride`` defaults to the kernel size."""
+    """Shared by the pooling layers; ``stride`` defaults to the kernel size.
+
+    :param kernel_size: the window's size, one int or one per spatial axis.
+    :param stride: the step, one int or one per spatial axis (None: ``kernel_size``).
+    :param padding: padding at both ends, one int, one per spatial axis, or ONNX's ``pads``.
+    :param ceil_mode: round the output size up instead of down.
+    :raises BadInputError: sizes that are not positive ints; at a call, an input of the wrong
+        rank.
+    """
 
     spatial: ClassVar[int] = 2
 
@@ -196,7 +220,16 @@ class _MaxPoolNd(_PoolNd):
 
 
 class _AvgPoolNd(_PoolNd):
-    """Average pooling; ``count_include_pad`` (torch's default True) counts padded zeros."""
+    """Average pooling; ``count_include_pad`` (torch's default True) counts padded zeros.
+
+    :param kernel_size: the window's size, one int or one per spatial axis.
+    :param stride: the step, one int or one per spatial axis (None: ``kernel_size``).
+    :param padding: padding at both ends, one int, one per spatial axis, or ONNX's ``pads``.
+    :param ceil_mode: round the output size up instead of down.
+    :param count_include_pad: count the padded zeros in each average.
+    :raises BadInputError: sizes that are not positive ints; at a call, an input of the wrong
+        rank.
+    """
 
     def __init__(
         self,

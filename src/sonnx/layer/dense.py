@@ -22,6 +22,12 @@ class Linear(Layer):
 
     ``Linear(out_features)`` (SINGA 3) takes ``in_features`` from the first input;
     ``Linear(in_features, out_features)`` fixes it and checks the input against it.
+
+    :param out_features: the output features (or ``in_features``, when two are given).
+    :param args: ``out_features``, when the first argument is ``in_features``.
+    :param bias: add a bias ``b`` (zeros at first).
+    :raises BadInputError: more than two positional arguments, or features that are not
+        positive ints; at the first call, an input whose last axis is not ``in_features``.
     """
 
     def __init__(self, out_features: int, *args: int, bias: bool = True) -> None:
@@ -72,6 +78,11 @@ class Embedding(Layer):
     """Rows of a (num_embeddings, embedding_dim) table ``W`` picked by integer indices.
 
     ``W`` starts as N(0, 1) samples in float32 on the indices' device (ONNX Gather on axis 0).
+
+    :param num_embeddings: the table's rows (the number of distinct indices).
+    :param embedding_dim: the length of each row.
+    :raises BadInputError: sizes that are not positive ints; at a call, indices that are not
+        integers.
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
@@ -100,7 +111,10 @@ class Embedding(Layer):
 
 
 class Flatten(Layer):
-    """Reshape to 2-D: axes before ``axis`` form the rows, the rest the columns."""
+    """Reshape to 2-D: axes before ``axis`` form the rows, the rest the columns.
+
+    :param axis: the first axis of the columns.
+    """
 
     def __init__(self, axis: int = 1) -> None:
         super().__init__()

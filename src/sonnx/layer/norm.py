@@ -19,6 +19,12 @@ class _BatchNorm(Layer):
     ``running = momentum * running + (1 - momentum) * batch`` (SINGA's and ONNX's momentum,
     i.e. torch's ``1 - momentum``). Positional arguments (SINGA's legacy ``num_features``) are
     checked against the input's channels.
+
+    :param num_features: optionally, the input's channels (SINGA's legacy argument).
+    :param momentum: the running statistics' momentum, in [0, 1].
+    :param epsilon: added to the variance, > 0.
+    :raises BadInputError: more than one positional argument, a momentum outside [0, 1] or an
+        epsilon not > 0; at the first call, an input of the wrong rank or channels.
     """
 
     ranks: tuple[int, ...] = (4,)
@@ -86,7 +92,13 @@ class BatchNorm2d(_BatchNorm):
 
 class LayerNorm(Layer):
     """Normalize over the axes from ``axis`` to the last, then scale (ones) and shift (zeros);
-    ``scale`` and ``bias`` have the shape of those axes."""
+    ``scale`` and ``bias`` have the shape of those axes.
+
+    :param axis: the first normalized axis (negative counts from the end).
+    :param epsilon: added to the variance, > 0.
+    :raises BadInputError: an epsilon not > 0; at a call, an input of too low a rank or whose
+        normalized shape differs from the first input's.
+    """
 
     def __init__(self, axis: int = -1, epsilon: float = 1e-5) -> None:
         super().__init__()
@@ -121,7 +133,11 @@ class LayerNorm(Layer):
 
 class Dropout(Layer):
     """Zero each element with probability ``ratio`` in training mode (scaling the rest by
-    ``1 / (1 - ratio)``); the identity in inference mode."""
+    ``1 / (1 - ratio)``); the identity in inference mode.
+
+    :param ratio: the probability of zeroing an element, in [0, 1).
+    :raises BadInputError: a ratio outside [0, 1).
+    """
 
     def __init__(self, ratio: float = 0.5) -> None:
         super().__init__()
