@@ -17,7 +17,13 @@ __all__ = ["AdaGrad"]
 class AdaGrad(Optimizer):
     """``h += g²;  p -= lr * g / (sqrt(h) + epsilon)`` (``torch.optim.Adagrad`` with no
     learning-rate decay and a zero initial accumulator); ``weight_decay`` adds
-    ``weight_decay * p`` to the gradient."""
+    ``weight_decay * p`` to the gradient.
+
+    :param lr: the learning rate, a number >= 0 or a schedule.
+    :param epsilon: added to the denominator, >= 0.
+    :param weight_decay: the L2 penalty, >= 0.
+    :raises BadInputError: a value outside its range.
+    """
 
     def __init__(
         self,

@@ -23,6 +23,13 @@ class Adam(Optimizer):
     ``p -= lr / c1 * m / (sqrt(v) / sqrt(c2) + epsilon)`` — epsilon is added after the square
     root and after correcting ``v``. ``weight_decay`` adds ``weight_decay * p`` to the gradient
     (L2 regularisation); :class:`AdamW` decays the weights directly instead.
+
+    :param lr: the learning rate, a number >= 0 or a schedule.
+    :param beta_1: the decay of the gradient average, in [0, 1).
+    :param beta_2: the decay of the squared-gradient average, in [0, 1).
+    :param epsilon: added to the denominator, >= 0.
+    :param weight_decay: the L2 penalty added to the gradient, >= 0.
+    :raises BadInputError: a value outside its range.
     """
 
     decoupled_weight_decay = False
@@ -71,7 +78,15 @@ class Adam(Optimizer):
 
 class AdamW(Adam):
     """Adam with decoupled weight decay (``torch.optim.AdamW``): ``p *= 1 - lr * weight_decay``
-    before the Adam step, and the gradient is left alone."""
+    before the Adam step, and the gradient is left alone.
+
+    :param lr: the learning rate, a number >= 0 or a schedule.
+    :param beta_1: the decay of the gradient average, in [0, 1).
+    :param beta_2: the decay of the squared-gradient average, in [0, 1).
+    :param epsilon: added to the denominator, >= 0.
+    :param weight_decay: the decoupled weight decay, >= 0.
+    :raises BadInputError: a value outside its range.
+    """
 
     decoupled_weight_decay = True
 

@@ -72,7 +72,22 @@ def _buckets(sizes: Sequence[int], threshold: int) -> list[list[int]]:
 
 
 class DistOpt:
-    """Wrap ``optimizer`` for data-parallel training (see the module docstring)."""
+    """Wrap ``optimizer`` for data-parallel training (see the module docstring).
+
+    Joins the process group on construction (torchrun's environment, or the arguments);
+    ``dist_opt(loss)`` is :meth:`backward_and_update`.
+
+    :param optimizer: the optimizer every process applies.
+    :param world_size: the number of processes (None: ``WORLD_SIZE``, else 1).
+    :param rank: this process's rank (None: ``RANK``, else 0).
+    :param local_rank: this process's rank on its machine (None: ``LOCAL_RANK``, else 0).
+    :param backend: the torch.distributed backend (None: ``nccl`` with CUDA, else ``gloo``).
+    :param buff_size: the most elements in one fused communication bucket.
+    :param timeout: seconds a collective waits for a peer before failing.
+    :raises BadInputError: ``optimizer`` is not a sonnx optimizer, ``buff_size`` < 1, a rank
+        outside ``[0, world_size)``, or ``MASTER_PORT`` unset for several processes.
+    :raises DistributedError: this process could not join the group.
+    """
 
     def __init__(
         self,
@@ -100,15 +115,29 @@ class DistOpt:
 
     # ---- the wrapped optimizer's own API --------------------------------------------------
     def update(self, param: Tensor, grad: Tensor | torch.Tensor) -> None:
+        """The wrapped optimizer's :meth:`~sonnx.opt.Optimizer.update` (local, no exchange).
+
+        :param param: the parameter.
+        :param grad: its gradient.
+        """
         self.opt.update(param, grad)
 
     def step(self) -> None:
+        """The wrapped optimizer's :meth:`~sonnx.opt.Optimizer.step`."""
         self.opt.step()
 
     def get_states(self) -> dict[str, Tensor]:
+        """The wrapped optimizer's states (see :meth:`~sonnx.opt.Optimizer.get_states`).
+
+        :returns: the states by name.
+        """
         return self.opt.get_states()
 
     def set_states(self, states: Any) -> None:
+        """Restore the wrapped optimizer's states (see :meth:`~sonnx.opt.Optimizer.set_states`).
+
+        :param states: what :meth:`get_states` returned.
+        """
         self.opt.set_states(states)
 
     def __call__(self, loss: Tensor, threshold: int | None = None) -> None:
@@ -116,7 +145,12 @@ class DistOpt:
 
     # ---- the five modes -------------------------------------------------------------------
     def backward_and_update(self, loss: Tensor, threshold: int | None = None) -> None:
-        """All-reduce (average) the gradients in fused buckets, then update."""
+        """All-reduce (average) the gradients in fused buckets, then update.
+
+        :param loss: the loss, a scalar Tensor computed in training mode.
+        :param threshold: the most elements in one fused bucket (None: ``buff_size``).
+        :raises DistributedError: a peer process died or stopped responding.
+        """
         pairs = self._gradients(loss)
         self.last_step = CommStats(elements_total=sum(g.size() for _, g in pairs))
         self._all_reduce_mean([g.data for _, g in pairs], threshold or self.buff_size, None)
@@ -133,6 +167,12 @@ class DistOpt:
 
         ``clipping`` clamps each gradient to ``[-clip_value, clip_value]`` before the cast
         (scaled with the loss under float16 training).
+
+        :param loss: the loss, a scalar Tensor computed in training mode.
+        :param threshold: the most elements in one fused bucket (None: ``buff_size``).
+        :param clipping: clamp each gradient before the cast.
+        :param clip_value: the bound of the clamp.
+        :raises DistributedError: a peer process died or stopped responding.
         """
         pairs = self._gradients(loss)
         grads = [g.data for _, g in pairs]
@@ -145,7 +185,12 @@ class DistOpt:
         self._apply([(p, g) for (p, _), g in zip(pairs, grads, strict=True)])
 
     def backward_and_partial_update(self, loss: Tensor, threshold: int | None = None) -> None:
-        """Update locally, then average one rotating chunk of the parameters across processes."""
+        """Update locally, then average one rotating chunk of the parameters across processes.
+
+        :param loss: the loss, a scalar Tensor computed in training mode.
+        :param threshold: the most elements in one chunk (None: ``buff_size``).
+        :raises DistributedError: a peer process died or stopped responding.
+        """
         pairs = self._gradients(loss)
         self.last_step = CommStats(elements_total=sum(g.size() for _, g in pairs))
         self._apply(pairs)
@@ -167,7 +212,18 @@ class DistOpt:
         corr: bool = True,
     ) -> None:
         """Exchange only the top ``spars`` fraction (``topK``) or the elements with
-        ``|g| >= spars`` of each bucket; with ``corr`` the rest is carried to the next step."""
+        ``|g| >= spars`` of each bucket; with ``corr`` the rest is carried to the next step.
+
+        :param loss: the loss, a scalar Tensor computed in training mode.
+        :param threshold: the most elements in one fused bucket (None: ``buff_size``).
+        :param spars: with ``topK`` the fraction of elements to send, in (0, 1]; else the
+            magnitude an element needs to be sent, >= 0.
+        :param topK: send the largest ``spars`` fraction rather than the elements above a
+            threshold.
+        :param corr: carry what was not sent into the next step's gradients.
+        :raises BadInputError: a ``spars`` outside its range.
+        :raises DistributedError: a peer process died or stopped responding.
+        """
         if topK and not 0.0 < spars <= 1.0:
             raise BadInputError(
                 f"backward_and_sparse_update: with topK, spars is the fraction "

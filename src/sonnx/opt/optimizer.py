@@ -38,6 +38,13 @@ class Optimizer:
     :attr:`loss_scaler` (None unless float16 training attached one) scales the loss in
     :meth:`backward_and_update` and skips the steps whose gradients overflow; a loop of your
     own over ``autograd.backward(loss)`` and :meth:`update` does not scale.
+
+    ``optimizer(loss)`` is :meth:`backward_and_update`.
+
+    :param lr: the learning rate, a number >= 0 or a schedule.
+    :param hyper: the subclass's hyper-parameters by name.
+    :raises BadInputError: an ``lr`` that is neither, or hyper-parameters :meth:`validate`
+        rejects.
     """
 
     def __init__(self, lr: float | DecayScheduler, **hyper: Any) -> None:
@@ -84,7 +91,14 @@ class Optimizer:
         return self.defaults["lr"](self.step_counter)
 
     def add_param_group(self, params: Iterable[Tensor] | Tensor, **overrides: Any) -> None:
-        """Give ``params`` their own hyper-parameters (e.g. ``weight_decay=0`` for biases)."""
+        """Give ``params`` their own hyper-parameters (e.g. ``weight_decay=0`` for biases).
+
+        :param params: one parameter or several.
+        :param overrides: hyper-parameters by name (``lr`` among them), in force for these
+            parameters instead of the defaults.
+        :raises BadInputError: an unknown hyper-parameter, an invalid value, or a parameter
+            that is not a sonnx Tensor.
+        """
         unknown = sorted(set(overrides) - set(self.defaults))
         if unknown:
             raise BadInputError(
@@ -110,7 +124,13 @@ class Optimizer:
 
     # ---- applying updates -----------------------------------------------------------------
     def update(self, param: Tensor, grad: Tensor | torch.Tensor) -> None:
-        """Update one parameter in place from its gradient (does not advance the step)."""
+        """Update one parameter in place from its gradient (does not advance the step).
+
+        :param param: the parameter.
+        :param grad: its gradient (cast to the parameter's dtype).
+        :raises BadInputError: not a Tensor and a tensor gradient, or a gradient of another
+            shape or device.
+        """
         g = grad.data if isinstance(grad, Tensor) else grad
         if not isinstance(param, Tensor) or not isinstance(g, torch.Tensor):
             raise BadInputError(
@@ -158,6 +178,8 @@ class Optimizer:
         they skip :meth:`update`'s checks, and the parameters without a param group of their
         own are updated together by :meth:`update_tensors`. With a :attr:`loss_scaler`, the
         loss is scaled and a step whose gradients overflow changes nothing.
+
+        :param loss: the loss, a scalar Tensor computed in training mode.
         """
         params, grads = self.backward(loss)
         self.guarded_update(params, grads, lambda: self._update_all(params, grads))
@@ -214,6 +236,10 @@ class Optimizer:
 
         Parameters are identified by name (a Model names its parameters ``conv1.W`` …), so the
         states can be restored into a fresh optimizer over a re-created model.
+
+        :returns: the states by name, for :meth:`set_states` (and ``Model.save_states``'s
+            ``aux_states``).
+        :raises BadInputError: a parameter with a state has no name.
         """
         # host: a checkpointed Python counter, read back with .item()
         counter = torch.tensor(self.step_counter, dtype=torch.int64)
@@ -237,7 +263,12 @@ class Optimizer:
     def set_states(self, states: Mapping[str, Tensor | torch.Tensor | np.ndarray]) -> None:
         """Restore what :meth:`get_states` returned; per-parameter states bind by name when
         that parameter is next updated. The loss scale is restored into a :attr:`loss_scaler`
-        (and ignored without one: training in a precision that needs no scaling)."""
+        (and ignored without one: training in a precision that needs no scaling).
+
+        :param states: what :meth:`get_states` returned (Tensors, torch tensors or arrays).
+        :raises BadInputError: no ``step_counter`` entry, or a key that is not
+            ``<param name>:<slot>``.
+        """
         if _STEP_COUNTER not in states:
             raise BadInputError(
                 f"{type(self).__name__}.set_states: expected a '{_STEP_COUNTER}' entry, "

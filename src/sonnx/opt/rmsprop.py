@@ -19,6 +19,12 @@ class RMSProp(Optimizer):
 
     ``torch.optim.RMSprop`` with ``alpha=rho`` (no momentum, not centred); ``weight_decay``
     adds ``weight_decay * p`` to the gradient.
+
+    :param lr: the learning rate, a number >= 0 or a schedule.
+    :param rho: the decay of the squared-gradient average, in [0, 1).
+    :param epsilon: added to the denominator, >= 0.
+    :param weight_decay: the L2 penalty, >= 0.
+    :raises BadInputError: a value outside its range.
     """
 
     def __init__(

@@ -23,7 +23,11 @@ __all__ = [
 
 
 class DecayScheduler:
-    """Base class: ``schedule(step) -> learning rate``; ``init_value`` is the rate at step 0."""
+    """Base class: ``schedule(step) -> learning rate``; ``init_value`` is the rate at step 0.
+
+    :param init_value: the rate at step 0, >= 0.
+    :raises BadInputError: a negative or non-numeric ``init_value``.
+    """
 
     def __init__(self, init_value: float) -> None:
         self.init_value = non_negative(type(self).__name__, "init_value", init_value)
@@ -37,7 +41,10 @@ class DecayScheduler:
 
 
 class Constant(DecayScheduler):
-    """The same rate at every step."""
+    """The same rate at every step.
+
+    :param init_value: the rate, >= 0.
+    """
 
     def __call__(self, step: int) -> float:
         return self.init_value
@@ -46,6 +53,12 @@ class Constant(DecayScheduler):
 class ExponentialDecay(DecayScheduler):
     """``init_value * decay_rate ** (step / decay_steps)``; the exponent is floored when
     ``staircase`` (so the rate drops every ``decay_steps`` steps, as TensorFlow/SINGA define it).
+
+    :param init_value: the rate at step 0, >= 0.
+    :param decay_steps: the steps over which the rate is multiplied by ``decay_rate``, > 0.
+    :param decay_rate: the factor, > 0.
+    :param staircase: drop the rate in steps instead of continuously.
+    :raises BadInputError: a value outside its range.
     """
 
     def __init__(
@@ -65,7 +78,13 @@ class ExponentialDecay(DecayScheduler):
 
 
 class StepDecay(DecayScheduler):
-    """``init_value * gamma ** (step // step_size)`` (``torch.optim.lr_scheduler.StepLR``)."""
+    """``init_value * gamma ** (step // step_size)`` (``torch.optim.lr_scheduler.StepLR``).
+
+    :param init_value: the rate at step 0, >= 0.
+    :param step_size: the steps between drops, > 0.
+    :param gamma: the factor of each drop, >= 0.
+    :raises BadInputError: a value outside its range.
+    """
 
     def __init__(self, init_value: float, step_size: int, gamma: float = 0.1) -> None:
         super().__init__(init_value)
@@ -81,6 +100,11 @@ class CosineDecay(DecayScheduler):
     """Half a cosine from ``init_value`` down to ``alpha * init_value`` over ``decay_steps``
     steps, then constant (TensorFlow's ``CosineDecay``; within ``decay_steps`` it equals
     ``torch.optim.lr_scheduler.CosineAnnealingLR(T_max=decay_steps, eta_min=alpha * init)``).
+
+    :param init_value: the rate at step 0, >= 0.
+    :param decay_steps: the steps the decay takes, > 0.
+    :param alpha: the final rate as a fraction of ``init_value``, in [0, 1].
+    :raises BadInputError: a value outside its range.
     """
 
     def __init__(self, init_value: float, decay_steps: int, alpha: float = 0.0) -> None:

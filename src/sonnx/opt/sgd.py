@@ -21,6 +21,14 @@ class SGD(Optimizer):
     Follows ``torch.optim.SGD`` (and SINGA 3): ``g = grad + weight_decay * p``; the momentum
     buffer starts as ``g`` and then becomes ``momentum * buf + (1 - dampening) * g``; the step
     direction is ``buf``, or ``g + momentum * buf`` with Nesterov.
+
+    :param lr: the learning rate, a number >= 0 or a schedule.
+    :param momentum: the momentum, in [0, 1).
+    :param dampening: the dampening of the momentum, in [0, 1].
+    :param weight_decay: the L2 penalty, >= 0.
+    :param nesterov: use Nesterov momentum (needs ``momentum > 0`` and ``dampening = 0``).
+    :raises BadInputError: a value outside its range, or ``nesterov`` not a bool or without
+        momentum.
     """
 
     def __init__(
