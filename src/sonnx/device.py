@@ -18,7 +18,12 @@ from sonnx.run_state import RUN_DEVICE
 
 
 class Device:
-    """Where tensors live and computation runs (CPU or one CUDA GPU)."""
+    """Where tensors live and computation runs (CPU or one CUDA GPU).
+
+    :param torch_device: a torch device or its name (``"cpu"``, ``"cuda:0"``; a bare
+        ``"cuda"`` means the current GPU).
+    :raises RuntimeError: torch cannot parse the name.
+    """
 
     def __init__(self, torch_device: torch.device | str) -> None:
         dev = torch.device(torch_device)
@@ -36,17 +41,31 @@ class Device:
         return "cuda" if self.torch_device.type == "cuda" else "cpp"
 
     def id(self) -> int:
-        """The GPU ordinal, or -1 for the CPU (SINGA's convention)."""
+        """The GPU ordinal, or -1 for the CPU (SINGA's convention).
+
+        :returns: the ordinal.
+        """
         return -1 if self.torch_device.type == "cpu" else (self.torch_device.index or 0)
 
     def is_cuda(self) -> bool:
+        """Whether this is a CUDA GPU.
+
+        :returns: True for a GPU, False for the CPU.
+        """
         return self.torch_device.type == "cuda"
 
     def SetRandSeed(self, seed: int) -> None:
-        """Seed every random generator that can affect this device (SINGA's spelling)."""
+        """Seed every random generator that can affect this device (SINGA's spelling).
+
+        :param seed: the seed.
+        """
         set_seed(seed)
 
     def set_rand_seed(self, seed: int) -> None:
+        """Seed every random generator that can affect this device (see :func:`set_seed`).
+
+        :param seed: the seed.
+        """
         set_seed(seed)
 
     def synchronize(self) -> None:
@@ -69,7 +88,10 @@ _default: Device = _cpu
 
 
 def create_cpu_device() -> Device:
-    """The host CPU device."""
+    """The host CPU device.
+
+    :returns: the one CPU device.
+    """
     return _cpu
 
 
@@ -85,25 +107,41 @@ def _require_cuda(device_id: int) -> None:
 
 
 def create_cuda_gpu() -> Device:
-    """The first CUDA GPU; a clear error where there is none."""
+    """The first CUDA GPU; a clear error where there is none.
+
+    :returns: GPU 0.
+    :raises BadInputError: CUDA is not available.
+    """
     return create_cuda_gpu_on(0)
 
 
 def create_cuda_gpu_on(device_id: int) -> Device:
-    """CUDA GPU number ``device_id``."""
+    """CUDA GPU number ``device_id``.
+
+    :param device_id: the GPU's ordinal, from 0.
+    :returns: that GPU.
+    :raises BadInputError: CUDA is not available, or no GPU has that ordinal.
+    """
     _require_cuda(device_id)
     return Device(torch.device("cuda", device_id))
 
 
 def get_default_device() -> Device:
     """The device used when none is given: inside a graph run in this thread, the graph's
-    (:func:`default_device_for_run`); else the CPU unless changed by set_default_device."""
+    (:func:`default_device_for_run`); else the CPU unless changed by set_default_device.
+
+    :returns: the default device.
+    """
     run_device = RUN_DEVICE.get()
     return _default if run_device is None else run_device
 
 
 def set_default_device(dev: Device) -> None:
-    """Make ``dev`` the default device of the process (every thread's)."""
+    """Make ``dev`` the default device of the process (every thread's).
+
+    :param dev: a Device, a torch device or a device name.
+    :raises BadInputError: ``dev`` is none of these.
+    """
     global _default
     _default = as_device(dev)
 
@@ -131,7 +169,10 @@ def as_device(dev: Device | torch.device | str | None) -> Device:
 
 
 def set_seed(seed: int) -> None:
-    """Seed Python, NumPy and torch (CPU and every GPU) for reproducible runs."""
+    """Seed Python, NumPy and torch (CPU and every GPU) for reproducible runs.
+
+    :param seed: the seed (NumPy gets it modulo 2**32).
+    """
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)

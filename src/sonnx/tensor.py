@@ -64,6 +64,23 @@ class Tensor:
     narrowed silently. ``requires_grad`` says whether gradients may flow through this tensor;
     ``stores_grad`` marks a parameter whose gradient :func:`~sonnx.autograd.backward` yields.
     Strings (a str/bytes/object array, or ``dtype="string"``) make a :class:`StringTensor`.
+
+    Make one from data with :func:`from_numpy` (or ``Tensor(data=...)``); get NumPy back with
+    :func:`to_numpy`.
+
+    :param shape: the shape of a zero-filled tensor (ignored when ``data`` is given).
+    :param device: where the data lives (None: ``data``'s device for a tensor, else the
+        default device).
+    :param dtype: the element type: a torch or NumPy dtype, a name (``"float32"``,
+        ``"string"``) or an ONNX code (unset: ``data``'s own, float32 without data).
+    :param data: the values: a NumPy array, a torch tensor, a sonnx Tensor, or nested lists
+        or numbers.
+    :param requires_grad: whether gradients may flow through this tensor.
+    :param stores_grad: mark it as a parameter whose gradient ``backward`` yields.
+    :param creator: the operator that made it (set by the operators, not by users).
+    :param name: the tensor's name (a state's name in a Model, a graph name in export).
+    :raises BadInputError: a shape that is not a sequence of non-negative ints, or an unknown
+        dtype.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Tensor:
@@ -168,29 +185,53 @@ class Tensor:
 
     # ---- moving and copying data ----------------------------------------------------------
     def to_device(self, device: Device) -> Tensor:
-        """Move this tensor's data to ``device`` in place; returns self."""
+        """Move this tensor's data to ``device`` in place; returns self.
+
+        :param device: a Device, a torch device or a device name.
+        :returns: this tensor.
+        :raises BadInputError: ``device`` is none of these.
+        """
         dev = as_device(device)
         self.data = self.data.detach().to(dev.torch_device)
         self._sync_torch_grad()
         return self
 
     def to_host(self) -> Tensor:
+        """Move this tensor's data to the CPU in place; returns self.
+
+        :returns: this tensor.
+        """
         return self.to_device(Device("cpu"))
 
     def to_type(self, dtype: Any) -> Tensor:
-        """Convert the element type in place; returns self."""
+        """Convert the element type in place (not recorded for export); returns self.
+
+        :param dtype: the new element type (a torch or NumPy dtype, a name or an ONNX code).
+        :returns: this tensor.
+        :raises BadInputError: an unknown dtype.
+        """
         self.data = self.data.detach().to(dtypes.as_torch_dtype(dtype))
         self._sync_torch_grad()
         return self
 
     def as_type(self, dtype: Any) -> Tensor:
-        """A new tensor with the element type converted (recorded as an ONNX Cast)."""
+        """A new tensor with the element type converted (recorded as an ONNX Cast).
+
+        :param dtype: the new element type (a torch or NumPy dtype, a name or an ONNX code).
+        :returns: the converted tensor.
+        :raises BadInputError: an unknown dtype.
+        """
         from sonnx.operators.elementwise.cast import cast
 
         return cast(self, dtype)
 
     def copy_from_numpy(self, array: np.ndarray, offset: int = 0) -> None:
-        """Overwrite this tensor's elements (from element ``offset``) with ``array``'s."""
+        """Overwrite this tensor's elements (from element ``offset``) with ``array``'s.
+
+        :param array: the values, in row-major order (cast to this tensor's dtype).
+        :param offset: the first flat element to overwrite.
+        :raises BadInputError: the values do not fit after ``offset``.
+        """
         src = torch.from_numpy(np.ascontiguousarray(array)).reshape(-1)
         flat = self.data.detach().view(-1)
         if offset + src.numel() > flat.numel():
@@ -202,7 +243,11 @@ class Tensor:
             flat[offset : offset + src.numel()].copy_(src.to(flat.dtype))
 
     def copy_data(self, other: Tensor) -> None:
-        """Overwrite this tensor's values with ``other``'s (same shape)."""
+        """Overwrite this tensor's values with ``other``'s (same shape).
+
+        :param other: the tensor to copy from.
+        :raises BadInputError: ``other`` has another shape.
+        """
         if other.shape != self.shape:
             raise BadInputError(
                 f"copy_data: expected a tensor of shape {self.shape}, received {other.shape}"
@@ -211,29 +256,52 @@ class Tensor:
             self.data.copy_(other.data)
 
     def set_value(self, value: float) -> Tensor:
+        """Fill in place with ``value``.
+
+        :param value: the value of every element.
+        :returns: this tensor.
+        """
         with torch.no_grad():
             self.data.fill_(value)
         return self
 
     def gaussian(self, mean: float, std: float) -> Tensor:
-        """Fill in place with samples from N(mean, std^2)."""
+        """Fill in place with samples from N(mean, std^2).
+
+        :param mean: the mean.
+        :param std: the standard deviation.
+        :returns: this tensor.
+        """
         with torch.no_grad():
             self.data.normal_(mean, std)
         return self
 
     def uniform(self, low: float, high: float) -> Tensor:
-        """Fill in place with samples from U(low, high)."""
+        """Fill in place with samples from U(low, high).
+
+        :param low: the lower bound.
+        :param high: the upper bound.
+        :returns: this tensor.
+        """
         with torch.no_grad():
             self.data.uniform_(low, high)
         return self
 
     def bernoulli(self, p: float) -> Tensor:
+        """Fill in place with 1 (probability ``p``) or 0.
+
+        :param p: the probability of a 1, in [0, 1].
+        :returns: this tensor.
+        """
         with torch.no_grad():
             self.data.bernoulli_(p)
         return self
 
     def clone(self) -> Tensor:
-        """A detached copy with the same flags and name (no creator)."""
+        """A detached copy with the same flags and name (no creator).
+
+        :returns: the copy.
+        """
         return Tensor(
             data=self.data.detach().clone(),
             requires_grad=self._requires_grad,
@@ -242,9 +310,18 @@ class Tensor:
         )
 
     def item(self) -> float | int | bool:
+        """The value of a one-element tensor.
+
+        :returns: the value as a Python number.
+        :raises RuntimeError: the tensor has more than one element (torch's error).
+        """
         return self.data.item()
 
     def numpy(self) -> np.ndarray:
+        """The values as a NumPy array on the host (see :func:`to_numpy`).
+
+        :returns: the array.
+        """
         return to_numpy(self)
 
     def torch(self) -> torch.Tensor:
@@ -328,11 +405,21 @@ class Tensor:
         return greater_equal(self, other)
 
     def reshape(self, shape: Sequence[int]) -> Tensor:
+        """The values in another shape (recorded as an ONNX Reshape).
+
+        :param shape: the new shape, ONNX's meaning (``0`` copies a dim, ``-1`` infers one).
+        :returns: the reshaped tensor.
+        """
         from sonnx.operators.shape.layout import reshape
 
         return reshape(self, shape)
 
     def transpose(self, axes: Sequence[int] | None = None) -> Tensor:
+        """The axes permuted (recorded as an ONNX Transpose).
+
+        :param axes: the new order of the axes (None: reversed).
+        :returns: the transposed tensor.
+        """
         from sonnx.operators.shape.layout import transpose
 
         return transpose(self, axes)
@@ -511,14 +598,25 @@ def _check_shape(shape: Sequence[int] | int) -> tuple[int, ...]:
 
 
 def from_numpy(array: np.ndarray, dev: Device | None = None) -> Tensor:
-    """A tensor holding ``array``'s values with its dtype (zero-copy on the CPU)."""
+    """A tensor holding ``array``'s values with its dtype (zero-copy on the CPU).
+
+    :param array: the values.
+    :param dev: the device (None: the default device).
+    :returns: a tensor that does not require gradients.
+    :raises BadInputError: ``array`` is not a NumPy array.
+    """
     if not isinstance(array, np.ndarray):
         raise BadInputError(f"from_numpy expects a NumPy array, received {type(array).__name__}")
     return Tensor(data=array, device=dev, requires_grad=False)
 
 
 def from_torch(t: torch.Tensor, requires_grad: bool = False) -> Tensor:
-    """Wrap a torch tensor without copying it."""
+    """Wrap a torch tensor without copying it.
+
+    :param t: the torch tensor; the sonnx tensor lives on its device.
+    :param requires_grad: whether gradients may flow through it.
+    :returns: the sonnx tensor.
+    """
     return Tensor(data=t, device=Device(t.device), requires_grad=requires_grad)
 
 
@@ -527,6 +625,10 @@ def to_numpy(t: Tensor) -> np.ndarray:
 
     bfloat16 and float8 come back as ml_dtypes arrays (NumPy itself has no such types);
     strings as a NumPy ``object`` array of ``str``, as onnxruntime returns them.
+
+    :param t: the tensor.
+    :returns: the values on the host (for a CPU tensor of a NumPy type, an array sharing its
+        memory).
     """
     if isinstance(t.data, StringArray):
         return t.data.array
@@ -534,17 +636,44 @@ def to_numpy(t: Tensor) -> np.ndarray:
 
 
 def to_host(t: Tensor) -> Tensor:
+    """A copy of ``t`` on the CPU, with its name, outside the graph.
+
+    :param t: the tensor.
+    :returns: the host tensor (``t`` itself is left where it is).
+    """
     return Tensor(data=t.data.detach().cpu(), requires_grad=False, name=t.name)
 
 
 def zeros(shape: Sequence[int], dev: Device | None = None, dtype: Any = float32) -> Tensor:
+    """A tensor of zeros that does not require gradients.
+
+    :param shape: its shape.
+    :param dev: its device (None: the default device).
+    :param dtype: its element type.
+    :returns: the tensor.
+    :raises BadInputError: a bad shape or an unknown dtype.
+    """
     return Tensor(shape=shape, device=dev, dtype=dtype, requires_grad=False)
 
 
 def ones(shape: Sequence[int], dev: Device | None = None, dtype: Any = float32) -> Tensor:
+    """A tensor of ones that does not require gradients.
+
+    :param shape: its shape.
+    :param dev: its device (None: the default device).
+    :param dtype: its element type.
+    :returns: the tensor.
+    :raises BadInputError: a bad shape or an unknown dtype.
+    """
     return zeros(shape, dev, dtype).set_value(1)
 
 
 def random(shape: Sequence[int], dev: Device | None = None) -> Tensor:
-    """Uniform samples from [0, 1)."""
+    """Uniform samples from [0, 1).
+
+    :param shape: its shape.
+    :param dev: its device (None: the default device).
+    :returns: a float32 tensor that does not require gradients.
+    :raises BadInputError: a bad shape.
+    """
     return zeros(shape, dev).uniform(0.0, 1.0)
