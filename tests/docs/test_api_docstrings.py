@@ -155,17 +155,17 @@ RETURNS = re.compile(r"^\s*:returns?:", re.MULTILINE)
 
 
 def resolve(path: str) -> Any:
-    """The object a dotted path names: the longest importable module, then attributes."""
-    parts = path.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError:
-            continue
-        for name in parts[cut:]:
-            obj = getattr(obj, name)
-        return obj
-    raise ImportError(path)
+    """The object a dotted path names, as a user reaches it: attributes first (``sonnx.lora``'s
+    ``export`` is the function, not the module of that name), submodules where needed."""
+    first, *rest = path.split(".")
+    obj = importlib.import_module(first)
+    for name in rest:
+        obj = (
+            getattr(obj, name)
+            if hasattr(obj, name)
+            else importlib.import_module(f"{obj.__name__}.{name}")
+        )
+    return obj
 
 
 def documented_callable(obj: Any) -> tuple[str, Callable[..., Any], bool]:

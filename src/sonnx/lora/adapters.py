@@ -83,6 +83,18 @@ def add(
     The rep is changed in place: every other weight is frozen and the adapters' A and B are its
     trainable parameters. Returns the adapted modules' names. Adding again attaches more
     adapters and keeps the trained values of the ones already there.
+
+    :param rep: the prepared model (:func:`sonnx.prepare`, or ``CausalLM.rep``).
+    :param targets: op types (``"MatMul"``, ``"Gemm"``, ``"MatMulNBits"``, ``"FusedMatMul"``)
+        or node-name patterns (regular expressions), one or several; each must select a
+        node.
+    :param rank: the adapters' rank, a positive int.
+    :param alpha: the scale numerator (the adapter output is scaled by ``alpha / rank``), > 0.
+    :param dropout: the dropout on the adapter's input in training, in [0, 1).
+    :returns: the adapted modules' names (the node names' module paths).
+    :raises BadInputError: ``rank``, ``alpha`` or ``dropout`` out of range.
+    :raises LoraTargetError: a target selects no node, an invalid pattern, a node that
+        already has an adapter, or two nodes that would share an adapter name.
     """
     _check_hyper(rank, alpha, dropout)
     existing = adapters_of(rep.model)
@@ -120,6 +132,11 @@ def merge(rep: SingaRep) -> SingaRep:
 
     A 4-bit base cannot take the sum without quantizing it again: merging raises there, and
     :func:`sonnx.lora.export` with ``merged=True`` keeps its adapters as side nodes instead.
+
+    :param rep: a prepared model with adapters.
+    :returns: ``rep``, without adapters, its weights holding them.
+    :raises BadInputError: the model has no adapters.
+    :raises LoraTargetError: an adapted node has a 4-bit (MatMulNBits) weight.
     """
     adapters = adapters_of(rep.model)
     if not adapters:

@@ -37,6 +37,14 @@ class CausalLM(SONNXModel):
 
     ``labels`` line up with ``input_ids`` (position t's logits predict labels[t + 1]); label
     :data:`IGNORE_INDEX` marks tokens that add nothing to the loss (prompts, right padding).
+
+    :param model: an onnxruntime-genai model directory, or an ONNX decoder file.
+    :param head_size: the attention head size, for caches whose head size the graph leaves
+        free (None: from the directory's ``genai_config.json``).
+    :param device: where the weights live (None: the default device).
+    :raises BadInputError: a directory without ``genai_config.json``.
+    :raises BadModelError: the model file is not valid ONNX.
+    :raises UnsupportedOperatorError: the model uses operators sonnx has no converter for.
     """
 
     def __init__(
@@ -52,7 +60,14 @@ class CausalLM(SONNXModel):
         self.head_size = head_size
 
     def feeds(self, input_ids: Any, attention_mask: Any = None) -> dict[str, Any]:
-        """The graph's inputs for a prefill of ``input_ids`` (B, S) with empty caches."""
+        """The graph's inputs for a prefill of ``input_ids`` (B, S) with empty caches.
+
+        :param input_ids: the token ids (B, S), an array, list or Tensor.
+        :param attention_mask: 1 for a real token, 0 for padding (None: all ones).
+        :returns: the value of every graph input by name (position ids from the mask).
+        :raises BadInputError: a graph input that is none of these or a cache, a cache that is
+            not 4-D, or a free head size without ``head_size``.
+        """
         ids = to_numpy(input_ids) if isinstance(input_ids, Tensor) else np.asarray(input_ids)
         batch = ids.shape[0]
         mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask)
@@ -92,13 +107,28 @@ class CausalLM(SONNXModel):
         return np.zeros((batch, heads, 0, size), spec.plain_array_dtype or np.float32)
 
     def forward(self, input_ids: Any, attention_mask: Any = None) -> Tensor:  # type: ignore[override]
-        """The logits (B, S, vocabulary) of a prefill of ``input_ids``."""
+        """The logits (B, S, vocabulary) of a prefill of ``input_ids``.
+
+        :param input_ids: the token ids (B, S).
+        :param attention_mask: 1 for a real token, 0 for padding (None: all ones).
+        :returns: the logits.
+        :raises BadInputError: as :meth:`feeds` raises it.
+        """
         return self.rep.run(self.feeds(input_ids, attention_mask))[0]
 
     def train_one_batch(  # type: ignore[override]
         self, x: Any, y: Any, dist_option: str = "fp32", spars: float | None = None
     ) -> tuple[Tensor, Tensor]:
-        """Forward ``x`` (input ids), next-token loss against ``y`` (labels), optimizer step."""
+        """Forward ``x`` (input ids), next-token loss against ``y`` (labels), optimizer step.
+
+        :param x: the token ids (B, S).
+        :param y: the labels (B, S), lined up with ``x``; :data:`IGNORE_INDEX` skips a token.
+        :param dist_option: as in :meth:`SONNXModel.train_one_batch`.
+        :param spars: as in :meth:`SONNXModel.train_one_batch`.
+        :returns: the logits and the loss.
+        :raises BadInputError: no optimizer was set, labels of another shape than ``x``, or a
+            bad ``dist_option``.
+        """
         if self.optimizer is None:
             raise BadInputError(
                 "CausalLM.train_one_batch: no optimizer; call model.set_optimizer(...) first"

@@ -111,6 +111,16 @@ def export(
 
     ``model_dir`` is the directory the rep was prepared from: its ``genai_config.json``
     names the decoder file written here, and it and the tokenizer files are copied.
+
+    :param rep: a prepared model with adapters.
+    :param out_dir: the directory to write (created if missing; not ``model_dir``).
+    :param model_dir: the onnxruntime-genai directory ``rep`` was prepared from.
+    :param merged: fold the adapters into the weights (4-bit weights keep them as side
+        nodes); False writes the base graph and a separate adapter file.
+    :param adapter_name: the adapter file's name, without ``.onnx_adapter``.
+    :returns: ``out_dir``.
+    :raises BadInputError: the model has no adapters, ``model_dir`` has no
+        ``genai_config.json``, or ``out_dir`` is ``model_dir``.
     """
     adapters = adapters_of(rep.model)
     if not adapters:

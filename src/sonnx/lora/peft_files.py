@@ -34,7 +34,16 @@ FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj
 
 
 def save(rep: SingaRep, out_dir: str | Path) -> Path:
-    """Write the rep's adapters to ``out_dir`` in PEFT's layout; returns the directory."""
+    """Write the rep's adapters to ``out_dir`` in PEFT's layout; returns the directory.
+
+    The directory holds ``adapter_model.safetensors`` and ``adapter_config.json`` (needs the
+    ``llm`` extra's safetensors).
+
+    :param rep: a prepared model with adapters.
+    :param out_dir: the directory to write (created if missing).
+    :returns: ``out_dir``.
+    :raises BadInputError: the model has no adapters.
+    """
     adapters = adapters_of(rep.model)
     if not adapters:
         raise BadInputError("lora.save: the model has no adapters (call sonnx.lora.add first)")
@@ -182,7 +191,16 @@ def _for_module(
 def load(rep: SingaRep, path: str | Path) -> list[str]:
     """Load adapters saved by :func:`save` or by PEFT into ``rep``; returns the graph's
     adapted modules. A rep without adapters gets them attached (rank and alpha from the
-    file); a rep with adapters takes the values for those of the same names and ranks."""
+    file); a rep with adapters takes the values for those of the same names and ranks.
+
+    :param rep: the prepared model to load into (in place).
+    :param path: a directory written by :func:`save` or PEFT, or its safetensors file.
+    :returns: the adapted modules' names.
+    :raises BadInputError: no adapter weights at ``path``, a tensor that is not a
+        lora_A/lora_B weight, a module lacking one of them, or weights whose shapes do not
+        fit their node.
+    :raises LoraTargetError: the file has adapters for modules the graph lacks.
+    """
     tensors, config = _read(Path(path))
     pairs = _pairs(tensors)
     existing = {peft_module(a.module): a for a in adapters_of(rep.model)}
