@@ -144,6 +144,7 @@ PUBLIC = [
     "sonnx.lora.CausalLM.forward",
     "sonnx.lora.CausalLM.train_one_batch",
     # serving configuration
+    "sonnx.serve.config.ModelConfig",
     "sonnx.serve.config.load_config",
     "sonnx.serve.config.parse_config",
 ]

@@ -42,7 +42,32 @@ Shape = tuple[int, ...]
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The validated contents of one ``config.json`` (or the defaults when there is none)."""
+    """The validated contents of one ``config.json`` (or the defaults when there is none).
+
+    Each field is the ``config.json`` key of that name, except ``input_datatypes``.
+
+    :param max_batch_size: merge concurrent requests along dim 0 up to this many rows; 0 (the
+        default) turns dynamic batching off.
+    :param max_queue_delay_ms: how long a batch waits for more requests, >= 0.
+    :param max_queue_size: requests waiting per model, >= 1; a full queue answers 503 with
+        ``Retry-After``.
+    :param instance_count: worker threads running the model, >= 1 (one prepared model serves
+        them all).
+    :param device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+    :param use_graph: run in compiled graph mode (``prepare(..., use_graph=True)``).
+    :param padded_batches: run every batch at ``max_batch_size`` rows (needs
+        ``max_batch_size``), so each result is bit-identical whatever it was merged with.
+    :param request_timeout_ms: the deadline per request (504 over HTTP, ``DEADLINE_EXCEEDED``
+        over gRPC).
+    :param versions: ``"latest"``, ``"all"`` or the version numbers to serve (sorted).
+    :param inputs: input shapes by name (``-1`` for any size) overriding the model's: they may
+        fix a dynamic dim, never change a fixed one.
+    :param outputs: output shapes by name, for outputs the model leaves without one.
+    :param model_class: ``"package.module:ClassName"``, the class that reads a sonnx
+        checkpoint (``model.sonnx``).
+    :param input_datatypes: KServe datatypes by input name, from ``inputs``' ``"datatype"``
+        entries (checkpoints; default FP32).
+    """
 
     max_batch_size: int = 0
     max_queue_delay_ms: float = 1.0
@@ -60,6 +85,7 @@ class ModelConfig:
 
     @property
     def batching(self) -> bool:
+        """Whether dynamic batching is on (``max_batch_size`` above 0)."""
         return self.max_batch_size > 0
 
 
@@ -68,7 +94,12 @@ _FLOATS = {"max_queue_delay_ms": 0.0, "request_timeout_ms": 1e-3}
 
 
 def load_config(path: Path) -> ModelConfig:
-    """The config in ``path``, or the defaults if the file does not exist."""
+    """The config in ``path``, or the defaults if the file does not exist.
+
+    :param path: the model's ``config.json``.
+    :returns: the validated configuration.
+    :raises ConfigError: the file is not valid JSON, or :func:`parse_config` rejects it.
+    """
     if not path.is_file():
         return ModelConfig()
     try:
@@ -79,7 +110,16 @@ def load_config(path: Path) -> ModelConfig:
 
 
 def parse_config(raw: Any, where: str = "config.json") -> ModelConfig:
-    """Validate a decoded ``config.json`` object into a :class:`ModelConfig`."""
+    """Validate a decoded ``config.json`` object into a :class:`ModelConfig`.
+
+    :param raw: the decoded JSON.
+    :param where: the file's name, for the messages.
+    :returns: the validated configuration.
+    :raises ConfigError: not a JSON object, an unknown key, a value of the wrong type or
+        below its minimum, ``padded_batches`` without ``max_batch_size``, bad ``versions``,
+        a shape spec that is not ``{"shape": [ints]}``, or an unknown input datatype. Its
+        message names ``where`` and the key.
+    """
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a JSON object, received {type(raw).__name__}")
     known = set(ModelConfig.__dataclass_fields__) - {"input_datatypes"}
