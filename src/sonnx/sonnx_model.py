@@ -85,9 +85,9 @@ class SONNXModel(Model):
 
         :param x: the batch's input.
         :param y: the batch's class labels (int indices, or one-hot / probabilities).
-        :param dist_option: ``"fp32"`` (plain update, or all-reduce with :class:`~sonnx.opt.DistOpt`),
-            or with DistOpt ``"fp16"``, ``"partialUpdate"``, ``"sparseTopK"``,
-            ``"sparseThreshold"``.
+        :param dist_option: ``"fp32"`` (a plain update, or an all-reduce with
+            :class:`~sonnx.opt.DistOpt`), or with DistOpt ``"fp16"``, ``"partialUpdate"``,
+            ``"sparseTopK"``, ``"sparseThreshold"``.
         :param spars: the sparsification ratio or threshold of the sparse modes (None: DistOpt's
             default).
         :returns: the model's first output and the loss.

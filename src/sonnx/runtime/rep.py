@@ -420,8 +420,8 @@ def prepare(
         signature.
     :param options: no keyword options are accepted; any is an error.
     :returns: the runnable model.
-    :raises BadModelError: the file is missing, the file or bytes are not a valid ONNX model, or a node breaks its
-        ``onnx.defs`` schema (counts, attributes, types).
+    :raises BadModelError: the file is missing, the file or bytes are not a valid ONNX model,
+        or a node breaks its ``onnx.defs`` schema (counts, attributes, types).
     :raises UnsupportedOperatorError: the model uses operators sonnx has no converter for (all
         of them listed).
     :raises BadInputError: an unknown keyword option.
