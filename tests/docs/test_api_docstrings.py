@@ -183,9 +183,9 @@ def documented_callable(obj: Any) -> tuple[str, Callable[..., Any], bool]:
 
 def holes(obj: Any) -> list[str]:
     """What the docstring of ``obj`` leaves undocumented."""
-    doc, fn, may_return = documented_callable(obj)
-    if not doc.strip():
+    if not (obj.__doc__ or "").strip():  # its own, not only its base's
         return ["no docstring"]
+    doc, fn, may_return = documented_callable(obj)
     sig = inspect.signature(fn)
     named = set(PARAM.findall(doc))
     missing = [
@@ -217,3 +217,9 @@ def test_holes_are_found() -> None:
         return x // y
 
     assert holes(half) == [":param y:", ":returns:"]
+
+    class Undocumented:
+        def __init__(self, size: int) -> None:
+            """:param size: the size."""
+
+    assert holes(Undocumented) == ["no docstring"]
