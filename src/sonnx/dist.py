@@ -45,6 +45,10 @@ def _env_int(name: str, default: int) -> int:
 
 
 def is_initialized() -> bool:
+    """Whether a torch.distributed process group is open.
+
+    :returns: True inside a group (sonnx's or the program's own).
+    """
     return tdist.is_available() and tdist.is_initialized()
 
 
@@ -57,7 +61,17 @@ def init(
     """Join the process group described by the arguments or torchrun's environment.
 
     Returns ``(rank, world_size)``; with a world size of 1 no group is created. ``timeout``
-    bounds how long a collective waits for a peer before failing with an error.
+    bounds how long a collective waits for a peer before failing with an error. A group that
+    is already open is joined as it is.
+
+    :param world_size: the number of processes (None: ``WORLD_SIZE``, else 1).
+    :param rank: this process's rank (None: ``RANK``, else 0).
+    :param backend: the torch.distributed backend (None: ``nccl`` with CUDA, else ``gloo``).
+    :param timeout: seconds a collective waits for a peer.
+    :returns: ``(rank, world_size)``.
+    :raises BadInputError: a rank outside ``[0, world_size)``, or ``MASTER_PORT`` unset for
+        several processes.
+    :raises DistributedError: this process could not join the group.
     """
     if is_initialized():
         return tdist.get_rank(), tdist.get_world_size()
@@ -97,31 +111,53 @@ def init(
 
 
 def rank() -> int:
+    """This process's rank.
+
+    :returns: the group's rank, else ``RANK`` from the environment, else 0.
+    """
     return tdist.get_rank() if is_initialized() else _env_int("RANK", 0)
 
 
 def world_size() -> int:
+    """The number of processes.
+
+    :returns: the group's size, else ``WORLD_SIZE`` from the environment, else 1.
+    """
     return tdist.get_world_size() if is_initialized() else _env_int("WORLD_SIZE", 1)
 
 
 def local_rank() -> int:
+    """This process's rank on its machine.
+
+    :returns: ``LOCAL_RANK`` from the environment (torchrun sets it), else 0.
+    """
     return _env_int("LOCAL_RANK", 0)
 
 
 def is_main() -> bool:
-    """True on the process that writes checkpoints and prints progress (rank 0)."""
+    """True on the process that writes checkpoints and prints progress (rank 0).
+
+    :returns: whether this is rank 0.
+    """
     return rank() == 0
 
 
 def device() -> Device:
-    """This process's device: its own GPU (``LOCAL_RANK``) under NCCL, else the CPU."""
+    """This process's device: its own GPU (``LOCAL_RANK``) under NCCL, else the CPU.
+
+    :returns: the device.
+    :raises BadInputError: under NCCL, no GPU has this process's local rank.
+    """
     if is_initialized() and tdist.get_backend() == "nccl":
         return create_cuda_gpu_on(local_rank())
     return create_cpu_device()
 
 
 def barrier() -> None:
-    """Wait until every process arrives (a no-op in a single process)."""
+    """Wait until every process arrives (a no-op in a single process).
+
+    :raises DistributedError: a peer process died or stopped responding.
+    """
     if is_initialized():
         run_collective("barrier", tdist.barrier)
 
@@ -132,6 +168,12 @@ def shard(
     """Each process's own contiguous, equally long slice of the given arrays (same length).
 
     The last ``len % world`` items are dropped so every rank runs the same number of steps.
+
+    :param arrays: the arrays to shard, all of one length.
+    :param rank_: the rank whose slice to take (None: this process's).
+    :param world: the number of slices (None: the world size).
+    :returns: this rank's slice of each array, in order.
+    :raises BadInputError: the arrays differ in length.
     """
     me = rank() if rank_ is None else rank_
     size = world_size() if world is None else world
