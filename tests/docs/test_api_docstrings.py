@@ -33,6 +33,7 @@ PUBLIC = [
     "sonnx.SONNXModel.train_one_batch",
     "sonnx.SONNXModel.freeze",
     "sonnx.SONNXModel.unfreeze",
+    "sonnx.autograd.backward",
     # models
     "sonnx.model.Model",
     "sonnx.model.Model.compile",
@@ -43,6 +44,7 @@ PUBLIC = [
     "sonnx.model.Model.save_states",
     "sonnx.model.Model.load_states",
     # layers
+    "sonnx.layer.Layer.forward",
     "sonnx.layer.Layer.get_params",
     "sonnx.layer.Layer.get_states",
     "sonnx.layer.Layer.set_params",

@@ -107,5 +107,12 @@ def backward(y: Tensor, dy: Tensor | torch.Tensor | None = None) -> Iterator[tup
     """Yield ``(param, grad)`` for every parameter with ``stores_grad`` that ``y`` depends on.
 
     ``dy`` is the gradient of the final objective with respect to ``y`` (ones by default).
+
+    :param y: the loss (or any output computed in training mode).
+    :param dy: the gradient with respect to ``y``, of ``y``'s shape (None: ones).
+    :returns: an iterator of ``(parameter, gradient)`` pairs; parameters ``y`` does not use are
+        left out.
+    :raises BadInputError: ``y`` carries no gradient graph (computed in inference mode, by
+        inference-only operators, or from no trainable parameter), or ``dy`` has another shape.
     """
     yield from gradients(y, dy)

@@ -43,6 +43,10 @@ class Layer:
         """Create parameters from the first inputs' shapes (nothing to create by default)."""
 
     def forward(self, *inputs: Any) -> Any:
+        """The layer's computation; ``layer(*inputs)`` calls it after :meth:`initialize`.
+
+        :returns: the output(s).
+        """
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
