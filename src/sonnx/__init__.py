@@ -9,6 +9,7 @@ garbage-collector settings with :func:`tune_process_for_serving`.
 """
 
 from sonnx import autograd, device, layer, model, opt, tensor
+from sonnx.generation import generate
 from sonnx.onnx.exporter import save, to_onnx
 from sonnx.onnx.importer import SingaRep, prepare
 from sonnx.onnx.sonnx_model import SONNXModel
@@ -19,6 +20,7 @@ __all__ = [
     "SingaRep",
     "autograd",
     "device",
+    "generate",
     "layer",
     "model",
     "opt",

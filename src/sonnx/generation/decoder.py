@@ -1,0 +1,104 @@
+"""One forward step of a decoder graph with its KV cache held as torch tensors on the device.
+
+:class:`Decoder` feeds a prepared :class:`~sonnx.onnx.importer.SingaRep` the new tokens, the
+attention mask, the positions and the past, and keeps the present it returns as the next
+step's past: the cache never leaves the device and is never converted to NumPy; only the
+logits of each sequence's last position are handed back.
+
+Preallocation: where the graph writes the present into a past buffer of the full length
+(genai's ``past_present_share_buffer``, GroupQueryAttention graphs), the past starts as one
+buffer of ``max_length`` rows per layer and the present (of that same size) is fed back, so
+every decode step has the same shapes. Graphs that ``Concat`` the past and the new rows (every
+optimum export, genai's CPU builds) make a new present each step whatever is fed, so there is
+nothing to preallocate: the past starts empty and grows by one row per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sonnx.generation.cache_layout import CacheLayout
+from sonnx.tensor import Tensor, computed_tensor
+
+
+@dataclass
+class Cache:
+    """The past keys and values of every layer, (batch, kv heads, rows, head size) each."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    def select(self, rows: torch.Tensor) -> Cache:
+        """The cache of the batch rows ``rows`` (beam search's reordering)."""
+        return Cache(
+            [k.index_select(0, rows) for k in self.keys],
+            [v.index_select(0, rows) for v in self.values],
+        )
+
+
+class Decoder:
+    """Runs ``rep`` one step at a time under the names ``layout`` gives."""
+
+    def __init__(self, rep, layout: CacheLayout) -> None:  # noqa: ANN001 (SingaRep: no cycle)
+        self.rep = rep
+        self.layout = layout
+        self.device = rep.device.torch_device
+        specs = {s.name: s for s in rep.input_specs}
+        self._int_dtype = {
+            name: specs[name].dtype or torch.int64
+            for name in (layout.input_ids, layout.attention_mask, layout.position_ids)
+            if name is not None
+        }
+
+    def empty_cache(self, batch: int, max_length: int) -> Cache:
+        """The past before the prompt: ``max_length`` zero rows when the graph shares the
+        buffer, else none."""
+        lay = self.layout
+        rows = max_length if lay.share_buffer else 0
+        shape = (batch, lay.kv_heads, rows, lay.head_size)
+
+        def zeros() -> torch.Tensor:
+            return torch.zeros(shape, dtype=lay.cache_dtype, device=self.device)
+
+        return Cache([zeros() for _ in range(lay.layers)], [zeros() for _ in range(lay.layers)])
+
+    def step(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: Cache,
+    ) -> tuple[torch.Tensor, Cache]:
+        """The float32 logits of each row's last position (batch, vocab) and the new cache.
+
+        ``input_ids`` and ``position_ids`` are (batch, new tokens); ``attention_mask`` is
+        (batch, past + new tokens), 0 on left padding.
+        """
+        lay = self.layout
+        feed: dict[str, Tensor] = {lay.input_ids: self._int(lay.input_ids, input_ids)}
+        if lay.attention_mask is not None:
+            feed[lay.attention_mask] = self._int(lay.attention_mask, attention_mask)
+        if lay.position_ids is not None:
+            feed[lay.position_ids] = self._int(lay.position_ids, position_ids)
+        if lay.use_cache_branch is not None:
+            has_past = attention_mask.shape[1] > input_ids.shape[1]
+            feed[lay.use_cache_branch] = computed_tensor(
+                torch.tensor([has_past], device=self.device)
+            )
+        for names, tensors in ((lay.past_keys, cache.keys), (lay.past_values, cache.values)):
+            feed.update({n: computed_tensor(t) for n, t in zip(names, tensors, strict=True)})
+        with torch.no_grad():
+            out = self.rep.run(feed)
+        by_name = dict(zip(self.rep.outputs, out, strict=True))
+        logits = by_name[lay.logits].data
+        last = logits[:, -1, :] if logits.dim() == 3 else logits
+        present = Cache(
+            [by_name[n].data for n in lay.present_keys],
+            [by_name[n].data for n in lay.present_values],
+        )
+        return last.float(), present
+
+    def _int(self, name: str, values: torch.Tensor) -> Tensor:
+        return computed_tensor(values.to(device=self.device, dtype=self._int_dtype[name]))
