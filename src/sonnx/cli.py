@@ -5,6 +5,7 @@ sonnx info MODEL.onnx                                         layers, inputs, ou
 sonnx run MODEL.onnx INPUT.npy [...] [--last-layers K]        run a model on .npy inputs
 sonnx serve --model-repository DIR [--http-port 8000] [--grpc-port 8001]  KServe v2 server
 sonnx cache [--clear]                                         graph mode's stored graphs
+sonnx generate DIR --prompt "..." [--max-new-tokens N]       stream generated text
 
 ``demo`` and ``serve`` are whole programs that run models for their lifetime: they opt in to
 :func:`sonnx.tune_process_for_serving` (malloc and garbage-collector settings).
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from sonnx.errors import SonnxError
+from sonnx.generation.command import add_parser as add_generate_parser
 from sonnx.process_tuning import tune_process_for_serving
 
 
@@ -148,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="where graph mode stores compiled graphs, and how much")
     cache.add_argument("--clear", action="store_true", help="delete every stored graph first")
     cache.set_defaults(func=_cache)
+    add_generate_parser(sub)
     return parser
 
 

@@ -47,7 +47,7 @@ class _WithFlatCache(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, attention_mask, position_ids, *past):  # noqa: ANN001, ANN002
+    def forward(self, input_ids, attention_mask, position_ids, *past):
         cache = DynamicCache(config=self.model.config)
         for i in range(len(past) // 2):
             cache.update(past[2 * i], past[2 * i + 1], i)

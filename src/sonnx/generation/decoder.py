@@ -41,7 +41,7 @@ class Cache:
 class Decoder:
     """Runs ``rep`` one step at a time under the names ``layout`` gives."""
 
-    def __init__(self, rep, layout: CacheLayout) -> None:  # noqa: ANN001 (SingaRep: no cycle)
+    def __init__(self, rep, layout: CacheLayout) -> None:
         self.rep = rep
         self.layout = layout
         self.device = rep.device.torch_device

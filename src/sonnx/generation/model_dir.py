@@ -43,7 +43,9 @@ class DecoderModel:
         return generate_tokens(self.rep, input_ids, layout=self.layout, **options)
 
 
-def load_decoder(model_dir: str | Path, device: Device | None = None, use_graph: bool = False) -> DecoderModel:
+def load_decoder(
+    model_dir: str | Path, device: Device | None = None, use_graph: bool = False
+) -> DecoderModel:
     """Prepare the decoder in ``model_dir`` (see the module docstring for what it may hold)."""
     from sonnx.onnx.importer import prepare
 
@@ -89,7 +91,8 @@ def generate(
     ids = [model.tokenizer.encode(t).ids for t in texts]
     out = model.generate(ids, **options)
     width = max(len(i) for i in ids)
-    decoded = [model.tokenizer.decode(row[width:].tolist(), skip_special_tokens=True) for row in out]
+    decode = model.tokenizer.decode
+    decoded = [decode(row[width:].tolist(), skip_special_tokens=True) for row in out]
     return decoded[0] if isinstance(prompt, str) else decoded
 
 

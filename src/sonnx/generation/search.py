@@ -54,7 +54,9 @@ def generate_tokens(
     reproducible. ``num_beams > 1`` is beam search (no sampling, no streamer).
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise BadInputError(f"generate: max_new_tokens must be an int >= 1, received {max_new_tokens!r}")
+        raise BadInputError(
+            f"generate: max_new_tokens must be an int >= 1, received {max_new_tokens!r}"
+        )
     sampling = Sampling(do_sample, temperature, top_k, top_p)
     ends = _end_ids(eos_token_id)
     pad = pad_token_id if pad_token_id is not None else (ends[0] if ends else 0)

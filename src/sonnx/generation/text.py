@@ -43,10 +43,8 @@ class TextStreamer:
         text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
         if text.endswith("\ufffd"):
             return
-        if text.startswith(self.shown):
-            piece = text[len(self.shown) :]
-        else:  # a tokenizer that rewrote earlier text (rare): show the new text whole
-            piece = text
+        # A tokenizer that rewrote earlier text (rare) has its new text shown whole.
+        piece = text[len(self.shown) :] if text.startswith(self.shown) else text
         self.shown = text
         if piece:
             self.write(piece)
