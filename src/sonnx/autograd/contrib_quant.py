@@ -81,6 +81,18 @@ def _check_bits(op: ContribOperator, bits: int) -> None:
         )
 
 
+def _int8_rounded(a: torch.Tensor, block: int) -> torch.Tensor:
+    """``a`` rounded to int8 steps per block of its last dimension (zero-padded to whole
+    blocks), with an identity gradient."""
+    k = a.shape[-1]
+    padded = torch.nn.functional.pad(a, (0, -k % block))
+    blocks = padded.reshape(*a.shape[:-1], -1, block)
+    step = blocks.detach().abs().amax(-1, keepdim=True) / 127
+    step = torch.where(step == 0, torch.ones_like(step), step)
+    rounded = (torch.round(blocks / step) * step).reshape(padded.shape)[..., :k]
+    return a + (rounded - a).detach()
+
+
 class MatMulNBits(ContribQuantOperator):
     """``Y = A @ dequantize(B).T + bias`` with B an [N, K] weight quantized in blocks along K.
 
@@ -88,8 +100,12 @@ class MatMulNBits(ContribQuantOperator):
     bits / 8); scales (A's type, N * n_blocks values); zero_points (optional: uint8 codes packed
     like B, ceil(n_blocks * bits / 8) bytes per row, or float values shaped like scales);
     g_idx (optional int32 [K]: the block of each row of K, for act-order weights); bias
-    (optional [N]). ``accuracy_level`` only lets onnxruntime compute in lower precision (at
-    level 4 it quantizes A to int8); sonnx computes in float and accepts every level.
+    (optional [N]). At ``accuracy_level`` 4 A is rounded to int8 per block of K (a step of the
+    block's largest magnitude / 127) before the product, as onnxruntime's x86-64 and ARM CPU
+    kernels do: onnxruntime-genai's int4 builds set that level, and greedy decoding of a model
+    follows onnxruntime's tokens only with the same rounding (near-tied logits otherwise pick
+    other tokens). The gradient passes the rounding unchanged (straight through), so layers
+    before a 4-bit one still train. Other levels compute in float.
     """
 
     op_type = "MatMulNBits"
@@ -116,6 +132,8 @@ class MatMulNBits(ContribQuantOperator):
                 f"MatMulNBits node {self.name!r}: input A must be a float tensor whose last "
                 f"dimension is K={k}, received dtype {a.dtype} and shape {tuple(a.shape)}"
             )
+        if int(self.attr("accuracy_level")) == 4:
+            a = _int8_rounded(a, int(self.attr("block_size")))
         weights = (b, scales, zero_points, g_idx)
         w = self._weight.get(weights, lambda: self.dequantize(*weights, k=k, n=n))
         y = torch.matmul(a, w.to(a.dtype).t())

@@ -1,0 +1,56 @@
+"""Greedy decoding of onnxruntime-genai's own builds equals its Generator's tokens, exactly.
+
+The builds (:mod:`tests.genai_builds`) are tiny random-weight llama, qwen2 and phi3 models
+written by onnxruntime-genai's builder in float32 and int4 (MatMulNBits at accuracy level 4,
+GroupQueryAttention with a shared past/present buffer): their directories are what a user
+downloads, so ``sonnx.generate`` reads them as they are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sonnx
+from sonnx.generation import load_decoder
+from tests.genai_builds import SENTENCES, build
+
+NEW_TOKENS = 32
+
+
+def genai_greedy(model_dir, prompt: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    """onnxruntime-genai's greedy tokens: the prompt and exactly ``NEW_TOKENS`` more."""
+    import onnxruntime_genai as og
+
+    model = og.Model(str(model_dir))
+    params = og.GeneratorParams(model)
+    length = len(prompt) + NEW_TOKENS
+    params.set_search_options(max_length=length, min_length=length, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(prompt)
+    while not generator.is_done():
+        generator.generate_next_token()
+    return np.asarray(generator.get_sequence(0))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "phi3"])
+def test_greedy_equals_onnxruntime_genai(family: str, precision: str) -> None:
+    model_dir = build(family, precision)
+    model = load_decoder(model_dir)
+    assert model.layout.share_buffer  # the builder's CPU config preallocates the past
+    for sentence in SENTENCES[:2]:
+        prompt = np.asarray(model.tokenizer.encode(sentence).ids)
+        expected = genai_greedy(model_dir, prompt)
+        # min_length keeps genai going past an end token; sonnx is told of no end token.
+        got = model.generate(prompt, max_new_tokens=NEW_TOKENS, eos_token_id=None)[0]
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_text_in_text_out_on_a_genai_directory() -> None:
+    model_dir = build("llama", "fp32")
+    model = load_decoder(model_dir)
+    text = sonnx.generate(model_dir, SENTENCES[0], max_new_tokens=8)
+    prompt = model.tokenizer.encode(SENTENCES[0]).ids
+    ids = model.generate(prompt, max_new_tokens=8)[0, len(prompt) :]
+    assert text == model.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
