@@ -8,6 +8,8 @@ downloads, so ``sonnx.generate`` reads them as they are.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ from tests.genai_builds import SENTENCES, build
 NEW_TOKENS = 32
 
 
-def genai_greedy(model_dir, prompt: np.ndarray) -> np.ndarray:  # noqa: ANN001
+def genai_greedy(model_dir: Path, prompt: np.ndarray) -> np.ndarray:
     """onnxruntime-genai's greedy tokens: the prompt and exactly ``NEW_TOKENS`` more."""
     import onnxruntime_genai as og
 
