@@ -6,19 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.generation.optimum_models import export_optimum_style, tiny_llama
-
-
-def word_tokenizer(vocab: int):
-    """A word-level tokenizer over ``<unk>``, ``<s>``, ``</s>`` and the words ``w3`` .. ``wN``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    words = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab)}}
-    tokenizer = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.decoder = decoders.WordPiece(prefix="##")
-    tokenizer.add_special_tokens(["<unk>", "<s>", "</s>"])
-    return tokenizer
+from tests.generation.optimum_models import export_optimum_style, tiny_llama, word_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Tiny random-weight transformers decoders exported the way optimum writes them.
+"""Tiny random-weight transformers decoders exported the way optimum writes them, and a
+word-level tokenizer for their vocabulary.
 
 The graph takes ``input_ids``, ``attention_mask``, ``position_ids`` and
 ``past_key_values.N.key``/``.value`` (batch, kv heads, past length, head size) and returns
@@ -38,6 +39,18 @@ def tiny_llama(seed: int = 0, vocab: int = 96) -> LlamaForCausalLM:
     with torch.no_grad():
         model.lm_head.weight.mul_(20)
     return model
+
+
+def word_tokenizer(vocab: int):
+    """A word-level tokenizer over ``<unk>``, ``<s>``, ``</s>`` and the words ``w3`` .. ``wN``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    words = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab)}}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    tokenizer.add_special_tokens(["<unk>", "<s>", "</s>"])
+    return tokenizer
 
 
 class _WithFlatCache(torch.nn.Module):
