@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         streamer=streamer,
     )
+    if isinstance(streamer, TextStreamer):
+        streamer.finish()
     _write("\n")
     return 0
 

@@ -3,7 +3,8 @@
 :class:`TextStreamer` turns the tokens of one sequence, as they come, into text pieces: it
 decodes everything generated so far and hands on what was added, holding a piece back while
 it ends in an incomplete character (a byte-level token that is half of a UTF-8 sequence
-decodes to U+FFFD until its other half arrives).
+decodes to U+FFFD until its other half arrives). :meth:`TextStreamer.finish` writes what is
+held back at the end, when no other half is coming.
 """
 
 from __future__ import annotations
@@ -40,8 +41,15 @@ class TextStreamer:
 
     def __call__(self, tokens: np.ndarray) -> None:
         self.tokens.append(int(tokens.reshape(-1)[0]))
+        self._show(held_back=True)
+
+    def finish(self) -> None:
+        """Write the text held back (a sequence may end inside a character)."""
+        self._show(held_back=False)
+
+    def _show(self, held_back: bool) -> None:
         text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
-        if text.endswith("\ufffd"):
+        if held_back and text.endswith("\ufffd"):
             return
         # A tokenizer that rewrote earlier text (rare) has its new text shown whole.
         piece = text[len(self.shown) :] if text.startswith(self.shown) else text

@@ -115,6 +115,10 @@ class GenerateApi:
                     text = "".join(pieces)
                     pieces.clear()
                     yield _event({**head, "text_output": text, "output_ids": [event]})
+                if streamer is not None:
+                    streamer.finish()
+                if pieces:  # text held back at an incomplete character
+                    yield _event({**head, "text_output": "".join(pieces), "output_ids": []})
             finally:
                 generation.cancelled.set()
 
