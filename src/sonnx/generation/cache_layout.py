@@ -20,11 +20,14 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from sonnx.errors import BadModelError
+
+if TYPE_CHECKING:
+    from sonnx.onnx.importer import SingaRep
 
 _OPTIMUM_PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 
@@ -55,7 +58,7 @@ class CacheLayout:
         return len(self.past_keys)
 
 
-def detect_layout(rep: Any, config: dict[str, Any] | None = None) -> CacheLayout:
+def detect_layout(rep: SingaRep, config: dict[str, Any] | None = None) -> CacheLayout:
     """The cache layout of a prepared decoder ``rep``, from a ``genai_config.json`` dict when
     given, else from optimum's tensor names."""
     specs = {s.name: s for s in rep.input_specs}

@@ -16,11 +16,15 @@ nothing to preallocate: the past starts empty and grows by one row per step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from sonnx.generation.cache_layout import CacheLayout
 from sonnx.tensor import Tensor, computed_tensor
+
+if TYPE_CHECKING:
+    from sonnx.onnx.importer import SingaRep
 
 
 @dataclass
@@ -41,7 +45,7 @@ class Cache:
 class Decoder:
     """Runs ``rep`` one step at a time under the names ``layout`` gives."""
 
-    def __init__(self, rep, layout: CacheLayout) -> None:
+    def __init__(self, rep: SingaRep, layout: CacheLayout) -> None:
         self.rep = rep
         self.layout = layout
         self.device = rep.device.torch_device

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from sonnx.generation.cache_layout import CacheLayout, detect_layout, read_genai
 from sonnx.generation.search import generate_tokens
 from sonnx.generation.text import load_tokenizer
 
+if TYPE_CHECKING:
+    from sonnx.onnx.importer import SingaRep
+
 _OPTIMUM_FILES = ("model.onnx", "decoder_model_merged.onnx", "decoder_with_past_model.onnx")
 
 
@@ -29,7 +32,7 @@ class DecoderModel:
     """A loaded decoder directory: the prepared graph, its cache layout, its end tokens and
     (when the directory has one) its tokenizer."""
 
-    rep: Any
+    rep: SingaRep
     layout: CacheLayout
     eos_token_id: list[int]
     pad_token_id: int | None

@@ -14,7 +14,7 @@ end-of-sequence test); the KV cache stays in the :class:`~sonnx.generation.decod
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,12 +25,15 @@ from sonnx.generation.cache_layout import CacheLayout, detect_layout
 from sonnx.generation.decoder import Decoder
 from sonnx.generation.sampling import Sampling
 
+if TYPE_CHECKING:
+    from sonnx.onnx.importer import SingaRep
+
 #: Called once per step with the new token of every sequence, a (batch,) int64 array.
 Streamer = Callable[[np.ndarray], None]
 
 
 def generate_tokens(
-    rep: Any,
+    rep: SingaRep,
     input_ids: Any,
     max_new_tokens: int = 32,
     do_sample: bool = False,
