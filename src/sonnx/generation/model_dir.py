@@ -47,7 +47,7 @@ class DecoderModel:
 
 
 def load_decoder(
-    model_dir: str | Path, device: Device | None = None, use_graph: bool = False
+    model_dir: str | Path, device: Device | str | None = None, use_graph: bool = False
 ) -> DecoderModel:
     """Prepare the decoder in ``model_dir`` (see the module docstring for what it may hold)."""
     from sonnx.onnx.importer import prepare

@@ -37,7 +37,7 @@ from sonnx.generation.text import TextStreamer
 from sonnx.serve.decode_scheduler import DecodeScheduler, Event, GenerationRequest
 from sonnx.serve.errors import InvalidRequestError, UnsupportedError
 from sonnx.serve.metrics import ServeMetrics
-from sonnx.serve.repository import ModelRepository
+from sonnx.serve.repository import ModelRepository, ModelVersion
 
 _STEP_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 _PARAMETERS = {
@@ -137,7 +137,7 @@ class GenerateApi:
             raise InvalidRequestError(f"the request body is not valid JSON: {e}") from None
         if not isinstance(options, dict):
             raise InvalidRequestError("the request body must be a JSON object")
-        model, scheduler = await self._scheduler(name, served.version)
+        model, scheduler = await self._scheduler(name, served)
         queue: asyncio.Queue[Event] = asyncio.Queue()
         loop = asyncio.get_running_loop()
         generation = _request(
@@ -147,13 +147,20 @@ class GenerateApi:
         head = {"model_name": name, "model_version": str(served.version)}
         return head, model, generation, queue
 
-    async def _scheduler(self, name: str, version: int) -> tuple[DecoderModel, DecodeScheduler]:
+    async def _scheduler(
+        self, name: str, served: ModelVersion
+    ) -> tuple[DecoderModel, DecodeScheduler]:
+        """The version's decoder and scheduler, prepared on the version's device (and in graph
+        mode where its config says so) on first use."""
+        version, config = served.version, served.config
         key = (name, version)
         async with self._loading:
             if key not in self._schedulers:
                 directory = self.repository.root / name / str(version)
                 try:
-                    model = await asyncio.to_thread(load_decoder, directory)
+                    model = await asyncio.to_thread(
+                        load_decoder, directory, config.device, config.use_graph
+                    )
                 except SonnxError as e:
                     raise UnsupportedError(
                         f"model {name!r} version {version} cannot generate: {e}"
@@ -167,8 +174,12 @@ class GenerateApi:
 def _request(options: dict[str, Any], model: DecoderModel, emit: Any) -> GenerationRequest:
     """The generation a request body asks for, checked."""
     parameters = options.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise InvalidRequestError(
+            f"generate: parameters must be a JSON object, received {str(parameters)[:60]}"
+        )
     unknown = set(parameters) - _PARAMETERS
-    if not isinstance(parameters, dict) or unknown:
+    if unknown:
         raise InvalidRequestError(
             f"generate: unknown parameters {sorted(unknown)}; known: {sorted(_PARAMETERS)}"
         )
