@@ -73,7 +73,7 @@ def test_matmul_nbits_g_idx_and_bias_match_onnxruntime(zero_points):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("k", [128, 70])
+@pytest.mark.parametrize("k", [128, 70, 4096])
 def test_matmul_nbits_accuracy_level_4_rounds_a_as_onnxruntime(k):
     """At accuracy_level 4 onnxruntime's CPU kernel quantizes A to int8 per block of K (scale:
     the block's largest magnitude / 127); sonnx rounds A the same way, so the outputs agree to

@@ -83,14 +83,18 @@ def _check_bits(op: ContribOperator, bits: int) -> None:
 
 def _int8_rounded(a: torch.Tensor, block: int) -> torch.Tensor:
     """``a`` rounded to int8 steps per block of its last dimension (zero-padded to whole
-    blocks), with an identity gradient."""
+    blocks), with an identity gradient.
+
+    The codes are ``round(a * (127 / amax))`` as onnxruntime computes them: dividing by
+    ``amax / 127`` instead rounds some values near a half step the other way.
+    """
     k = a.shape[-1]
     padded = torch.nn.functional.pad(a, (0, -k % block))
-    blocks = padded.reshape(*a.shape[:-1], -1, block)
-    step = blocks.detach().abs().amax(-1, keepdim=True) / 127
-    step = torch.where(step == 0, torch.ones_like(step), step)
-    rounded = (torch.round(blocks / step) * step).reshape(padded.shape)[..., :k]
-    return a + (rounded - a).detach()
+    blocks = padded.detach().reshape(*a.shape[:-1], -1, block)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    inverse = torch.where(amax == 0, torch.zeros_like(amax), 127 / amax)
+    rounded = (torch.round(blocks * inverse) * (amax / 127)).reshape(padded.shape)[..., :k]
+    return a + (rounded - a.detach())
 
 
 class MatMulNBits(ContribQuantOperator):
