@@ -34,11 +34,12 @@ def test_end_token_stops_as_in_transformers(llama, llama_rep) -> None:
     assert out.shape[1] < len(PROMPT) + 16 and out[0, -1] == end
 
 
-def test_beam_search_equals_transformers(llama, llama_rep) -> None:
-    expected = reference(llama, PROMPT, max_new_tokens=10, num_beams=3)
-    np.testing.assert_array_equal(
-        llama_rep.generate(PROMPT, max_new_tokens=10, num_beams=3), expected
-    )
+@pytest.mark.parametrize("end", [None, 36, 90])
+def test_beam_search_equals_transformers(llama, llama_rep, end: int | None) -> None:
+    """Without an end token, and with end tokens that finish hypotheses early and late."""
+    expected = reference(llama, PROMPT, max_new_tokens=12, num_beams=3, eos_token_id=end)
+    got = llama_rep.generate(PROMPT, max_new_tokens=12, num_beams=3, eos_token_id=end)
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_left_padded_batch_equals_each_prompt_alone(llama_rep) -> None:
