@@ -45,6 +45,7 @@ def test_optimum_names_give_the_layout(llama_rep) -> None:
     assert layout.present_values == ("present.0.value", "present.1.value")
     assert (layout.attention_mask, layout.position_ids) == ("attention_mask", "position_ids")
     assert layout.cache_dtype == torch.float32 and not layout.share_buffer
+    assert not layout.right_padded  # the export's attention is plain MatMul and Softmax
 
 
 def test_a_genai_config_names_the_same_tensors(llama_rep, tmp_path: Path) -> None:

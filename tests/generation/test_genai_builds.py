@@ -8,6 +8,7 @@ downloads, so ``sonnx.generate`` reads them as they are.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,21 @@ def test_greedy_equals_onnxruntime_genai(family: str, precision: str) -> None:
         # min_length keeps genai going past an end token; sonnx is told of no end token.
         got = model.generate(prompt, max_new_tokens=NEW_TOKENS, eos_token_id=None)[0]
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_left_padded_batch_equals_each_prompt_alone(shared: bool) -> None:
+    """GroupQueryAttention takes padding on the right: the decoder moves it there, with the
+    builder's shared past buffer and with a past that grows step by step."""
+    model = load_decoder(build("llama", "fp32"))
+    assert model.layout.right_padded
+    layout = dataclasses.replace(model.layout, share_buffer=shared)
+    prompts = [model.tokenizer.encode(s).ids for s in SENTENCES[:3]]
+    assert len({len(p) for p in prompts}) == 3
+    batch = model.generate(prompts, max_new_tokens=8, eos_token_id=None, layout=layout)
+    for row, prompt in zip(batch, prompts, strict=True):
+        alone = model.generate(prompt, max_new_tokens=8, eos_token_id=None, layout=layout)[0]
+        np.testing.assert_array_equal(row[-8:], alone[-8:])
 
 
 def test_text_in_text_out_on_a_genai_directory() -> None:

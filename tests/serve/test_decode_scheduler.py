@@ -1,10 +1,11 @@
-"""Batched decode steps give each request the tokens it gets alone, in both cache layouts:
-optimum's concatenated past (left-padded in a batch) and onnxruntime-genai's shared buffer
-(right-padded)."""
+"""Batched decode steps give each request the tokens it gets alone, in every cache layout:
+optimum's concatenated past (left-padded in a batch) and GroupQueryAttention's (right-padded),
+with onnxruntime-genai's shared buffer or a growing past."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import queue
 from pathlib import Path
 
@@ -22,13 +23,16 @@ PROMPTS = [[1, 5, 9, 33, 7], [1, 4], [1, 8, 8, 3], [1, 20, 21], [1, 3, 3, 3, 3, 
 LENGTHS = [12, 5, 9, 12, 3, 8, 12, 6]
 
 
-@pytest.fixture(scope="module", params=["optimum", "genai"])
+@pytest.fixture(scope="module", params=["optimum", "genai", "genai-growing"])
 def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """optimum's export; genai's build with its shared past buffer, and with a past that grows
+    (GroupQueryAttention either way, so right-padded in a batch)."""
     if request.param == "optimum":
-        directory = export_optimum_style(tiny_llama(), tmp_path_factory.mktemp("llama"))
-    else:
-        directory = build("llama", "fp32")
-    return load_decoder(directory)
+        return load_decoder(export_optimum_style(tiny_llama(), tmp_path_factory.mktemp("llama")))
+    model = load_decoder(build("llama", "fp32"))
+    if request.param == "genai-growing":
+        model.layout = dataclasses.replace(model.layout, share_buffer=False)
+    return model
 
 
 def run_all(model, requests: list[tuple[list[int], int, Sampling, int | None]]):

@@ -11,11 +11,15 @@ Two conventions are read:
   ``present.N.key``/``.value`` out, ``logits`` (or the first output).
 
 Either way the past inputs are (batch, kv heads, past length, head size); the heads, the head
-size and the element type come from the declared input shapes, or from the config.
+size and the element type come from the declared input shapes, or from the config. A graph
+whose attention is com.microsoft GroupQueryAttention keeps each sequence's cache rows from
+row 0 on and reads a sequence's length from its attention mask's sum, so it takes padding on
+the right (``right_padded``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -52,6 +56,8 @@ class CacheLayout:
     #: The past is a buffer of ``max_length`` rows that the present reuses (genai's
     #: ``past_present_share_buffer``, for GroupQueryAttention graphs).
     share_buffer: bool = False
+    #: Padding goes after a sequence's tokens (GroupQueryAttention), not before them.
+    right_padded: bool = False
 
     @property
     def layers(self) -> int:
@@ -63,8 +69,11 @@ def detect_layout(rep: SingaRep, config: dict[str, Any] | None = None) -> CacheL
     given, else from optimum's tensor names."""
     specs = {s.name: s for s in rep.input_specs}
     if config is not None:
-        return _from_genai_config(config, specs, rep.outputs)
-    return _from_optimum_names(specs, rep.outputs)
+        layout = _from_genai_config(config, specs, rep.outputs)
+    else:
+        layout = _from_optimum_names(specs, rep.outputs)
+    gqa = any(n.op_type == "GroupQueryAttention" for n in rep.model.graph.node)
+    return dataclasses.replace(layout, right_padded=gqa)
 
 
 def read_genai_config(model_dir: Path) -> dict[str, Any] | None:

@@ -11,6 +11,12 @@ buffer of ``max_length`` rows per layer and the present (of that same size) is f
 every decode step has the same shapes. Graphs that ``Concat`` the past and the new rows (every
 optimum export, genai's CPU builds) make a new present each step whatever is fed, so there is
 nothing to preallocate: the past starts empty and grows by one row per step.
+
+Callers pad on the left (0s in the attention mask before a sequence's tokens). For a graph
+that takes padding on the right (GroupQueryAttention: see
+:mod:`~sonnx.generation.cache_layout`), :meth:`Decoder.step` moves a padded prompt's tokens to
+the front and marks each sequence's length by 1s from the mask's start, so both layouts take
+the same calls.
 """
 
 from __future__ import annotations
@@ -81,6 +87,11 @@ class Decoder:
         (batch, past + new tokens), 0 on left padding.
         """
         lay = self.layout
+        last = None
+        if lay.right_padded and not bool(attention_mask.all()):
+            input_ids, attention_mask, position_ids, last = _to_right_padding(
+                input_ids, attention_mask, position_ids
+            )
         feed: dict[str, Tensor] = {lay.input_ids: self._int(lay.input_ids, input_ids)}
         if lay.attention_mask is not None:
             feed[lay.attention_mask] = self._int(lay.attention_mask, attention_mask)
@@ -97,12 +108,32 @@ class Decoder:
             out = self.rep.run(feed)
         by_name = dict(zip(self.rep.outputs, out, strict=True))
         logits = by_name[lay.logits].data
-        last = logits[:, -1, :] if logits.dim() == 3 else logits
+        if logits.dim() == 3:
+            rows = torch.arange(logits.shape[0], device=logits.device)
+            logits = logits[:, -1] if last is None else logits[rows, last]
         present = Cache(
             [by_name[n].data for n in lay.present_keys],
             [by_name[n].data for n in lay.present_values],
         )
-        return last.float(), present
+        return logits.float(), present
 
     def _int(self, name: str, values: torch.Tensor) -> Tensor:
         return computed_tensor(values.to(device=self.device, dtype=self._int_dtype[name]))
+
+
+def _to_right_padding(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Left-padded inputs as a right-padded graph takes them, and the index of each row's last
+    token among the new ones (None: the last position, as with one new token)."""
+    valid = attention_mask.sum(1, keepdim=True)
+    width = attention_mask.shape[1]
+    mask = (torch.arange(width, device=valid.device) < valid).to(attention_mask.dtype)
+    if input_ids.shape[1] == 1:
+        return input_ids, mask, position_ids, None
+    # A prompt (no past): each row's tokens first, in order, then its padding.
+    new = input_ids.shape[1]
+    order = torch.argsort((attention_mask[:, -new:] == 0).int(), dim=1, stable=True)
+    ids = input_ids.gather(1, order)
+    positions = position_ids.gather(1, order)
+    return ids, mask, positions, (valid.reshape(-1) - (width - new) - 1)

@@ -43,7 +43,8 @@ class DecoderModel:
         layout (``options`` override them)."""
         options.setdefault("eos_token_id", self.eos_token_id or None)
         options.setdefault("pad_token_id", self.pad_token_id)
-        return generate_tokens(self.rep, input_ids, layout=self.layout, **options)
+        options.setdefault("layout", self.layout)
+        return generate_tokens(self.rep, input_ids, **options)
 
 
 def load_decoder(

@@ -8,10 +8,10 @@ between steps, so a long generation never holds up a short one.
 The sequences of a step have caches of different lengths. Where the graph concatenates past
 and new rows (optimum's exports), each cache is padded with zero rows on the left to the
 longest, and the attention mask is 0 on the padding, so the rows are masked out as left
-padding is; afterwards each sequence keeps its own rows of the present. Where the graph writes
-into a shared buffer (GroupQueryAttention), each sequence's buffer is padded on the right and
-the mask covers each sequence's own length: the graph reads a sequence's length from its mask,
-and rows past it are never attended to.
+padding is; afterwards each sequence keeps its own rows of the present. Where the graph takes
+padding on the right (GroupQueryAttention, whether or not its past is a shared buffer), each
+sequence's cache is padded on the right and the mask covers each sequence's own length: the
+graph reads a sequence's length from its mask, and rows past it are never attended to.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ class DecodeScheduler:
         ids = torch.tensor([[r.last] for r in running], device=device)
         positions = torch.tensor([[r.length] for r in running], device=device)
         try:
-            if self.decoder.layout.share_buffer:
+            if self.decoder.layout.right_padded:
                 logits, present, rows = self._run_right_padded(running, ids, positions)
             else:
                 logits, present, rows = self._run_left_padded(running, ids, positions)
@@ -210,4 +210,6 @@ class DecodeScheduler:
             [merged([r.cache.values[i] for r in running]) for i in layers],
         )
         logits, present = self.decoder.step(ids, mask, positions, cache)
-        return logits, present, [slice(0, s) for s in sizes]
+        # A shared buffer keeps its size; a growing cache keeps its rows and the new one.
+        kept = [max(size, r.length + 1) for size, r in zip(sizes, running, strict=True)]
+        return logits, present, [slice(0, k) for k in kept]
