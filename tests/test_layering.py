@@ -37,7 +37,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("engine", {"sonnx.engine"}),
     ("operators", {"sonnx.operators"}),
     ("onnx", {"sonnx.onnx"}),
-    ("runtime", {"sonnx.runtime"}),
+    # generation is the decode loop over a program: SingaRep.generate is its entry point
+    ("runtime", {"sonnx.runtime", "sonnx.generation"}),
 ]
 APPLICATION = len(LAYERS)
 

@@ -9,6 +9,7 @@ garbage-collector settings with :func:`tune_process_for_serving`.
 """
 
 from sonnx import autograd, device, layer, lora, model, opt, tensor
+from sonnx.generation import generate
 from sonnx.onnx.exporter import save, to_onnx
 from sonnx.process_tuning import tune_process_for_serving
 from sonnx.runtime.rep import SingaRep, prepare
@@ -23,6 +24,7 @@ __all__ = [
     "__version__",
     "autograd",
     "device",
+    "generate",
     "layer",
     "lora",
     "model",

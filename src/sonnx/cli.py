@@ -6,6 +6,7 @@ sonnx info MODEL.onnx                                         layers, inputs, ou
 sonnx run MODEL.onnx INPUT.npy [...] [--output NAME] [--cast] run a model on .npy inputs
 sonnx serve --model-repository DIR [--http-port 8000] [--grpc-port 8001]  KServe v2 server
 sonnx cache [--clear]                                         graph mode's stored graphs
+sonnx generate DIR --prompt "..." [--max-new-tokens N]       stream generated text
 
 Every option's ``--help`` line ends in its default. Output into a closed pipe
 (``sonnx info model.onnx | head -1``) ends the command quietly.
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from sonnx import dtypes
 from sonnx.errors import SonnxError
+from sonnx.generation.command import add_parser as add_generate_parser
 from sonnx.process_tuning import tune_process_for_serving
 from sonnx.version import package_version
 
@@ -272,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--clear", action="store_true", help="delete every stored graph first and say what went"
     )
     cache.set_defaults(func=_cache)
+    add_generate_parser(sub)
     return parser
 
 

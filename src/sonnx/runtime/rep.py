@@ -334,6 +334,32 @@ class SingaRep:
             )
         return t
 
+    # ---- generating -----------------------------------------------------------------------
+    def generate(
+        self,
+        input_ids: Any,
+        max_new_tokens: int = 32,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        num_beams: int = 1,
+        eos_token_id: int | Sequence[int] | None = None,
+        attention_mask: Any = None,
+        streamer: Any = None,
+        **options: Any,
+    ) -> np.ndarray:
+        """Generate tokens with a decoder that has a KV cache (optimum's ``past_key_values``
+        names): the prompts followed by their continuations. See
+        :func:`sonnx.generation.generate_tokens` for the arguments and ``options`` (``seed``,
+        ``pad_token_id``, ``layout``)."""
+        from sonnx.generation.search import generate_tokens
+
+        return generate_tokens(
+            self, input_ids, max_new_tokens, do_sample, temperature, top_k, top_p, num_beams,
+            eos_token_id, attention_mask, streamer, **options,
+        )
+
     # ---- describing -----------------------------------------------------------------------
     @cached_property
     def shapes(self) -> dict[str, str]:

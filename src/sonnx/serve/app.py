@@ -44,6 +44,7 @@ from sonnx.serve.errors import (
     ServeError,
     UnsupportedError,
 )
+from sonnx.serve.generate_api import GenerateApi
 from sonnx.serve.logs import AccessLogMiddleware
 from sonnx.serve.metrics import UNKNOWN_MODEL, ServeMetrics
 from sonnx.serve.repository import ModelRepository
@@ -74,6 +75,7 @@ def create_app(
     metrics = ServeMetrics()
     repository = ModelRepository(Path(model_repository), metrics)
     api = _Api(repository, metrics, max_request_bytes)
+    generation = GenerateApi(repository, metrics, lambda r: read_body(r, max_request_bytes))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -82,7 +84,7 @@ def create_app(
             await service.start(repository, metrics)
         yield
         # Other endpoints finish their in-flight requests while the models still serve them.
-        await asyncio.gather(*(service.stop() for service in services))
+        await asyncio.gather(*(service.stop() for service in services), generation.close())
         loading.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await loading
@@ -92,7 +94,7 @@ def create_app(
     if api_key:
         middleware.append(Middleware(ApiKeyMiddleware, api_key=api_key))
     app = Starlette(
-        routes=api.routes(),
+        routes=api.routes() + generation.routes(_guarded),
         middleware=middleware,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_exception},

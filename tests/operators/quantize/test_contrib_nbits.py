@@ -122,6 +122,27 @@ def test_matmul_nbits_accuracy_level_4_passes_gradients_through_the_rounding():
     np.testing.assert_allclose(a.grad.numpy(), (dy @ w).numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("k", [128, 70, 4096])
+def test_matmul_nbits_accuracy_level_4_rounds_a_as_onnxruntime(k):
+    """At accuracy_level 4 onnxruntime's CPU kernel quantizes A to int8 per block of K (scale:
+    the block's largest magnitude / 127); sonnx rounds A the same way, so the outputs agree to
+    float rounding, and the gradient to A passes the rounding straight through."""
+    n, block = 8, 32
+    weight = nbits_weight(4, block, k, n, "uint8")
+    a = RNG.standard_normal((5, k)).astype(F32)
+    attrs = {"K": k, "N": n, "bits": 4, "block_size": block}
+    model = node_model("MatMulNBits", {"A": a, **weight}, ["A"], accuracy_level=4, **attrs)
+    (expected,), (got,) = both(model, {"A": a})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    codes = [torch.from_numpy(weight[name]) for name in ("B", "scales", "zero_points")]
+    leveled = MatMulNBits(accuracy_level=4, **attrs)
+    x = torch.from_numpy(a).requires_grad_()
+    leveled.forward(x, *codes).sum().backward()
+    x_float = torch.from_numpy(a).requires_grad_()
+    MatMulNBits(**attrs).forward(x_float, *codes).sum().backward()
+    torch.testing.assert_close(x.grad, x_float.grad)
+
+
 def test_matmul_nbits_passes_gradients_to_a_only():
     k, n, block = 32, 3, 16
     weight = nbits_weight(4, block, k, n, "uint8")

@@ -1,0 +1,71 @@
+"""``sonnx generate DIR --prompt "..."``: text in, streamed text out.
+
+The prompt is tokenized with the directory's ``tokenizer.json``, and each piece of text is
+written to standard output as soon as its token is chosen. A directory without a tokenizer
+takes ``--ids 1 5 9`` and prints token ids as they come.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from sonnx.errors import BadInputError
+from sonnx.generation.model_dir import load_decoder
+from sonnx.generation.text import TextStreamer
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``generate`` subcommand on ``sub``."""
+    cmd = sub.add_parser("generate", help="generate text with a decoder model directory")
+    cmd.add_argument("model_dir", help="onnxruntime-genai's or optimum's decoder directory")
+    cmd.add_argument("--prompt", default=None, help="text (needs tokenizer.json in DIR)")
+    cmd.add_argument("--ids", type=int, nargs="+", default=None, help="prompt token ids")
+    cmd.add_argument("--max-new-tokens", type=int, default=64)
+    cmd.add_argument("--do-sample", action="store_true", help="sample instead of greedy")
+    cmd.add_argument("--temperature", type=float, default=1.0)
+    cmd.add_argument("--top-k", type=int, default=0, help="0: off")
+    cmd.add_argument("--top-p", type=float, default=1.0)
+    cmd.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    cmd.add_argument("--use-graph", action="store_true", help="run compiled (graph mode)")
+    cmd.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.prompt is None) == (args.ids is None):
+        raise BadInputError("generate: give exactly one of --prompt TEXT and --ids N [N ...]")
+    model = load_decoder(args.model_dir, use_graph=args.use_graph)
+    if args.prompt is not None:
+        if model.tokenizer is None:
+            raise BadInputError(
+                f"generate: {args.model_dir} has no tokenizer.json; give --ids instead of --prompt"
+            )
+        ids = model.tokenizer.encode(args.prompt).ids
+        streamer = TextStreamer(model.tokenizer, _write)
+    else:
+        ids = args.ids
+
+        def streamer(tokens: np.ndarray) -> None:
+            _write(f"{int(tokens[0])} ")
+
+    model.generate(
+        ids,
+        max_new_tokens=args.max_new_tokens,
+        do_sample=args.do_sample,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        streamer=streamer,
+    )
+    if isinstance(streamer, TextStreamer):
+        streamer.finish()
+    _write("\n")
+    return 0
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()

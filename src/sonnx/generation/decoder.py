@@ -1,0 +1,139 @@
+"""One forward step of a decoder graph with its KV cache held as torch tensors on the device.
+
+:class:`Decoder` feeds a prepared :class:`~sonnx.runtime.rep.SingaRep` the new tokens, the
+attention mask, the positions and the past, and keeps the present it returns as the next
+step's past: the cache never leaves the device and is never converted to NumPy; only the
+logits of each sequence's last position are handed back.
+
+Preallocation: where the graph writes the present into a past buffer of the full length
+(genai's ``past_present_share_buffer``, GroupQueryAttention graphs), the past starts as one
+buffer of ``max_length`` rows per layer and the present (of that same size) is fed back, so
+every decode step has the same shapes. Graphs that ``Concat`` the past and the new rows (every
+optimum export, genai's CPU builds) make a new present each step whatever is fed, so there is
+nothing to preallocate: the past starts empty and grows by one row per step.
+
+Callers pad on the left (0s in the attention mask before a sequence's tokens). For a graph
+that takes padding on the right (GroupQueryAttention: see
+:mod:`~sonnx.generation.cache_layout`), :meth:`Decoder.step` moves a padded prompt's tokens to
+the front and marks each sequence's length by 1s from the mask's start, so both layouts take
+the same calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from sonnx.generation.cache_layout import CacheLayout
+from sonnx.tensor import Tensor, computed_tensor
+
+if TYPE_CHECKING:
+    from sonnx.runtime.rep import SingaRep
+
+
+@dataclass
+class Cache:
+    """The past keys and values of every layer, (batch, kv heads, rows, head size) each."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    def select(self, rows: torch.Tensor) -> Cache:
+        """The cache of the batch rows ``rows`` (beam search's reordering)."""
+        return Cache(
+            [k.index_select(0, rows) for k in self.keys],
+            [v.index_select(0, rows) for v in self.values],
+        )
+
+
+class Decoder:
+    """Runs ``rep`` one step at a time under the names ``layout`` gives."""
+
+    def __init__(self, rep: SingaRep, layout: CacheLayout) -> None:
+        self.rep = rep
+        self.layout = layout
+        self.device = rep.device.torch_device
+        specs = {s.name: s for s in rep.input_specs}
+        self._int_dtype = {
+            name: specs[name].dtype or torch.int64
+            for name in (layout.input_ids, layout.attention_mask, layout.position_ids)
+            if name is not None
+        }
+
+    def empty_cache(self, batch: int, max_length: int) -> Cache:
+        """The past before the prompt: ``max_length`` zero rows when the graph shares the
+        buffer, else none."""
+        lay = self.layout
+        rows = max_length if lay.share_buffer else 0
+        shape = (batch, lay.kv_heads, rows, lay.head_size)
+
+        def zeros() -> torch.Tensor:
+            return torch.zeros(shape, dtype=lay.cache_dtype, device=self.device)
+
+        return Cache([zeros() for _ in range(lay.layers)], [zeros() for _ in range(lay.layers)])
+
+    def step(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: Cache,
+    ) -> tuple[torch.Tensor, Cache]:
+        """The float32 logits of each row's last position (batch, vocab) and the new cache.
+
+        ``input_ids`` and ``position_ids`` are (batch, new tokens); ``attention_mask`` is
+        (batch, past + new tokens), 0 on left padding.
+        """
+        lay = self.layout
+        last = None
+        if lay.right_padded and not bool(attention_mask.all()):
+            input_ids, attention_mask, position_ids, last = _to_right_padding(
+                input_ids, attention_mask, position_ids
+            )
+        feed: dict[str, Tensor] = {lay.input_ids: self._int(lay.input_ids, input_ids)}
+        if lay.attention_mask is not None:
+            feed[lay.attention_mask] = self._int(lay.attention_mask, attention_mask)
+        if lay.position_ids is not None:
+            feed[lay.position_ids] = self._int(lay.position_ids, position_ids)
+        if lay.use_cache_branch is not None:
+            has_past = attention_mask.shape[1] > input_ids.shape[1]
+            feed[lay.use_cache_branch] = computed_tensor(
+                torch.tensor([has_past], device=self.device)
+            )
+        for names, tensors in ((lay.past_keys, cache.keys), (lay.past_values, cache.values)):
+            feed.update({n: computed_tensor(t) for n, t in zip(names, tensors, strict=True)})
+        with torch.no_grad():
+            out = self.rep.run(feed)
+        by_name = dict(zip(self.rep.outputs, out, strict=True))
+        logits = by_name[lay.logits].data
+        if logits.dim() == 3:
+            rows = torch.arange(logits.shape[0], device=logits.device)
+            logits = logits[:, -1] if last is None else logits[rows, last]
+        present = Cache(
+            [by_name[n].data for n in lay.present_keys],
+            [by_name[n].data for n in lay.present_values],
+        )
+        return logits.float(), present
+
+    def _int(self, name: str, values: torch.Tensor) -> Tensor:
+        return computed_tensor(values.to(device=self.device, dtype=self._int_dtype[name]))
+
+
+def _to_right_padding(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Left-padded inputs as a right-padded graph takes them, and the index of each row's last
+    token among the new ones (None: the last position, as with one new token)."""
+    valid = attention_mask.sum(1, keepdim=True)
+    width = attention_mask.shape[1]
+    mask = (torch.arange(width, device=valid.device) < valid).to(attention_mask.dtype)
+    if input_ids.shape[1] == 1:
+        return input_ids, mask, position_ids, None
+    # A prompt (no past): each row's tokens first, in order, then its padding.
+    new = input_ids.shape[1]
+    order = torch.argsort((attention_mask[:, -new:] == 0).int(), dim=1, stable=True)
+    ids = input_ids.gather(1, order)
+    positions = position_ids.gather(1, order)
+    return ids, mask, positions, (valid.reshape(-1) - (width - new) - 1)

@@ -1,0 +1,168 @@
+"""The decode loop: prompts in, generated token ids out, one step per new token.
+
+:func:`generate_tokens` is what :meth:`SingaRep.generate` and :func:`sonnx.generate` call. A
+batch of prompts of different lengths is left-padded: the attention mask is 0 on the padding
+and each row's positions count its real tokens only (``cumsum(mask) - 1``, as transformers
+does), so a padded row generates what it would alone. Sequences that reach an end token are
+filled with ``pad_token_id`` from then on; the loop stops when every sequence has ended or
+``max_new_tokens`` were generated.
+
+Per step the only values that reach the host are the chosen tokens (for the streamer and the
+end-of-sequence test); the KV cache stays in the :class:`~sonnx.generation.decoder.Cache`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from sonnx.errors import BadInputError
+from sonnx.generation.beam_search import beam_search
+from sonnx.generation.cache_layout import CacheLayout, detect_layout
+from sonnx.generation.decoder import Decoder
+from sonnx.generation.sampling import Sampling
+
+if TYPE_CHECKING:
+    from sonnx.runtime.rep import SingaRep
+
+#: Called once per step with the new token of every sequence, a (batch,) int64 array.
+Streamer = Callable[[np.ndarray], None]
+
+
+def generate_tokens(
+    rep: SingaRep,
+    input_ids: Any,
+    max_new_tokens: int = 32,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    num_beams: int = 1,
+    eos_token_id: int | Sequence[int] | None = None,
+    attention_mask: Any = None,
+    streamer: Streamer | None = None,
+    seed: int | None = None,
+    pad_token_id: int | None = None,
+    layout: CacheLayout | None = None,
+) -> np.ndarray:
+    """The prompts followed by their generated tokens, (batch, prompt length + new), int64.
+
+    ``input_ids`` is one prompt (a list of ints or a 1-D array), a (batch, length) array with
+    ``attention_mask`` marking left padding, or a list of prompts of any lengths (left-padded
+    here). ``eos_token_id`` (one id or several) ends a sequence; ``pad_token_id`` (default: the
+    first end id, else 0) fills ended sequences and padding. ``seed`` makes sampling
+    reproducible. ``num_beams > 1`` is beam search (no sampling, no streamer).
+    """
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise BadInputError(
+            f"generate: max_new_tokens must be an int >= 1, received {max_new_tokens!r}"
+        )
+    sampling = Sampling(do_sample, temperature, top_k, top_p)
+    ends = _end_ids(eos_token_id)
+    pad = pad_token_id if pad_token_id is not None else (ends[0] if ends else 0)
+    decoder = Decoder(rep, layout or detect_layout(rep))
+    ids, mask = prompt_batch(input_ids, attention_mask, pad, decoder.device)
+    if num_beams > 1:
+        if do_sample or streamer is not None:
+            raise BadInputError(
+                f"generate: num_beams={num_beams} is beam search, which neither samples nor "
+                "streams; pass do_sample=False and no streamer"
+            )
+        tokens = beam_search(decoder, ids, mask, num_beams, max_new_tokens, ends, pad)
+    else:
+        tokens = _decode(decoder, ids, mask, sampling, max_new_tokens, ends, pad, streamer, seed)
+    return torch.cat([ids, tokens], 1).cpu().numpy()
+
+
+def _decode(
+    decoder: Decoder,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    sampling: Sampling,
+    max_new_tokens: int,
+    ends: list[int],
+    pad: int,
+    streamer: Streamer | None,
+    seed: int | None,
+) -> torch.Tensor:
+    """Greedy or sampled tokens, (batch, new)."""
+    device = decoder.device
+    generator = None
+    if sampling.do_sample and seed is not None:
+        generator = torch.Generator(device=device).manual_seed(seed)
+    end_ids = torch.tensor(ends, device=device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = decoder.empty_cache(ids.shape[0], ids.shape[1] + max_new_tokens)
+    logits, cache = decoder.step(ids, mask, positions, cache)
+    ended = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
+    chosen: list[torch.Tensor] = []
+    for i in range(max_new_tokens):
+        token = sampling.next_tokens(logits, generator)
+        if ends:
+            token = torch.where(ended, pad, token)
+            ended |= torch.isin(token, end_ids)
+        chosen.append(token)
+        if streamer is not None:
+            streamer(token.cpu().numpy())
+        if i == max_new_tokens - 1 or (ends and bool(ended.all())):
+            break
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
+        positions = positions[:, -1:] + 1
+        logits, cache = decoder.step(token[:, None], mask, positions, cache)
+    return torch.stack(chosen, 1)
+
+
+def prompt_batch(
+    input_ids: Any, attention_mask: Any, pad: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` and its attention mask as (batch, length) int64 tensors on ``device``,
+    prompts of different lengths left-padded with ``pad``."""
+    if isinstance(input_ids, (list, tuple)) and input_ids and not np.isscalar(input_ids[0]):
+        rows = [np.asarray(r, dtype=np.int64).reshape(-1) for r in input_ids]
+        if attention_mask is None and len({len(r) for r in rows}) > 1:
+            width = max(len(r) for r in rows)
+            ids = np.full((len(rows), width), pad, dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for b, r in enumerate(rows):
+                ids[b, width - len(r) :] = r
+                mask[b, width - len(r) :] = 1
+            return torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
+        input_ids = np.stack(rows)
+    ids = torch.as_tensor(np.asarray(input_ids) if not torch.is_tensor(input_ids) else input_ids)
+    if ids.dim() == 1:
+        ids = ids[None]
+    if ids.dim() != 2 or ids.shape[1] == 0 or ids.dtype.is_floating_point:
+        raise BadInputError(
+            f"generate: input_ids must be integer token ids, one prompt or (batch, length), "
+            f"received {ids.dtype} with shape {tuple(ids.shape)}"
+        )
+    ids = ids.to(device=device, dtype=torch.int64)
+    if attention_mask is None:
+        return ids, torch.ones_like(ids)
+    mask = torch.as_tensor(
+        np.asarray(attention_mask) if not torch.is_tensor(attention_mask) else attention_mask
+    ).to(device=device, dtype=torch.int64)
+    if mask.dim() == 1:
+        mask = mask[None]
+    if mask.shape != ids.shape:
+        raise BadInputError(
+            f"generate: attention_mask must have input_ids' shape {tuple(ids.shape)}, "
+            f"received {tuple(mask.shape)}"
+        )
+    if bool((mask[:, -1] == 0).any()):
+        raise BadInputError(
+            "generate: pad prompts on the left (attention_mask 0 before the tokens); a row's "
+            "last position is padding"
+        )
+    return ids, mask
+
+
+def _end_ids(eos_token_id: int | Sequence[int] | None) -> list[int]:
+    if eos_token_id is None:
+        return []
+    if isinstance(eos_token_id, (int, np.integer)):
+        return [int(eos_token_id)]
+    return [int(e) for e in eos_token_id]

@@ -1,0 +1,230 @@
+"""Triton's generate extension: ``POST /v2/models/{name}[/versions/{v}]/generate`` and
+``.../generate_stream`` for decoder models (a KV cache in optimum's or onnxruntime-genai's
+layout, see :mod:`sonnx.generation`).
+
+A request is JSON: ``text_input`` (needs ``tokenizer.json`` in the version directory) or
+``input_ids`` (a list of token ids), and optional ``parameters``: ``max_tokens`` (or
+``max_new_tokens``, default 64), ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
+``seed``, ``eos_token_id``. ``generate`` answers ``{"model_name", "model_version",
+"text_output", "output_ids"}`` with the whole continuation; ``generate_stream`` sends one
+server-sent event (``data: {...}``) per token, each with that token's text piece and id, and
+``{"error": ...}`` as the last event if the request fails once streaming has begun.
+
+Each served version's decoder is prepared on its first generate request (from its version
+directory, a copy apart from the one ``/infer`` runs, as the worker threads must not share a
+prepared graph) and runs under a :class:`~sonnx.serve.decode_scheduler.DecodeScheduler`,
+which batches the decode steps of concurrent requests; ``sonnx_serve_decode_batch_size``
+counts the sequences of each step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import numpy as np
+from prometheus_client import Histogram
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from sonnx.errors import SonnxError
+from sonnx.generation.model_dir import DecoderModel, load_decoder
+from sonnx.generation.sampling import Sampling
+from sonnx.generation.text import TextStreamer
+from sonnx.serve.decode_scheduler import DecodeScheduler, Event, GenerationRequest
+from sonnx.serve.errors import InvalidRequestError, UnsupportedError
+from sonnx.serve.metrics import ServeMetrics
+from sonnx.serve.repository import ModelRepository, ModelVersion
+
+_STEP_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
+_PARAMETERS = {
+    *("max_tokens", "max_new_tokens", "do_sample", "temperature", "top_k", "top_p"),
+    *("seed", "eos_token_id"),
+}
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class GenerateApi:
+    """The two generate routes over a repository, with one scheduler per served version.
+
+    ``read_body`` reads a request's body under the server's size limit.
+    """
+
+    def __init__(
+        self,
+        repository: ModelRepository,
+        metrics: ServeMetrics,
+        read_body: Callable[[Request], Awaitable[bytes]],
+    ) -> None:
+        self.repository = repository
+        self.read_body = read_body
+        self.decode_batch = Histogram(
+            "sonnx_serve_decode_batch_size",
+            "Sequences per decode step of generate requests; above 1 when concurrent "
+            "requests' steps were batched",
+            ["model"],
+            buckets=_STEP_BUCKETS,
+            registry=metrics.registry,
+        )
+        self._schedulers: dict[tuple[str, int], tuple[DecoderModel, DecodeScheduler]] = {}
+        self._loading = asyncio.Lock()
+
+    def routes(self, guarded: Callable[[Handler], Handler]) -> list[Route]:
+        """The routes, each handler wrapped by ``guarded`` (errors to responses)."""
+        paths = ["/v2/models/{name}", "/v2/models/{name}/versions/{version}"]
+        handlers = [("/generate", self.generate), ("/generate_stream", self.stream)]
+        return [
+            Route(p + suffix, guarded(handler), methods=["POST"])
+            for p in paths
+            for suffix, handler in handlers
+        ]
+
+    async def close(self) -> None:
+        await asyncio.gather(*(s.close() for _, s in self._schedulers.values()))
+
+    # ---- the routes -----------------------------------------------------------------------
+    async def generate(self, request: Request) -> Response:
+        head, model, generation, queue = await self._start(request)
+        tokens = []
+        try:
+            while (event := await queue.get()) is not None:
+                if isinstance(event, BaseException):
+                    raise _client_error(event)
+                tokens.append(event)
+        finally:  # a client gone away stops its sequence at the next step
+            generation.cancelled.set()
+        text = _decode(model, tokens)
+        return JSONResponse({**head, "text_output": text, "output_ids": tokens})
+
+    async def stream(self, request: Request) -> Response:
+        head, model, generation, queue = await self._start(request)
+
+        async def events() -> AsyncIterator[bytes]:
+            pieces: list[str] = []
+            streamer = TextStreamer(model.tokenizer, pieces.append) if model.tokenizer else None
+            try:
+                while (event := await queue.get()) is not None:
+                    if isinstance(event, BaseException):
+                        yield _event({"error": str(_client_error(event))})
+                        return
+                    if streamer is not None:
+                        streamer(np.array([event]))
+                    text = "".join(pieces)
+                    pieces.clear()
+                    yield _event({**head, "text_output": text, "output_ids": [event]})
+                if streamer is not None:
+                    streamer.finish()
+                if pieces:  # text held back at an incomplete character
+                    yield _event({**head, "text_output": "".join(pieces), "output_ids": []})
+            finally:
+                generation.cancelled.set()
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    # ---- requests -------------------------------------------------------------------------
+    async def _start(
+        self, request: Request
+    ) -> tuple[dict[str, str], DecoderModel, GenerationRequest, asyncio.Queue[Event]]:
+        name = request.path_params["name"]
+        served = self.repository.get(name, request.path_params.get("version"))
+        body = await self.read_body(request)
+        try:
+            options = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InvalidRequestError(f"the request body is not valid JSON: {e}") from None
+        if not isinstance(options, dict):
+            raise InvalidRequestError("the request body must be a JSON object")
+        model, scheduler = await self._scheduler(name, served)
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        generation = _request(
+            options, model, lambda e: loop.call_soon_threadsafe(queue.put_nowait, e)
+        )
+        scheduler.submit(generation)
+        head = {"model_name": name, "model_version": str(served.version)}
+        return head, model, generation, queue
+
+    async def _scheduler(
+        self, name: str, served: ModelVersion
+    ) -> tuple[DecoderModel, DecodeScheduler]:
+        """The version's decoder and scheduler, prepared on the version's device (and in graph
+        mode where its config says so) on first use."""
+        version, config = served.version, served.config
+        key = (name, version)
+        async with self._loading:
+            if key not in self._schedulers:
+                directory = self.repository.root / name / str(version)
+                try:
+                    model = await asyncio.to_thread(
+                        load_decoder, directory, config.device, config.use_graph
+                    )
+                except SonnxError as e:
+                    raise UnsupportedError(
+                        f"model {name!r} version {version} cannot generate: {e}"
+                    ) from e
+                batch = self.decode_batch.labels(name)
+                scheduler = DecodeScheduler(model, on_step=lambda rows, s: batch.observe(rows))
+                self._schedulers[key] = (model, scheduler)
+        return self._schedulers[key]
+
+
+def _request(options: dict[str, Any], model: DecoderModel, emit: Any) -> GenerationRequest:
+    """The generation a request body asks for, checked."""
+    parameters = options.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise InvalidRequestError(
+            f"generate: parameters must be a JSON object, received {str(parameters)[:60]}"
+        )
+    unknown = set(parameters) - _PARAMETERS
+    if unknown:
+        raise InvalidRequestError(
+            f"generate: unknown parameters {sorted(unknown)}; known: {sorted(_PARAMETERS)}"
+        )
+    if "text_input" in options:
+        if model.tokenizer is None:
+            raise InvalidRequestError(
+                "generate: this model has no tokenizer.json; send input_ids instead of text_input"
+            )
+        prompt = model.tokenizer.encode(str(options["text_input"])).ids
+    else:
+        prompt = options.get("input_ids")
+    if not (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
+        raise InvalidRequestError(
+            f"generate: give text_input or input_ids (a non-empty list of ints), received "
+            f"{str(options)[:80]}"
+        )
+    limit = parameters.get("max_tokens", parameters.get("max_new_tokens", 64))
+    if not isinstance(limit, int) or limit < 1:
+        raise InvalidRequestError(f"generate: max_tokens must be an int >= 1, received {limit!r}")
+    sampling = Sampling(
+        bool(parameters.get("do_sample", False)),
+        float(parameters.get("temperature", 1.0)),
+        int(parameters.get("top_k", 0)),
+        float(parameters.get("top_p", 1.0)),
+    )
+    ends = parameters.get("eos_token_id", model.eos_token_id)
+    ends = [] if ends is None else [ends] if isinstance(ends, int) else ends
+    return GenerationRequest(
+        prompt, limit, sampling, parameters.get("seed"), frozenset(ends), emit
+    )
+
+
+def _decode(model: DecoderModel, tokens: list[int]) -> str:
+    if model.tokenizer is None:
+        return ""
+    return model.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+def _client_error(error: BaseException) -> BaseException:
+    """IndexError and ValueError from torch come from a request's values (a token id past the
+    vocabulary): the client's 400, not the server's 500."""
+    if isinstance(error, (IndexError, ValueError)) and not isinstance(error, SonnxError):
+        return InvalidRequestError(f"generate: the model cannot run this request: {error}")
+    return error
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(payload)}\n\n".encode()

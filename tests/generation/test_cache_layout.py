@@ -1,0 +1,70 @@
+"""Cache layout detection from optimum's names and from a genai_config.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from sonnx.errors import BadModelError
+from sonnx.generation.cache_layout import detect_layout, read_genai_config
+
+
+def genai_config(layers: int = 2) -> dict:
+    """The parts of onnxruntime-genai's config the layout reads (as its builder writes them)."""
+    return {
+        "model": {
+            "decoder": {
+                "num_hidden_layers": layers,
+                "num_key_value_heads": 2,
+                "head_size": 16,
+                "inputs": {
+                    "input_ids": "input_ids",
+                    "attention_mask": "attention_mask",
+                    "position_ids": "position_ids",
+                    "past_key_names": "past_key_values.%d.key",
+                    "past_value_names": "past_key_values.%d.value",
+                },
+                "outputs": {
+                    "logits": "logits",
+                    "present_key_names": "present.%d.key",
+                    "present_value_names": "present.%d.value",
+                },
+            }
+        },
+        "search": {"past_present_share_buffer": False},
+    }
+
+
+def test_optimum_names_give_the_layout(llama_rep) -> None:
+    layout = detect_layout(llama_rep)
+    assert layout.layers == 2 and (layout.kv_heads, layout.head_size) == (2, 16)
+    assert layout.past_keys == ("past_key_values.0.key", "past_key_values.1.key")
+    assert layout.present_values == ("present.0.value", "present.1.value")
+    assert (layout.attention_mask, layout.position_ids) == ("attention_mask", "position_ids")
+    assert layout.cache_dtype == torch.float32 and not layout.share_buffer
+    assert not layout.right_padded  # the export's attention is plain MatMul and Softmax
+
+
+def test_a_genai_config_names_the_same_tensors(llama_rep, tmp_path: Path) -> None:
+    (tmp_path / "genai_config.json").write_text(json.dumps(genai_config()))
+    assert detect_layout(llama_rep, read_genai_config(tmp_path)) == detect_layout(llama_rep)
+
+
+def test_a_config_naming_missing_inputs_is_refused(llama_rep) -> None:
+    config = genai_config()
+    config["model"]["decoder"]["inputs"]["past_key_names"] = "past.%d.k"
+    with pytest.raises(BadModelError, match=r"past\.0\.k"):
+        detect_layout(llama_rep, config)
+    del config["model"]["decoder"]["outputs"]
+    with pytest.raises(BadModelError, match="outputs"):
+        detect_layout(llama_rep, config)
+
+
+def test_no_config_is_none_and_a_broken_one_an_error(tmp_path: Path) -> None:
+    assert read_genai_config(tmp_path) is None
+    (tmp_path / "genai_config.json").write_text("{")
+    with pytest.raises(BadModelError, match="JSON"):
+        read_genai_config(tmp_path)

@@ -1,0 +1,45 @@
+"""TextStreamer: text pieces as tokens come, holding back a character split across tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sonnx.errors import BadInputError
+from sonnx.generation.text import TextStreamer, load_tokenizer
+from tests.genai_builds import build
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(build("llama", "fp32"))
+
+
+def stream(tokenizer, ids: list[int]) -> tuple[list[str], TextStreamer]:
+    pieces: list[str] = []
+    streamer = TextStreamer(tokenizer, pieces.append)
+    for token in ids:
+        streamer(np.array([token]))
+    return pieces, streamer
+
+
+def test_pieces_join_to_the_decoded_text(tokenizer) -> None:
+    ids = tokenizer.encode("the quick brown fox").ids
+    pieces, _ = stream(tokenizer, ids)
+    assert len(pieces) == len(ids) and "".join(pieces) == "the quick brown fox"
+
+
+def test_a_character_split_across_tokens_waits_for_its_second_half(tokenizer) -> None:
+    ids = tokenizer.encode("a é").ids  # é is two bytes, each its own byte-level token
+    assert tokenizer.decode(ids[:-1]).endswith("\ufffd")
+    pieces, _ = stream(tokenizer, ids)
+    assert "\ufffd" not in "".join(pieces) and "".join(pieces) == "a é"
+    held, streamer = stream(tokenizer, ids[:-1])
+    assert "".join(held) == "a "
+    streamer.finish()  # a sequence that ended inside the character shows what it has
+    assert "".join(held) == "a \ufffd"
+
+
+def test_a_directory_without_a_tokenizer_is_refused(tmp_path) -> None:
+    with pytest.raises(BadInputError, match=r"no tokenizer\.json"):
+        load_tokenizer(tmp_path)
