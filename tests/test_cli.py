@@ -77,7 +77,7 @@ def _option_help(help_text: str) -> dict[str, str]:
     return entries
 
 
-@pytest.mark.parametrize("name", ["demo", "info", "run", "serve", "cache"])
+@pytest.mark.parametrize("name", sorted(_subcommands()))
 def test_every_option_has_help_that_states_its_default(name) -> None:
     command = _subcommands()[name]
     shown = _option_help(command.format_help())

@@ -5,7 +5,8 @@ A page's blocks run in order in one namespace (a block may use what an earlier b
 page defined, as a reader following the page would), in a process of their own and a fresh
 working directory holding the files the pages assume: ``model.onnx``, the small CNN the
 README's quick start writes (input ``input``, float32 ``(batch, 1, 28, 28)``; output
-``logits``, ``(batch, 10)``). A block that
+``logits``, ``(batch, 10)``); and ``tiny-llm/``, a random-weight llama onnxruntime-genai's
+model builder wrote (``tests.genai_builds``). A block that
 cannot run here says why on its fence line, ```` ```python skip: needs a GPU ````; a bare
 ``skip`` is an error.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -80,6 +82,13 @@ def model_onnx(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return path.read_bytes()
 
 
+@pytest.fixture(scope="module")
+def tiny_llm() -> Path:
+    from tests.genai_builds import build
+
+    return build("llama", "fp32")
+
+
 PAGES_WITH_CODE = [p for p in PAGES if blocks(p)]
 
 
@@ -99,10 +108,11 @@ for where, code in json.load(open(sys.argv[1])):
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=lambda p: str(p.relative_to(ROOT)))
-def test_page_code_runs(page: Path, tmp_path: Path, model_onnx: bytes) -> None:
+def test_page_code_runs(page: Path, tmp_path: Path, model_onnx: bytes, tiny_llm: Path) -> None:
     """Each page in a process of its own, so what one page registers or sets (an operator, an
     environment variable, the training flag) never reaches another page or test."""
     (tmp_path / "model.onnx").write_bytes(model_onnx)
+    shutil.copytree(tiny_llm, tmp_path / "tiny-llm")
     code = [
         # Blank lines put each block at its own line of the page in tracebacks.
         (str(page.relative_to(ROOT)), "\n" * block.line + block.code)

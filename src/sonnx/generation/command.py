@@ -21,14 +21,40 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the ``generate`` subcommand on ``sub``."""
     cmd = sub.add_parser("generate", help="generate text with a decoder model directory")
     cmd.add_argument("model_dir", help="onnxruntime-genai's or optimum's decoder directory")
-    cmd.add_argument("--prompt", default=None, help="text (needs tokenizer.json in DIR)")
-    cmd.add_argument("--ids", type=int, nargs="+", default=None, help="prompt token ids")
-    cmd.add_argument("--max-new-tokens", type=int, default=64)
+    cmd.add_argument(
+        "--prompt",
+        default=None,
+        help="text, tokenized with DIR's tokenizer.json (default: none; give it or --ids)",
+    )
+    cmd.add_argument(
+        "--ids",
+        type=int,
+        nargs="+",
+        default=None,
+        help="prompt token ids, printed back as ids (default: none; give it or --prompt)",
+    )
+    cmd.add_argument(
+        "--max-new-tokens", type=int, default=64, help="tokens to generate (default: 64)"
+    )
     cmd.add_argument("--do-sample", action="store_true", help="sample instead of greedy")
-    cmd.add_argument("--temperature", type=float, default=1.0)
-    cmd.add_argument("--top-k", type=int, default=0, help="0: off")
-    cmd.add_argument("--top-p", type=float, default=1.0)
-    cmd.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    cmd.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)"
+    )
+    cmd.add_argument(
+        "--top-k", type=int, default=0, help="sample among the k likeliest, 0: all (default: 0)"
+    )
+    cmd.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        help="sample within this probability mass (default: 1.0)",
+    )
+    cmd.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="makes sampling reproducible (default: none, a fresh draw each run)",
+    )
     cmd.add_argument("--use-graph", action="store_true", help="run compiled (graph mode)")
     cmd.set_defaults(func=run)
 
