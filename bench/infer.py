@@ -24,13 +24,15 @@ do not serve; ``compile_s`` is the first run at each shape, compiling or not). E
 NumPy arrays and ends with NumPy outputs on both sides, in inference mode
 (``sonnx.autograd.training = False``). ``--profile N`` also prints the N most expensive torch
 operators of one sonnx run, and how much of the run was spent outside them (Python dispatch).
-``--torch-compiled`` also times the source torch module compiled the way torch runs best on the
-CPU for one shape (``torch.compile``, inductor with weights frozen and prepacked, a graph per
-shape): how far graph mode is from what torch's kernels can do at all. ``--torch-onednn-graph``
-times the source module traced to TorchScript per shape, frozen, and run through oneDNN Graph
-(torch's LLGA fuser, ``torch.jit.enable_onednn_fusion``), which keeps compiled oneDNN partitions
-between calls where eager torch and inductor's graphs set up each convolution call anew: what a
-backend built on it could reach. """
+``--models llm-int4`` times the prompt pass of an int4 llama that onnxruntime-genai's builder
+writes (prefill, an empty cache, ``--llm-prompts`` tokens). ``--torch-compiled`` also times the
+source torch module compiled the way torch runs best on the CPU for one shape
+(``torch.compile``, inductor with weights frozen and prepacked, a graph per shape): how far
+graph mode is from what torch's kernels can do at all. ``--torch-onednn-graph`` times the source
+module traced to TorchScript per shape, frozen, and run through oneDNN Graph (torch's LLGA
+fuser, ``torch.jit.enable_onednn_fusion``), which keeps compiled oneDNN partitions between calls
+where eager torch and inductor's graphs set up each convolution call anew: what a backend built
+on it could reach. """
 
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ from sonnx.testing import torch_models, zoo_audio, zoo_text, zoo_vision
 OPSET = 17
 MODELS = ("resnet18", "mobilenetv2", "bert", "bert-optimized")
 ZOO = ("resnet50", "mobilenetv3", "yolov8", "dbnet", "crnn", "bert-int8", "vad")
+LLMS = ("llm-int4",)
 Feeds = dict[str, np.ndarray]
 
 
@@ -196,6 +199,36 @@ def optimized_bert_spec(spec: Spec, hidden: int) -> Spec:
     return Spec(spec.name + " optimized", proto, spec.variants, spec.module, spec.batches)
 
 
+def llm_spec(batches: list[int], prompts: list[int]) -> Spec:
+    """The prompt pass (prefill, an empty KV cache) of a random llama (hidden 512, 4 layers,
+    8 heads over 4 KV heads, MLP 1408, 32000 tokens; about 45M parameters) as
+    onnxruntime-genai's model builder writes it in int4 for the CPU (MatMulNBits at accuracy
+    level 4, GroupQueryAttention, the RMS norms), built by ``bench/generate.py``'s builder."""
+    from generate import build_models
+
+    shape = argparse.Namespace(
+        vocab=32000, hidden=512, intermediate=1408, layers=4, heads=8, kv_heads=4,
+        precisions=["int4"],
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        model = onnx.load(str(build_models(Path(tmp), shape)["int4"] / "model.onnx"))
+    pasts = [i.name for i in model.graph.input if i.name.startswith("past_key_values")]
+    head_size = shape.hidden // shape.heads
+
+    def make(batch: int, prompt: int) -> Feeds:
+        rng = np.random.default_rng(batch)
+        feeds = {
+            "input_ids": rng.integers(3, shape.vocab, (batch, prompt)).astype(np.int64),
+            "attention_mask": np.ones((batch, prompt), np.int64),
+        }
+        for name in pasts:
+            feeds[name] = np.zeros((batch, shape.kv_heads, 0, head_size), np.float32)
+        return feeds
+
+    variants = {f"prompt{p}": functools.partial(make, prompt=p) for p in prompts}
+    return Spec("llm-int4", model.SerializeToString(), variants, None, batches)
+
+
 def build(name: str, args: argparse.Namespace) -> Spec:
     torch.manual_seed(0)
     batches = args.batches or ([1, 16] if name in MODELS else [1, 8])
@@ -208,6 +241,8 @@ def build(name: str, args: argparse.Namespace) -> Spec:
             args.bert_hidden, args.bert_layers, args.bert_seq, args.bert_vocab, batches
         )
         return optimized_bert_spec(spec, args.bert_hidden) if name == "bert-optimized" else spec
+    if name in LLMS:
+        return llm_spec(args.batches or [1], args.llm_prompts)
     return zoo_spec(name, args, batches)
 
 
@@ -375,7 +410,8 @@ def bench_model(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--models", nargs="+", choices=(*MODELS, *ZOO, "zoo", "all"), default=list(MODELS),
+        "--models", nargs="+", choices=(*MODELS, *ZOO, *LLMS, "zoo", "all"),
+        default=list(MODELS),
         metavar="MODEL",
         help=f"any of {', '.join(MODELS + ZOO)}; 'zoo' for the stand-ins, 'all' for every "
         f"model (default: {' '.join(MODELS)})",
@@ -394,6 +430,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--qbert-seqs", nargs="+", type=int, default=[16, 128], help="bert-int8 sequence lengths"
+    )
+    parser.add_argument(
+        "--llm-prompts", nargs="+", type=int, default=[128], help="llm-int4 prompt lengths"
     )
     parser.add_argument("--bert-hidden", type=int, default=128)
     parser.add_argument("--bert-layers", type=int, default=4)
@@ -429,7 +468,7 @@ def main() -> None:
     autograd.training = False
     rows: list[Row] = []
     model_notes: list[str] = []
-    groups = {"zoo": ZOO, "all": MODELS + ZOO}
+    groups = {"zoo": ZOO, "all": MODELS + ZOO + LLMS}
     names = [n for m in args.models for n in groups.get(m, (m,))]
     for name in dict.fromkeys(names):
         bench_model(build(name, args), args, threads, rows, model_notes)
