@@ -98,11 +98,17 @@ def _is_shape_value(t: torch.Tensor) -> bool:
 
 
 def _is_control_value(t: torch.Tensor) -> bool:
-    """One integer or boolean: a switch (a sample rate, a mode flag) that can select an ``If``
-    branch, baked into a segment's graph. On a GPU too: choosing the graph then reads the one
-    value back, as the ``If`` run eagerly would, and the rest compiles as one graph (an H100
-    ran the voice-activity stand-in's ``If`` eagerly while only host values were baked)."""
-    return not (t.is_floating_point() or t.is_complex()) and t.numel() == 1
+    """One integer or boolean on the host: a switch (a sample rate, a mode flag) that can
+    select an ``If`` branch, baked into a segment's graph. On a GPU, one integer or boolean on
+    the device too: choosing the graph then reads the one value back, as the ``If`` run eagerly
+    would, and the rest compiles as one graph (an H100 ran the voice-activity stand-in's ``If``
+    eagerly while only host values were baked). A CPU tensor that is not a host value (a
+    computed one-element index) is not baked: it would cost a compile per value."""
+    if t.numel() != 1:
+        return False
+    if is_host_value(t):
+        return True
+    return t.device.type != "cpu" and not (t.is_floating_point() or t.is_complex())
 
 
 class _ReplanError(Exception):
