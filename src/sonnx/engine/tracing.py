@@ -94,8 +94,9 @@ def deferred_checks() -> Iterator[None]:
                 raise BadInputError(message())
 
 
-# torch functions whose output *shape* depends on input values.
-_DATA_DEPENDENT_SHAPES = frozenset(
+#: torch functions whose output *shape* depends on input values (on a GPU they wait to learn
+#: it, reading the device back).
+DATA_DEPENDENT_SHAPES = frozenset(
     {
         torch.nonzero,
         torch.Tensor.nonzero,
@@ -220,7 +221,7 @@ class ValueFlow(TorchFunctionMode):
                 return func(*args, **kwargs)
         if func in _HOST_READS:
             raise NotTraceableError(f"it reads a computed tensor on the host ({func.__name__})")
-        if func in _DATA_DEPENDENT_SHAPES or (
+        if func in DATA_DEPENDENT_SHAPES or (
             func is torch.Tensor.__getitem__
             and any(
                 isinstance(v, torch.Tensor) and self._is_traced(v) and v.dtype == torch.bool

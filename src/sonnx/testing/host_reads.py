@@ -35,6 +35,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from sonnx.engine.host_values import constant_device
+from sonnx.engine.tracing import DATA_DEPENDENT_SHAPES
 from sonnx.run_state import CPU_AS_DEVICE
 from sonnx.tensor import Tensor
 
@@ -55,23 +56,6 @@ _READS = frozenset(
         torch.Tensor.equal,
         torch.allclose,
         torch.Tensor.allclose,
-    }
-)
-#: Calls whose output shape depends on their input's values: on a GPU they wait to learn it.
-_VALUE_SHAPED = frozenset(
-    {
-        torch.nonzero,
-        torch.Tensor.nonzero,
-        torch.argwhere,
-        torch.Tensor.argwhere,
-        torch.masked_select,
-        torch.Tensor.masked_select,
-        torch.unique,
-        torch.Tensor.unique,
-        torch.unique_consecutive,
-        torch.Tensor.unique_consecutive,
-        torch.bincount,
-        torch.Tensor.bincount,
     }
 )
 _CPU = torch.device("cpu")
@@ -102,7 +86,7 @@ class HostReads(TorchFunctionMode):
     def _reads(self, func: Any, args: tuple, kwargs: dict) -> bool:
         if not args or not self._on_device(args[0]):
             return False
-        if func in _READS or func in _VALUE_SHAPED:
+        if func in _READS or func in DATA_DEPENDENT_SHAPES:
             return True
         if func is torch.Tensor.__getitem__:  # boolean-mask indexing: a value-shaped output
             keys = args[1] if isinstance(args[1], tuple) else (args[1],)
