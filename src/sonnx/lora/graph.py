@@ -31,16 +31,10 @@ STYLES = ("train", "inputs", "constants")
 
 
 @dataclass(frozen=True)
-class Adapter:
-    """One attached adapter: its target, rank, scale, dropout and the graph names it added."""
+class Adapter(Target):
+    """One attached adapter: its target's fields, its rank, scale and dropout, and the graph
+    names it added."""
 
-    node: str
-    op_type: str
-    module: str
-    x: str
-    y: str
-    in_features: int
-    out_features: int
     rank: int
     scale: float
     dropout: float
