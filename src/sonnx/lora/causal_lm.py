@@ -7,7 +7,6 @@ key/value caches (length 0), so one run is a whole-sequence prefill whose logits
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from sonnx.autograd import slice as slice_axes
 from sonnx.autograd import softmax_cross_entropy_loss, transpose
 from sonnx.device import Device
 from sonnx.errors import BadInputError
+from sonnx.generation.cache_layout import read_genai_config
 from sonnx.sonnx_model import SONNXModel, apply_update
 from sonnx.tensor import Tensor, to_numpy
 
@@ -26,8 +26,11 @@ _PAST_PREFIXES = ("past_key_values", "past.")
 
 
 def _model_file(model_dir: Path) -> tuple[Path, int | None]:
-    """The decoder file and head size a genai_config.json names."""
-    decoder = json.loads((model_dir / "genai_config.json").read_text())["model"]["decoder"]
+    """The decoder file and head size the directory's genai_config.json names."""
+    config = read_genai_config(model_dir)
+    if config is None:
+        raise BadInputError(f"CausalLM: directory {model_dir} has no genai_config.json")
+    decoder = config["model"]["decoder"]
     return model_dir / decoder["filename"], decoder.get("head_size")
 
 
@@ -52,8 +55,6 @@ class CausalLM(SONNXModel):
     ) -> None:
         path = Path(model)
         if path.is_dir():
-            if not (path / "genai_config.json").is_file():
-                raise BadInputError(f"CausalLM: directory {path} has no genai_config.json")
             path, configured = _model_file(path)
             head_size = head_size or configured
         super().__init__(str(path), device=device)

@@ -15,7 +15,6 @@ adapter inputs, which onnxruntime overrides as it does any initializer-backed in
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import onnx
 from onnx import numpy_helper
 
 from sonnx.errors import BadInputError
+from sonnx.generation.cache_layout import read_genai_config
 from sonnx.lora.adapters import adapter_values, weight_delta
 from sonnx.lora.graph import Adapter, adapters_of, attach, strip
 from sonnx.runtime.rep import SingaRep
@@ -35,13 +35,13 @@ _MODEL_SUFFIXES = (".onnx", ".onnx.data", ".onnx_data", ".onnx_adapter")
 
 
 def _decoder_file(model_dir: Path) -> str:
-    config = model_dir / "genai_config.json"
-    if not config.is_file():
+    config = read_genai_config(model_dir)
+    if config is None:
         raise BadInputError(
             f"lora.export: {model_dir} has no genai_config.json; model_dir must be the "
             "onnxruntime-genai model directory the rep was prepared from"
         )
-    return json.loads(config.read_text())["model"]["decoder"]["filename"]
+    return config["model"]["decoder"]["filename"]
 
 
 def _with_current_weights(model: onnx.ModelProto, rep: SingaRep) -> None:
