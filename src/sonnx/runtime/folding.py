@@ -3,10 +3,10 @@
 A DequantizeLinear or Cast of an int8 weight, a Transpose of a weight, the Shape of an
 initializer: such a step computes the same result at every run as long as the tensors it reads
 are the same and unchanged. :func:`mark_foldable` finds these steps when a graph is compiled;
-:class:`FoldedResults` keeps each one's result with the tensors it was computed from and their
-version counters, and hands it back until one of them is replaced (``load_states``) or changed
-in place (an optimizer step). In training, a step on a trainable weight is computed at every
-run, so that the weight stays in torch's graph.
+:class:`FoldedResults` keeps each one's result with the tensors it was computed from
+(:class:`~sonnx.engine.kept_results.KeptResult`), and hands it back until one of them is
+replaced (``load_states``) or changed in place (an optimizer step). In training, a step on a
+trainable weight is computed at every run, so that the weight stays in torch's graph.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from sonnx.engine.kept_results import KeptResult
 from sonnx.engine.operator import Randomness, is_training
 from sonnx.engine.tracing import value_checks
 from sonnx.onnx.registry import operator_class
@@ -42,37 +43,23 @@ def mark_foldable(steps: Sequence[Step], constants: dict[str, Tensor]) -> None:
 
 
 class FoldedResults:
-    """The kept results of foldable steps, by step index, each with the torch tensors it was
-    computed from and their versions."""
+    """The kept results of foldable steps, by step index."""
 
     def __init__(self) -> None:
-        self._kept: dict[int, tuple[list[Any], tuple[int, ...], Any]] = {}
+        self._kept: dict[int, KeptResult] = {}
 
     def result(self, index: int, args: list[Any]) -> Any:
         """Step ``index``'s kept result, if its inputs are the same tensors, unchanged (else
         None)."""
         kept = self._kept.get(index)
-        if kept is None:
+        if kept is None or not _foldable_now(args) or not kept.holds_for(args):
             return None
-        inputs, versions, result = kept
-        if len(inputs) != len(args) or not _foldable_now(args):
-            return None
-        for kept_input, version, a in zip(inputs, versions, args, strict=True):
-            # a loop, not generators: a plan calls this for every folded step of every run
-            if isinstance(a, Tensor):
-                if a.data is not kept_input or a.data._version != version:
-                    return None
-            elif a is not kept_input:
-                return None
-        return result
+        return kept.result
 
     def keep(self, index: int, args: list[Any], result: Any) -> None:
         """Keep step ``index``'s ``result`` of ``args``, if it may be kept now."""
         if _foldable_now(args):
-            # The inputs' torch tensors are kept and compared by identity: a weight whose
-            # ``data`` was replaced (load_states) is a different tensor.
-            kept = [a.data if isinstance(a, Tensor) else a for a in args]
-            self._kept[index] = (kept, _versions(args), result)
+            self._kept[index] = KeptResult(args, result)
 
 
 def _foldable_now(args: list[Any]) -> bool:
@@ -84,8 +71,3 @@ def _foldable_now(args: list[Any]) -> bool:
     return not is_training() or not any(
         isinstance(a, Tensor) and a.data.requires_grad for a in args
     )
-
-
-def _versions(args: list[Any]) -> tuple[int, ...]:
-    """In-place updates (an optimizer step, ``copy_``) bump a tensor's version counter."""
-    return tuple(a.data._version if isinstance(a, Tensor) else -1 for a in args)

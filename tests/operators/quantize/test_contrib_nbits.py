@@ -183,7 +183,7 @@ def test_matmul_nbits_training_keeps_no_float_weight_and_dequantizes_for_backwar
     a = torch.randn(2, k, requires_grad=True)
     with torch.enable_grad():
         y = op.forward(a, *weight)
-    assert len(calls) == 1 and op._weight._result is None
+    assert len(calls) == 1 and op._weight._kept is None
     y.sum().backward()
     assert len(calls) == 2
     w = dequantize(*weight, None, k=k, n=n)

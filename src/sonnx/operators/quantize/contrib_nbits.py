@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import torch
 
 from sonnx.dtypes import dtype_name
+from sonnx.engine.kept_results import KeptResult
 from sonnx.engine.operator import OutputShape
 from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError
@@ -63,32 +64,25 @@ def int8_blocks(a: torch.Tensor, block: int) -> torch.Tensor:
 
 
 class KeptWeight:
-    """A result computed from frozen tensors, kept while they are the same tensors, unchanged.
+    """The operator's dequantized weight, kept while the tensors it was computed from are the
+    same tensors, unchanged (:class:`~sonnx.engine.kept_results.KeptResult`).
 
     Nothing is kept while tracing (the values are placeholders) or when a tensor needs a
     gradient (the result must then stay in torch's graph).
     """
 
     def __init__(self) -> None:
-        self._inputs: tuple[torch.Tensor | None, ...] = ()
-        self._versions: tuple[int, ...] = ()
-        self._result: torch.Tensor | None = None
+        self._kept: KeptResult | None = None
 
     def get(
         self, inputs: tuple[torch.Tensor | None, ...], compute: Callable[[], torch.Tensor]
     ) -> torch.Tensor:
         """The kept result for ``inputs``, else ``compute()`` (kept when it may be)."""
-        present = [t for t in inputs if t is not None]
-        if not value_checks() or any(t.requires_grad for t in present):
+        if not value_checks() or any(t is not None and t.requires_grad for t in inputs):
             return compute()
-        versions = tuple(t._version for t in present)
-        same = len(inputs) == len(self._inputs) and all(
-            a is b for a, b in zip(inputs, self._inputs, strict=True)
-        )
-        if self._result is None or not same or versions != self._versions:
-            self._result = compute()
-            self._inputs, self._versions = inputs, versions
-        return self._result
+        if self._kept is None or not self._kept.holds_for(inputs):
+            self._kept = KeptResult(inputs, compute())
+        return self._kept.result
 
 
 class _DequantizedProduct(torch.autograd.Function):
