@@ -4,6 +4,7 @@ steps, generation runs the graph ``/infer`` runs, and bad requests are 400s."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import time
@@ -14,6 +15,10 @@ import pytest
 
 from sonnx.generation import load_decoder
 from sonnx.serve.app import create_app
+from sonnx.serve.errors import ModelUnavailableError
+from sonnx.serve.generate_api import GenerateApi
+from sonnx.serve.metrics import ServeMetrics
+from sonnx.serve.repository import ModelRepository
 from tests.genai_builds import SENTENCES, build
 from tests.generation.optimum_models import export_optimum_style, tiny_llama, word_tokenizer
 from tests.serve import helpers
@@ -163,3 +168,21 @@ def test_seeded_sampling_is_reproducible_through_the_server(port: int) -> None:
 def test_bad_requests_are_400(port: int, name: str, body: dict, words: str) -> None:
     status, data = post(port, f"/v2/models/{name}/generate", body)
     assert status == 400 and words in json.loads(data)["error"]
+
+
+def test_a_version_retired_while_its_decoder_is_set_up_answers_503(repository: Path) -> None:
+    """A request that found the version just before a reload replaced it gets a 503 to retry,
+    and no scheduler is left running for the retired version."""
+
+    async def main() -> None:
+        metrics = ServeMetrics()
+        models = ModelRepository(repository, metrics)
+        await models.load("llama")
+        served = models.get("llama")
+        api = GenerateApi(models, metrics, read_body=None)
+        await served.close()
+        with pytest.raises(ModelUnavailableError, match="just unloaded; retry"):
+            await api._generation("llama", served)
+        assert api.decoder(served) is None
+
+    asyncio.run(main())

@@ -45,7 +45,7 @@ from sonnx.generation.model_dir import DecoderModel, decoder_file, load_decoder
 from sonnx.generation.sampling import Sampling
 from sonnx.generation.text import TextStreamer
 from sonnx.serve.decode_scheduler import DecodeScheduler, Event, GenerationRequest
-from sonnx.serve.errors import InvalidRequestError, UnsupportedError
+from sonnx.serve.errors import InvalidRequestError, ModelUnavailableError, UnsupportedError
 from sonnx.serve.metrics import ServeMetrics
 from sonnx.serve.repository import MODEL_FILE, ModelRepository, ModelVersion
 
@@ -199,6 +199,10 @@ class GenerateApi:
                     raise UnsupportedError(
                         f"model {name!r} version {served.version} cannot generate: {e}"
                     ) from e
+                if served.retired:  # a reload replaced it while the decoder was set up
+                    raise ModelUnavailableError(
+                        f"model {name!r} version {served.version} was just unloaded; retry"
+                    )
                 prefills = self.prefill_batch.labels(name)
                 steps = self.decode_batch.labels(name)
                 scheduler = DecodeScheduler(

@@ -51,9 +51,9 @@ log = logging.getLogger("sonnx.serve")
 class ModelVersion:
     """One served version: what it accepts, its prepared model and the batcher that runs it.
 
-    ``closers`` run when the version is retired, after its batcher has finished (the generate
-    API adds its decode scheduler's). Versions compare and hash by identity: a reload makes
-    new ones.
+    ``closers`` run when the version is retired (``retired`` is then True), after its batcher
+    has finished (the generate API adds its decode scheduler's). Versions compare and hash by
+    identity: a reload makes new ones.
     """
 
     name: str
@@ -63,9 +63,11 @@ class ModelVersion:
     rep: SingaRep
     batcher: Batcher
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    retired: bool = False
 
     async def close(self) -> None:
         """Finish the queued requests, then stop."""
+        self.retired = True
         await self.batcher.close()
         for close in self.closers:
             await close()
