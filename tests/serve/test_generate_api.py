@@ -1,8 +1,10 @@
 """Triton's generate extension over HTTP: ``generate`` and ``generate_stream`` give the tokens
-``rep.generate`` gives, concurrent requests share decode steps, and bad requests are 400s."""
+``rep.generate`` gives (beam search included), concurrent requests share prefills and decode
+steps, generation runs the graph ``/infer`` runs, and bad requests are 400s."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import time
@@ -13,6 +15,10 @@ import pytest
 
 from sonnx.generation import load_decoder
 from sonnx.serve.app import create_app
+from sonnx.serve.errors import ModelUnavailableError
+from sonnx.serve.generate_api import GenerateApi
+from sonnx.serve.metrics import ServeMetrics
+from sonnx.serve.repository import ModelRepository
 from tests.genai_builds import SENTENCES, build
 from tests.generation.optimum_models import export_optimum_style, tiny_llama, word_tokenizer
 from tests.serve import helpers
@@ -25,14 +31,21 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("repository")
     llama = export_optimum_style(tiny_llama(), root / "llama" / "1")
     word_tokenizer(96).save(str(llama / "tokenizer.json"))
+    # Concurrent requests' prompts arrive within this delay of each other: one prefill.
+    (root / "llama" / "config.json").write_text(json.dumps({"max_queue_delay_ms": 300}))
     shutil.copytree(build("llama", "int4"), root / "genai" / "1")
     helpers.write_model(root, "identity", 1, helpers.identity_model())
     return root
 
 
 @pytest.fixture(scope="module")
-def port(repository: Path):
-    with helpers.thread_server(create_app(repository)) as port:
+def app(repository: Path):
+    return create_app(repository)
+
+
+@pytest.fixture(scope="module")
+def port(app):
+    with helpers.thread_server(app) as port:
         deadline = time.monotonic() + 120
         while helpers.http(port, "GET", "/v2/health/ready")[0] != 200:
             assert time.monotonic() < deadline, "the repository did not load"
@@ -72,8 +85,11 @@ def test_generate_and_stream_equal_rep_generate(port: int, repository: Path, nam
 
 def test_eight_concurrent_requests_are_correct_and_batched(port: int, repository: Path) -> None:
     model = load_decoder(repository / "llama" / "1")
-    prompts = [[1, 5 + i, 9, 3 * i + 4] for i in range(8)]
-    expected = [model.generate(p, max_new_tokens=24)[0, 4:].tolist() for p in prompts]
+    prompts = [[1, 5 + i, 9, 3 * i + 4][: 2 + i % 3] for i in range(8)]  # 2 to 4 tokens
+    expected = [model.generate(p, max_new_tokens=24)[0, len(p) :].tolist() for p in prompts]
+    prefill = "sonnx_serve_prefill_batch_size"
+    prefills = helpers.metric(port, f"{prefill}_count", model="llama")
+    prompted = helpers.metric(port, f"{prefill}_sum", model="llama")
 
     def ask(prompt: list[int]) -> list[int]:
         body = {"input_ids": prompt, "parameters": {"max_tokens": 24}}
@@ -92,6 +108,37 @@ def test_eight_concurrent_requests_are_correct_and_batched(port: int, repository
     steps = value('sonnx_serve_decode_batch_size_count{model="llama"}')
     rows = value('sonnx_serve_decode_batch_size_sum{model="llama"}')
     assert rows > steps  # some steps ran several requests' sequences at once
+    assert value(f'{prefill}_sum{{model="llama"}}') - prompted == 8
+    assert value(f'{prefill}_count{{model="llama"}}') - prefills < 8  # prompts shared passes
+
+
+@pytest.mark.parametrize("route", ["generate", "generate_stream"])
+def test_beam_search_equals_rep_generate(port: int, repository: Path, route: str) -> None:
+    model = load_decoder(repository / "llama" / "1")
+    expected = model.generate(PROMPT, max_new_tokens=10, num_beams=3)[0, len(PROMPT) :]
+    body = {"input_ids": PROMPT, "parameters": {"max_tokens": 10, "num_beams": 3}}
+    status, data = post(port, f"/v2/models/llama/{route}", body)
+    assert status == 200, data
+    if route == "generate":
+        got = json.loads(data)["output_ids"]
+    else:
+        got = [t for e in events(data) for t in e["output_ids"]]
+    assert got == expected.tolist()
+
+
+def test_generation_runs_the_graph_infer_runs_and_follows_a_reload(app, port: int) -> None:
+    body = {"input_ids": PROMPT, "parameters": {"max_tokens": 6}}
+    first = json.loads(post(port, "/v2/models/llama/generate", body)[1])["output_ids"]
+    old = app.state.repository.get("llama")
+    decoder = app.state.generation.decoder(old)
+    assert decoder.rep is old.rep  # one prepared model: the weights are in memory once
+    assert all(decoder.rep.params[n] is t for n, t in old.rep.params.items())
+    status, _, _ = helpers.http(port, "POST", "/v2/repository/models/llama/load", timeout=120)
+    assert status == 200
+    new = app.state.repository.get("llama")
+    assert new is not old and app.state.generation.decoder(old) is None  # retired with it
+    assert json.loads(post(port, "/v2/models/llama/generate", body)[1])["output_ids"] == first
+    assert app.state.generation.decoder(new).rep is new.rep
 
 
 def test_seeded_sampling_is_reproducible_through_the_server(port: int) -> None:
@@ -109,9 +156,33 @@ def test_seeded_sampling_is_reproducible_through_the_server(port: int) -> None:
         ("llama", {"input_ids": []}, "input_ids"),
         ("llama", {"input_ids": [1], "parameters": {"beams": 2}}, "unknown parameters"),
         ("llama", {"input_ids": [1], "parameters": {"max_tokens": 0}}, "max_tokens"),
+        ("llama", {"input_ids": [1], "parameters": {"num_beams": 0}}, "num_beams must be"),
+        (
+            "llama",
+            {"input_ids": [1], "parameters": {"num_beams": 2, "do_sample": True}},
+            "does not sample",
+        ),
         ("llama", {"input_ids": [10**6]}, "indices in [-96, 95], received 1000000"),
     ],
 )
 def test_bad_requests_are_400(port: int, name: str, body: dict, words: str) -> None:
     status, data = post(port, f"/v2/models/{name}/generate", body)
     assert status == 400 and words in json.loads(data)["error"]
+
+
+def test_a_version_retired_while_its_decoder_is_set_up_answers_503(repository: Path) -> None:
+    """A request that found the version just before a reload replaced it gets a 503 to retry,
+    and no scheduler is left running for the retired version."""
+
+    async def main() -> None:
+        metrics = ServeMetrics()
+        models = ModelRepository(repository, metrics)
+        await models.load("llama")
+        served = models.get("llama")
+        api = GenerateApi(models, metrics, read_body=None)
+        await served.close()
+        with pytest.raises(ModelUnavailableError, match="just unloaded; retry"):
+            await api._generation("llama", served)
+        assert api.decoder(served) is None
+
+    asyncio.run(main())

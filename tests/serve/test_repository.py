@@ -78,9 +78,9 @@ class Failing:
 
 
 def test_value_errors_from_torch_are_the_clients_400() -> None:
-    run = _runner("m", [Failing(IndexError("index 7 is out of bounds"))])
+    run = _runner("m", Failing(IndexError("index 7 is out of bounds")))
     with pytest.raises(ModelRunError, match="model 'm' cannot run this request: IndexError"):
         run(0, {"x": np.zeros(1)})
-    run = _runner("m", [Failing(RuntimeError("out of memory"))])
+    run = _runner("m", Failing(RuntimeError("out of memory")))
     with pytest.raises(RuntimeError, match="out of memory"):  # the server's fault: a 500
         run(0, {"x": np.zeros(1)})

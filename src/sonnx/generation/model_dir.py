@@ -47,29 +47,45 @@ class DecoderModel:
         return generate_tokens(self.rep, input_ids, **options)
 
 
-def load_decoder(
-    model_dir: str | Path, device: Device | str | None = None, use_graph: bool = False
-) -> DecoderModel:
-    """Prepare the decoder in ``model_dir`` (see the module docstring for what it may hold)."""
-    from sonnx.runtime.rep import prepare
-
+def decoder_file(model_dir: str | Path) -> Path:
+    """The ONNX file of the decoder in ``model_dir`` (``genai_config.json``'s, else optimum's)."""
     root = Path(model_dir)
     if not root.is_dir():
         raise BadInputError(f"generate: {model_dir} is not a directory")
     config = read_genai_config(root)
     if config is not None:
-        model = root / config["model"]["decoder"].get("filename", "model.onnx")
+        return root / config["model"]["decoder"].get("filename", "model.onnx")
+    found = [root / f for f in _OPTIMUM_FILES if (root / f).is_file()]
+    if not found:
+        raise BadInputError(
+            f"generate: {model_dir} has neither genai_config.json nor one of {_OPTIMUM_FILES}"
+        )
+    return found[0]
+
+
+def load_decoder(
+    model_dir: str | Path,
+    device: Device | str | None = None,
+    use_graph: bool = False,
+    rep: SingaRep | None = None,
+) -> DecoderModel:
+    """Prepare the decoder in ``model_dir`` (see the module docstring for what it may hold).
+
+    ``rep``: :func:`decoder_file` already prepared (a server shares the graph that answers its
+    inference requests), used as it is instead of preparing the file again.
+    """
+    from sonnx.runtime.rep import prepare
+
+    root = Path(model_dir)
+    model = decoder_file(root)
+    config = read_genai_config(root)
+    if config is not None:
         ends = config["model"].get("eos_token_id")
         pad = config["model"].get("pad_token_id")
     else:
-        found = [root / f for f in _OPTIMUM_FILES if (root / f).is_file()]
-        if not found:
-            raise BadInputError(
-                f"generate: {model_dir} has neither genai_config.json nor one of {_OPTIMUM_FILES}"
-            )
-        model = found[0]
         ends, pad = _hf_end_tokens(root)
-    rep = prepare(str(model), device=device, use_graph=use_graph)
+    if rep is None:
+        rep = prepare(str(model), device=device, use_graph=use_graph)
     tokenizer = load_tokenizer(root) if (root / "tokenizer.json").is_file() else None
     ends = [] if ends is None else [ends] if isinstance(ends, int) else list(ends)
     return DecoderModel(rep, detect_layout(rep, config), ends, pad, tokenizer)

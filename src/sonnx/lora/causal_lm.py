@@ -1,8 +1,16 @@
 """``CausalLM``: an imported decoder-only LLM as a SONNXModel that trains on next-token loss.
 
 The model is fed as onnxruntime-genai and optimum export it: ``input_ids``, an
-``attention_mask`` of ones, ``position_ids`` where the graph has them, and empty past
-key/value caches (length 0), so one run is a whole-sequence prefill whose logits train.
+``attention_mask``, ``position_ids`` where the graph has them, and empty past key/value caches
+(length 0), so one run is a whole-sequence prefill whose logits train.
+
+Padded batches: sequences of different lengths are padded on the left (or the right) with an
+attention mask that is 0 on the padding. Positions count each sequence's own tokens
+(``cumsum(mask) - 1``), and the loss skips every label that is padding or whose previous
+position is, so each sequence's tokens give the logits and the loss terms they give alone.
+GroupQueryAttention graphs read a sequence's length from its mask and keep its rows from the
+first on, so they take padding on the right: there each row is rotated to put its tokens first
+before the run, and the logits are rotated back.
 """
 
 from __future__ import annotations
@@ -12,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from sonnx.autograd import gather, reshape, softmax_cross_entropy_loss, transpose
 from sonnx.autograd import slice as slice_axes
-from sonnx.autograd import softmax_cross_entropy_loss, transpose
 from sonnx.device import Device
 from sonnx.errors import BadInputError
 from sonnx.generation.cache_layout import read_genai_config
@@ -39,7 +47,9 @@ class CausalLM(SONNXModel):
     size) whose ``train_one_batch(input_ids, labels)`` minimises next-token cross-entropy.
 
     ``labels`` line up with ``input_ids`` (position t's logits predict labels[t + 1]); label
-    :data:`IGNORE_INDEX` marks tokens that add nothing to the loss (prompts, right padding).
+    :data:`IGNORE_INDEX` marks tokens that add nothing to the loss (prompts). A batch of
+    different lengths is padded (on the left or the right) with an ``attention_mask`` 0 on the
+    padding; each sequence then trains as it would alone (see the module docstring).
 
     :param model: an onnxruntime-genai model directory, or an ONNX decoder file.
     :param head_size: the attention head size, for caches whose head size the graph leaves
@@ -59,6 +69,9 @@ class CausalLM(SONNXModel):
             head_size = head_size or configured
         super().__init__(str(path), device=device)
         self.head_size = head_size
+        #: GroupQueryAttention takes padding on the right (see the module docstring).
+        nodes = self.rep.model.graph.node
+        self.right_padded = any(n.op_type == "GroupQueryAttention" for n in nodes)
 
     def feeds(self, input_ids: Any, attention_mask: Any = None) -> dict[str, Any]:
         """The graph's inputs for a prefill of ``input_ids`` (B, S) with empty caches.
@@ -71,7 +84,7 @@ class CausalLM(SONNXModel):
         """
         ids = to_numpy(input_ids) if isinstance(input_ids, Tensor) else np.asarray(input_ids)
         batch = ids.shape[0]
-        mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask)
+        mask = _padding_mask(ids, attention_mask)
         feeds: dict[str, Any] = {}
         for spec in self.rep.input_specs:
             if spec.name == "input_ids":
@@ -111,14 +124,32 @@ class CausalLM(SONNXModel):
         """The logits (B, S, vocabulary) of a prefill of ``input_ids``.
 
         :param input_ids: the token ids (B, S).
-        :param attention_mask: 1 for a real token, 0 for padding (None: all ones).
-        :returns: the logits.
+        :param attention_mask: 1 for a real token, 0 for padding on the left or the right
+            (None: all ones).
+        :returns: the logits, lined up with ``input_ids``.
         :raises BadInputError: as :meth:`feeds` raises it.
         """
-        return self.rep.run(self.feeds(input_ids, attention_mask))[0]
+        ids = to_numpy(input_ids) if isinstance(input_ids, Tensor) else np.asarray(input_ids)
+        mask = _padding_mask(ids, attention_mask)
+        order = np.argsort(mask == 0, axis=1, kind="stable")  # each row's tokens first
+        if not self.right_padded or (order == np.arange(ids.shape[1])).all():
+            return self.rep.run(self.feeds(ids, mask))[0]
+        rows = np.arange(ids.shape[0])[:, None]
+        logits = self.rep.run(self.feeds(ids[rows, order], mask[rows, order]))[0]
+        batch, length, vocab = logits.shape
+        # Position t of row b went to order's inverse at t: gather it back (autograd sees it).
+        back = np.argsort(order, axis=1) + rows * length
+        flat = reshape(logits, [batch * length, vocab])
+        return reshape(gather(flat, 0, back.reshape(-1).tolist()), [batch, length, vocab])
 
     def train_one_batch(  # type: ignore[override]
-        self, x: Any, y: Any, dist_option: str = "fp32", spars: float | None = None
+        self,
+        x: Any,
+        y: Any,
+        dist_option: str = "fp32",
+        spars: float | None = None,
+        *,
+        attention_mask: Any = None,
     ) -> tuple[Tensor, Tensor]:
         """Forward ``x`` (input ids), next-token loss against ``y`` (labels), optimizer step.
 
@@ -126,29 +157,60 @@ class CausalLM(SONNXModel):
         :param y: the labels (B, S), lined up with ``x``; :data:`IGNORE_INDEX` skips a token.
         :param dist_option: as in :meth:`SONNXModel.train_one_batch`.
         :param spars: as in :meth:`SONNXModel.train_one_batch`.
+        :param attention_mask: 1 for a real token, 0 for padding on the left or the right
+            (None: all ones); labels on padding, and the first label after it, are skipped.
         :returns: the logits and the loss.
-        :raises BadInputError: no optimizer was set, labels of another shape than ``x``, or a
-            bad ``dist_option``.
+        :raises BadInputError: no optimizer was set, labels of another shape than ``x``, a
+            mask that is not padding around each row's tokens, or a bad ``dist_option``.
         """
         if self.optimizer is None:
             raise BadInputError(
                 "CausalLM.train_one_batch: no optimizer; call model.set_optimizer(...) first"
             )
-        logits = self.forward(x)
-        loss = next_token_loss(logits, y)
+        logits = self.forward(x, attention_mask)
+        loss = next_token_loss(logits, y, attention_mask)
         apply_update(self.optimizer, loss, dist_option, spars)
         return logits, loss
 
 
-def next_token_loss(logits: Tensor, labels: Any) -> Tensor:
+def next_token_loss(logits: Tensor, labels: Any, attention_mask: Any = None) -> Tensor:
     """Mean cross-entropy of ``logits[:, t]`` against ``labels[:, t + 1]``, skipping
-    :data:`IGNORE_INDEX` labels."""
+    :data:`IGNORE_INDEX` labels and, with an ``attention_mask``, every label where the mask
+    is 0 at ``t`` or ``t + 1`` (padding, and a sequence's first token after left padding)."""
     y = to_numpy(labels) if isinstance(labels, Tensor) else np.asarray(labels)
     if y.shape != logits.shape[:2]:
         raise BadInputError(
             f"next_token_loss: labels must have the input ids' shape {logits.shape[:2]}, "
             f"received {y.shape}"
         )
+    if attention_mask is not None:
+        mask = _padding_mask(y, attention_mask)
+        y = np.where((mask[:, 1:] == 0) | (mask[:, :-1] == 0), IGNORE_INDEX, y[:, 1:])
+        y = np.concatenate([np.full_like(y[:, :1], IGNORE_INDEX), y], axis=1)
     scores = transpose(slice_axes(logits, [0], [logits.shape[1] - 1], [1]), [0, 2, 1])
     targets = Tensor(data=np.ascontiguousarray(y[:, 1:]).astype(np.int64), requires_grad=False)
     return softmax_cross_entropy_loss(scores, targets, ignore_index=IGNORE_INDEX)
+
+
+def _padding_mask(ids: np.ndarray, attention_mask: Any) -> np.ndarray:
+    """``attention_mask`` as int64 (all ones where None), checked: ``ids``' shape, and each
+    row's ones contiguous (padding before or after its tokens, never inside)."""
+    if attention_mask is None:
+        return np.ones(ids.shape, np.int64)
+    mask = to_numpy(attention_mask) if isinstance(attention_mask, Tensor) else attention_mask
+    mask = np.asarray(mask).astype(np.int64)
+    if mask.shape != ids.shape:
+        raise BadInputError(
+            f"CausalLM: attention_mask must have the input ids' shape {ids.shape}, "
+            f"received {mask.shape}"
+        )
+    ones = mask.sum(1)
+    first, last = mask.argmax(1), mask.shape[1] - 1 - mask[:, ::-1].argmax(1)
+    bad = (ones == 0) | (last - first + 1 != ones) | ~np.isin(mask, (0, 1)).all(1)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise BadInputError(
+            "CausalLM: attention_mask must be 1 on each row's tokens and 0 on padding before "
+            f"or after them, received row {row}: {mask[row].tolist()}"
+        )
+    return mask

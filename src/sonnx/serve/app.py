@@ -101,6 +101,7 @@ def create_app(
     )
     app.state.repository = repository
     app.state.metrics = metrics
+    app.state.generation = generation
     return app
 
 

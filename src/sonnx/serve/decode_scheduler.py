@@ -1,9 +1,15 @@
-"""Continuous batching of generation: the decode steps of concurrent requests run as one.
+"""Continuous batching of generation: the prompts and the decode steps of concurrent requests
+run as batches.
 
-A :class:`DecodeScheduler` owns one decoder and one worker thread. A request's prompt is run
-alone (its prefill), which gives its first token; from then on it joins the running set, and
-every step feeds all running sequences their last token in one batch. Requests come and go
-between steps, so a long generation never holds up a short one.
+A :class:`DecodeScheduler` owns one decoder and one worker thread. Each tick, the requests that
+arrived since the last one are prefilled together: their prompts left-padded to the longest,
+with an attention mask 0 on the padding and positions counting each prompt's own tokens, so
+each gets the first token it gets alone. When nothing is running, the first arrival waits up
+to ``gather_s`` for others to share its prefill. From then on the requests join the running
+set, and every step feeds all running sequences their last token in one batch. Requests come
+and go between steps, so a long generation never holds up a short one. Should a batched
+prefill fail (a token id past the vocabulary), each of its prompts is run alone, so the error
+reaches the request that caused it only.
 
 The sequences of a step have caches of different lengths. Where the graph concatenates past
 and new rows (optimum's exports), each cache is padded with zero rows on the left to the
@@ -21,13 +27,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from sonnx.generation.decoder import Cache, Decoder
 from sonnx.generation.model_dir import DecoderModel
 from sonnx.generation.sampling import Sampling
+from sonnx.serve.errors import ModelUnavailableError
 
 #: What a request's queue receives: a token, ``None`` at the end, or the error that ended it.
 Event = int | None | BaseException
@@ -44,6 +50,7 @@ class GenerationRequest:
     ends: frozenset[int]
     emit: Callable[[Event], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
+    received: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -57,9 +64,11 @@ class _Running:
 
 
 class DecodeScheduler:
-    """Runs the requests submitted to it, batching their decode steps (see module docstring).
+    """Runs the requests submitted to it, batching their prefills and decode steps (see the
+    module docstring).
 
-    ``on_step(sequences, seconds)`` is told the size and time of every decode step.
+    ``on_prefill(prompts, seconds)`` and ``on_step(sequences, seconds)`` are told the size and
+    time of every prefill and every decode step.
     """
 
     def __init__(
@@ -67,10 +76,14 @@ class DecodeScheduler:
         model: DecoderModel,
         max_batch: int = 16,
         on_step: Callable[[int, float], None] = lambda rows, seconds: None,
+        on_prefill: Callable[[int, float], None] = lambda rows, seconds: None,
+        gather_s: float = 0.0,
     ) -> None:
         self.decoder = Decoder(model.rep, model.layout)
         self.max_batch = max_batch
         self.on_step = on_step
+        self.on_prefill = on_prefill
+        self.gather_s = gather_s
         self._waiting: list[GenerationRequest] = []
         self._wake = threading.Condition()
         self._closed = False
@@ -78,12 +91,16 @@ class DecodeScheduler:
         self._thread.start()
 
     def submit(self, request: GenerationRequest) -> None:
+        """Queue ``request``; once the scheduler is closed it gets a 503 error instead."""
         with self._wake:
+            if self._closed:
+                request.emit(ModelUnavailableError("this model version is being unloaded"))
+                return
             self._waiting.append(request)
             self._wake.notify()
 
     async def close(self) -> None:
-        """Stop after the running sequences' current step; waiting requests get an error."""
+        """Finish the waiting and running requests, then stop (new ones get a 503)."""
         with self._wake:
             self._closed = True
             self._wake.notify()
@@ -92,44 +109,79 @@ class DecodeScheduler:
     # ---- the worker thread ----------------------------------------------------------------
     def _work(self) -> None:
         running: list[_Running] = []
-        while True:
-            with self._wake:
-                while not self._closed and not self._waiting and not running:
-                    self._wake.wait()
-                if self._closed:
-                    break
-                room = self.max_batch - len(running)
-                admitted, self._waiting = self._waiting[:room], self._waiting[room:]
-            for request in admitted:
-                started = self._guarded(request, lambda r=request: self._prefill(r))
-                if started is not None and not self._advance(started):
-                    running.append(started)
+        while (admitted := self._admit(len(running))) is not None:
+            if admitted:
+                for started in self._prefill_each(admitted):
+                    if not self._advance(started):
+                        running.append(started)
             running = [r for r in running if not r.request.cancelled.is_set()]
             if running:
                 running = self._step(running)
-        for r in running:
-            r.request.emit(RuntimeError("the server is shutting down"))
-        for request in self._waiting:
-            request.emit(RuntimeError("the server is shutting down"))
 
-    def _guarded(self, request: GenerationRequest, run: Callable[[], Any]) -> Any:
+    def _admit(self, busy: int) -> list[GenerationRequest] | None:
+        """The waiting requests that join now, up to the free room (gathered for up to
+        ``gather_s`` when nothing runs); None once closed with nothing left to do."""
+        with self._wake:
+            while not self._waiting and not busy:
+                if self._closed:
+                    return None
+                self._wake.wait()
+            if not busy and self._waiting:
+                deadline = self._waiting[0].received + self.gather_s
+                while len(self._waiting) < self.max_batch and not self._closed:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._wake.wait(left)
+            room = self.max_batch - busy
+            admitted, self._waiting = self._waiting[:room], self._waiting[room:]
+        return [r for r in admitted if not r.cancelled.is_set()]
+
+    def _prefill_each(self, requests: list[GenerationRequest]) -> list[_Running]:
+        """The requests' prompts prefilled as one batch; if that fails, each alone, so a
+        request's failure ends that request only."""
         try:
-            return run()
-        except Exception as e:  # a request's failure ends that request only
-            request.emit(e)
-            return None
+            return self._prefill(requests)
+        except Exception as e:
+            if len(requests) == 1:
+                requests[0].emit(e)
+                return []
+        return [r for request in requests for r in self._prefill_each([request])]
 
-    def _prefill(self, request: GenerationRequest) -> _Running:
-        ids = torch.tensor([request.prompt], device=self.decoder.device)
-        mask = torch.ones_like(ids)
-        positions = torch.arange(ids.shape[1], device=ids.device)[None]
-        cache = self.decoder.empty_cache(1, ids.shape[1] + request.max_new_tokens)
-        logits, cache = self.decoder.step(ids, mask, positions, cache)
-        generator = None
-        if request.sampling.do_sample and request.seed is not None:
-            generator = torch.Generator(device=ids.device).manual_seed(request.seed)
-        token = int(request.sampling.next_tokens(logits, generator)[0])
-        return _Running(request, cache, ids.shape[1], token, 0, generator)
+    def _prefill(self, requests: list[GenerationRequest]) -> list[_Running]:
+        """One pass over the prompts, left-padded to the longest: each request's first token
+        and its own rows of the cache."""
+        start = time.perf_counter()
+        device, lay = self.decoder.device, self.decoder.layout
+        width = max(len(r.prompt) for r in requests)
+        ids = torch.zeros(len(requests), width, dtype=torch.int64)
+        mask = torch.zeros_like(ids)
+        for b, r in enumerate(requests):
+            ids[b, width - len(r.prompt) :] = torch.tensor(r.prompt)
+            mask[b, width - len(r.prompt) :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        longest = max(r.max_new_tokens for r in requests)
+        cache = self.decoder.empty_cache(len(requests), width + longest)
+        logits, present = self.decoder.step(ids, mask, positions, cache)
+        started = []
+        for b, r in enumerate(requests):
+            size = len(r.prompt)
+            if not lay.right_padded:
+                rows = slice(width - size, None)
+            else:  # the decoder moved each prompt to the front; a shared buffer stays whole
+                rows = slice(None) if lay.share_buffer else slice(0, size)
+            own = Cache(
+                [k[b : b + 1, :, rows] for k in present.keys],
+                [v[b : b + 1, :, rows] for v in present.values],
+            )
+            generator = None
+            if r.sampling.do_sample and r.seed is not None:
+                generator = torch.Generator(device=device).manual_seed(r.seed)
+            token = int(r.sampling.next_tokens(logits[b : b + 1], generator)[0])
+            started.append(_Running(r, own, size, token, 0, generator))
+        self.on_prefill(len(requests), time.perf_counter() - start)
+        return started
 
     def _advance(self, r: _Running) -> bool:
         """Hand ``r``'s newest token on; whether ``r`` has finished."""

@@ -5,16 +5,24 @@ layout, see :mod:`sonnx.generation`).
 A request is JSON: ``text_input`` (needs ``tokenizer.json`` in the version directory) or
 ``input_ids`` (a list of token ids), and optional ``parameters``: ``max_tokens`` (or
 ``max_new_tokens``, default 64), ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
-``seed``, ``eos_token_id``. ``generate`` answers ``{"model_name", "model_version",
-"text_output", "output_ids"}`` with the whole continuation; ``generate_stream`` sends one
-server-sent event (``data: {...}``) per token, each with that token's text piece and id, and
-``{"error": ...}`` as the last event if the request fails once streaming has begun.
+``seed``, ``eos_token_id``, ``num_beams``. ``generate`` answers ``{"model_name",
+"model_version", "text_output", "output_ids"}`` with the whole continuation;
+``generate_stream`` sends one server-sent event (``data: {...}``) per token, each with that
+token's text piece and id, and ``{"error": ...}`` as the last event if the request fails once
+streaming has begun.
 
-Each served version's decoder is prepared on its first generate request (from its version
-directory, a copy apart from the one ``/infer`` runs, as the worker threads must not share a
-prepared graph) and runs under a :class:`~sonnx.serve.decode_scheduler.DecodeScheduler`,
-which batches the decode steps of concurrent requests; ``sonnx_serve_decode_batch_size``
-counts the sequences of each step.
+A version's decoder is set up on its first generate request over the graph the version's
+``/infer`` runs (one prepared model, its weights in memory once; a SingaRep runs in several
+threads at once) and runs under a :class:`~sonnx.serve.decode_scheduler.DecodeScheduler`,
+which batches the prefills and the decode steps of concurrent requests;
+``sonnx_serve_prefill_batch_size`` counts the prompts of each prefill and
+``sonnx_serve_decode_batch_size`` the sequences of each decode step. A prefill waits up to
+the model's ``max_queue_delay_ms`` for more prompts when nothing else is running.
+
+``num_beams`` above 1 is beam search (:meth:`SingaRep.generate`'s, no sampling): such a
+request runs on its own in a worker thread, beside the decode batch and not in it, and its
+tokens come once the search has finished (``generate_stream`` then sends them one event per
+token, all at the end).
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,20 +41,29 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from sonnx.errors import SonnxError
-from sonnx.generation.model_dir import DecoderModel, load_decoder
+from sonnx.generation.model_dir import DecoderModel, decoder_file, load_decoder
 from sonnx.generation.sampling import Sampling
 from sonnx.generation.text import TextStreamer
 from sonnx.serve.decode_scheduler import DecodeScheduler, Event, GenerationRequest
-from sonnx.serve.errors import InvalidRequestError, UnsupportedError
+from sonnx.serve.errors import InvalidRequestError, ModelUnavailableError, UnsupportedError
 from sonnx.serve.metrics import ServeMetrics
-from sonnx.serve.repository import ModelRepository, ModelVersion
+from sonnx.serve.repository import MODEL_FILE, ModelRepository, ModelVersion
 
 _STEP_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 _PARAMETERS = {
     *("max_tokens", "max_new_tokens", "do_sample", "temperature", "top_k", "top_p"),
-    *("seed", "eos_token_id"),
+    *("seed", "eos_token_id", "num_beams"),
 }
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass
+class _Served:
+    """A version's generation: its decoder (over the version's prepared graph) and the
+    scheduler batching its requests."""
+
+    model: DecoderModel
+    scheduler: DecodeScheduler
 
 
 class GenerateApi:
@@ -69,8 +88,17 @@ class GenerateApi:
             buckets=_STEP_BUCKETS,
             registry=metrics.registry,
         )
-        self._schedulers: dict[tuple[str, int], tuple[DecoderModel, DecodeScheduler]] = {}
+        self.prefill_batch = Histogram(
+            "sonnx_serve_prefill_batch_size",
+            "Prompts per prefill of generate requests; above 1 when concurrent requests' "
+            "prompts were batched",
+            ["model"],
+            buckets=_STEP_BUCKETS,
+            registry=metrics.registry,
+        )
+        self._served: dict[ModelVersion, _Served] = {}
         self._loading = asyncio.Lock()
+        self._beams: set[asyncio.Task[None]] = set()
 
     def routes(self, guarded: Callable[[Handler], Handler]) -> list[Route]:
         """The routes, each handler wrapped by ``guarded`` (errors to responses)."""
@@ -82,8 +110,16 @@ class GenerateApi:
             for suffix, handler in handlers
         ]
 
+    def decoder(self, served: ModelVersion) -> DecoderModel | None:
+        """The decoder ``served`` generates with (None before its first generate request)."""
+        state = self._served.get(served)
+        return None if state is None else state.model
+
     async def close(self) -> None:
-        await asyncio.gather(*(s.close() for _, s in self._schedulers.values()))
+        """Finish every running generation, then stop the schedulers."""
+        await asyncio.gather(*self._beams)
+        served, self._served = list(self._served.values()), {}
+        await asyncio.gather(*(s.scheduler.close() for s in served))
 
     # ---- the routes -----------------------------------------------------------------------
     async def generate(self, request: Request) -> Response:
@@ -137,42 +173,84 @@ class GenerateApi:
             raise InvalidRequestError(f"the request body is not valid JSON: {e}") from None
         if not isinstance(options, dict):
             raise InvalidRequestError("the request body must be a JSON object")
-        model, scheduler = await self._scheduler(name, served)
+        state = await self._generation(name, served)
         queue: asyncio.Queue[Event] = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        generation = _request(
-            options, model, lambda e: loop.call_soon_threadsafe(queue.put_nowait, e)
+        asked, beams = _request(
+            options, state.model, lambda e: loop.call_soon_threadsafe(queue.put_nowait, e)
         )
-        scheduler.submit(generation)
+        if beams > 1:
+            task = asyncio.create_task(_beam_search(state.model, asked, beams))
+            self._beams.add(task)
+            task.add_done_callback(self._beams.discard)
+        else:
+            state.scheduler.submit(asked)
         head = {"model_name": name, "model_version": str(served.version)}
-        return head, model, generation, queue
+        return head, state.model, asked, queue
 
-    async def _scheduler(
-        self, name: str, served: ModelVersion
-    ) -> tuple[DecoderModel, DecodeScheduler]:
-        """The version's decoder and scheduler, prepared on the version's device (and in graph
-        mode where its config says so) on first use."""
-        version, config = served.version, served.config
-        key = (name, version)
+    async def _generation(self, name: str, served: ModelVersion) -> _Served:
+        """The version's decoder and scheduler, set up on first use (and retired with the
+        version)."""
         async with self._loading:
-            if key not in self._schedulers:
-                directory = self.repository.root / name / str(version)
+            if served not in self._served:
                 try:
-                    model = await asyncio.to_thread(
-                        load_decoder, directory, config.device, config.use_graph
-                    )
+                    model = await asyncio.to_thread(_decoder, self.repository.root, served)
                 except SonnxError as e:
                     raise UnsupportedError(
-                        f"model {name!r} version {version} cannot generate: {e}"
+                        f"model {name!r} version {served.version} cannot generate: {e}"
                     ) from e
-                batch = self.decode_batch.labels(name)
-                scheduler = DecodeScheduler(model, on_step=lambda rows, s: batch.observe(rows))
-                self._schedulers[key] = (model, scheduler)
-        return self._schedulers[key]
+                if served.retired:  # a reload replaced it while the decoder was set up
+                    raise ModelUnavailableError(
+                        f"model {name!r} version {served.version} was just unloaded; retry"
+                    )
+                prefills = self.prefill_batch.labels(name)
+                steps = self.decode_batch.labels(name)
+                scheduler = DecodeScheduler(
+                    model,
+                    on_step=lambda rows, seconds: steps.observe(rows),
+                    on_prefill=lambda rows, seconds: prefills.observe(rows),
+                    gather_s=served.config.max_queue_delay_ms / 1e3,
+                )
+                self._served[served] = _Served(model, scheduler)
+                served.closers.append(lambda: self._retire(served))
+        return self._served[served]
+
+    async def _retire(self, served: ModelVersion) -> None:
+        gone = self._served.pop(served, None)
+        if gone is not None:
+            await gone.scheduler.close()
 
 
-def _request(options: dict[str, Any], model: DecoderModel, emit: Any) -> GenerationRequest:
-    """The generation a request body asks for, checked."""
+def _decoder(root: Path, served: ModelVersion) -> DecoderModel:
+    """The version's decoder over the graph its ``/infer`` runs (prepared apart only where the
+    directory's ``genai_config.json`` names another file than ``model.onnx``)."""
+    directory = root / served.name / str(served.version)
+    shared = served.rep if decoder_file(directory) == directory / MODEL_FILE else None
+    return load_decoder(directory, served.config.device, served.config.use_graph, rep=shared)
+
+
+async def _beam_search(model: DecoderModel, request: GenerationRequest, beams: int) -> None:
+    """``request`` by beam search, alone in a worker thread; its tokens once it has finished."""
+    try:
+        out = await asyncio.to_thread(
+            model.generate,
+            request.prompt,
+            max_new_tokens=request.max_new_tokens,
+            num_beams=beams,
+            eos_token_id=sorted(request.ends) or None,
+        )
+    except Exception as e:  # reported to the request's client
+        request.emit(e)
+        return
+    for token in out[0, len(request.prompt) :].tolist():
+        request.emit(token)
+    request.emit(None)
+
+
+def _request(
+    options: dict[str, Any], model: DecoderModel, emit: Any
+) -> tuple[GenerationRequest, int]:
+    """The generation a request body asks for, checked, and its number of beams."""
     parameters = options.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise InvalidRequestError(
@@ -205,11 +283,20 @@ def _request(options: dict[str, Any], model: DecoderModel, emit: Any) -> Generat
         int(parameters.get("top_k", 0)),
         float(parameters.get("top_p", 1.0)),
     )
+    beams = parameters.get("num_beams", 1)
+    if not isinstance(beams, int) or beams < 1:
+        raise InvalidRequestError(f"generate: num_beams must be an int >= 1, received {beams!r}")
+    if beams > 1 and sampling.do_sample:
+        raise InvalidRequestError(
+            f"generate: num_beams={beams} is beam search, which does not sample; "
+            "leave do_sample false"
+        )
     ends = parameters.get("eos_token_id", model.eos_token_id)
     ends = [] if ends is None else [ends] if isinstance(ends, int) else ends
-    return GenerationRequest(
+    request = GenerationRequest(
         prompt, limit, sampling, parameters.get("seed"), frozenset(ends), emit
     )
+    return request, beams
 
 
 def _decode(model: DecoderModel, tokens: list[int]) -> str:

@@ -6,6 +6,11 @@ prepares the new versions first and swaps them in, so requests never see a half-
 and the replaced versions finish their queued requests before their batchers stop. A model
 that fails to load is kept with the reason, which ``/v2/repository/index`` and every request
 for it report.
+
+Each version is prepared once: its ``instance_count`` worker threads share the one
+:class:`~sonnx.runtime.rep.SingaRep` (which runs inference in several threads at once), and so
+does the generate API for a decoder (:mod:`sonnx.serve.generate_api`), so the weights are in
+memory once per version.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,15 +47,30 @@ CONFIG_FILE = "config.json"
 log = logging.getLogger("sonnx.serve")
 
 
-@dataclass
+@dataclass(eq=False)
 class ModelVersion:
-    """One served version: what it accepts and the batcher that runs it."""
+    """One served version: what it accepts, its prepared model and the batcher that runs it.
+
+    ``closers`` run when the version is retired (``retired`` is then True), after its batcher
+    has finished (the generate API adds its decode scheduler's). Versions compare and hash by
+    identity: a reload makes new ones.
+    """
 
     name: str
     version: int
     config: ModelConfig
     signature: ModelSignature
+    rep: SingaRep
     batcher: Batcher
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    retired: bool = False
+
+    async def close(self) -> None:
+        """Finish the queued requests, then stop."""
+        self.retired = True
+        await self.batcher.close()
+        for close in self.closers:
+            await close()
 
     async def infer(self, inputs: Arrays, timeout_s: float | None, received: float) -> Arrays:
         """Run ``inputs`` through the batcher; every output by name. The deadline is the
@@ -172,8 +193,8 @@ class ModelRepository:
                 return
             old = dict(entry.versions)
             entry.versions = {
-                version: self._serve(name, version, config, signature, reps)
-                for version, config, signature, reps in prepared
+                version: self._serve(name, version, config, signature, rep)
+                for version, config, signature, rep in prepared
             }
             entry.state, entry.reason = "READY", ""
             await self._retire(entry, old)
@@ -197,7 +218,7 @@ class ModelRepository:
             await self.unload(name)
 
     async def _retire(self, entry: ModelEntry, versions: dict[int, ModelVersion]) -> None:
-        await asyncio.gather(*(v.batcher.close() for v in versions.values()))
+        await asyncio.gather(*(v.close() for v in versions.values()))
 
     def _serve(
         self,
@@ -205,7 +226,7 @@ class ModelRepository:
         version: int,
         config: ModelConfig,
         signature: ModelSignature,
-        reps: list[SingaRep],
+        rep: SingaRep,
     ) -> ModelVersion:
         policy = BatchPolicy(
             max_batch_size=config.max_batch_size,
@@ -214,11 +235,11 @@ class ModelRepository:
             instance_count=config.instance_count,
             padded=config.padded_batches,
         )
-        batcher = Batcher(name, _runner(name, reps), policy, self._metrics.observer(name))
-        return ModelVersion(name, version, config, signature, batcher)
+        batcher = Batcher(name, _runner(name, rep), policy, self._metrics.observer(name))
+        return ModelVersion(name, version, config, signature, rep, batcher)
 
 
-def _prepare_model(folder: Path) -> list[tuple[int, ModelConfig, ModelSignature, list[SingaRep]]]:
+def _prepare_model(folder: Path) -> list[tuple[int, ModelConfig, ModelSignature, SingaRep]]:
     """Read the config and prepare each selected version (in a worker thread)."""
     config = load_config(folder / CONFIG_FILE)
     found = sorted(
@@ -247,11 +268,8 @@ def _prepare_model(folder: Path) -> list[tuple[int, ModelConfig, ModelSignature,
     for version in chosen:
         proto = _version_model(folder / str(version), config, str(folder / CONFIG_FILE))
         signature = ModelSignature.from_model(proto, config)
-        reps = [
-            prepare(proto, device=config.device, use_graph=config.use_graph)
-            for _ in range(config.instance_count)
-        ]
-        prepared.append((version, config, signature, reps))
+        rep = prepare(proto, device=config.device, use_graph=config.use_graph)
+        prepared.append((version, config, signature, rep))
     return prepared
 
 
@@ -262,16 +280,16 @@ def _version_model(directory: Path, config: ModelConfig, where: str) -> onnx.Mod
     return checkpoint_to_onnx(directory / CHECKPOINT_FILE, config, where)
 
 
-def _runner(name: str, reps: list[SingaRep]) -> RunFn:
-    """The batcher's run function: instance ``index`` runs the arrays, outputs come back as
-    NumPy by name. One prepared copy per instance, so no two threads share one.
+def _runner(name: str, rep: SingaRep) -> RunFn:
+    """The batcher's run function: the arrays through ``rep``, outputs back as NumPy by name.
+    Every instance's thread runs the same prepared model (a SingaRep runs in several threads
+    at once, each run's results those of the run alone).
 
     IndexError and ValueError from torch come from the values of a valid-looking request (a
     token id past the vocabulary), so they are the client's 400, not the server's 500.
     """
 
     def run(index: int, inputs: Arrays) -> Arrays:
-        rep = reps[index]
         try:
             with torch.no_grad():
                 outputs = rep.run(inputs)
