@@ -78,14 +78,23 @@ FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.fl
 
 
 def onnx_type_name(code: int) -> str:
+    """The name ONNX gives an element-type code (``FLOAT``, ``INT64``).
+
+    :param code: a ``TensorProto.DataType`` code.
+    :returns: the upper-case name.
+    :raises ValueError: ``code`` is not an ONNX element type.
+    """
     return TensorProto.DataType.Name(code)
 
 
 def dtype_name(dtype: object) -> str:
     """An element type as sonnx shows it to users: ``float32``, ``int64``, ``bool``,
     ``bfloat16``, ``string`` (the lower-case names of ONNX's types that NumPy also uses, never
-    torch's ``torch.float32``); ``?`` for an unknown type. Accepts whatever
-    :func:`as_torch_dtype` accepts."""
+    torch's ``torch.float32``); ``?`` for None. Accepts whatever :func:`as_torch_dtype` accepts.
+
+    :param dtype: a torch or NumPy dtype, a type name, an ONNX code or None.
+    :returns: the name; ``str(dtype)`` for a value that is no data type.
+    """
     if dtype is None:
         return "?"
     try:
@@ -99,7 +108,12 @@ def dtype_name(dtype: object) -> str:
 
 
 def onnx_to_torch(code: int) -> ElementType:
-    """The torch dtype for an ONNX element-type code (:data:`STRING` for strings)."""
+    """The torch dtype for an ONNX element-type code (:data:`STRING` for strings).
+
+    :param code: a ``TensorProto.DataType`` code.
+    :returns: the torch dtype, or :data:`STRING`.
+    :raises BadInputError: no torch dtype holds that ONNX type; the message lists those that do.
+    """
     try:
         return _ONNX_TO_TORCH[code]
     except KeyError:
@@ -110,7 +124,12 @@ def onnx_to_torch(code: int) -> ElementType:
 
 
 def torch_to_onnx(dtype: ElementType) -> int:
-    """The ONNX element-type code for a torch dtype."""
+    """The ONNX element-type code for a torch dtype.
+
+    :param dtype: a torch dtype, or :data:`STRING`.
+    :returns: the ``TensorProto.DataType`` code.
+    :raises BadInputError: ``dtype`` has no ONNX element type.
+    """
     try:
         return _TORCH_TO_ONNX[dtype]
     except KeyError:
@@ -118,6 +137,12 @@ def torch_to_onnx(dtype: ElementType) -> int:
 
 
 def numpy_to_torch(dtype: np.dtype | type) -> torch.dtype:
+    """The torch dtype for a NumPy dtype (ml_dtypes' bfloat16 and float8 types included).
+
+    :param dtype: a NumPy dtype or scalar type.
+    :returns: the torch dtype.
+    :raises BadInputError: no torch dtype holds that NumPy type.
+    """
     np_dtype = np.dtype(dtype)
     try:
         return _NUMPY_TO_TORCH[np_dtype]
@@ -127,7 +152,11 @@ def numpy_to_torch(dtype: np.dtype | type) -> torch.dtype:
 
 def torch_to_numpy(dtype: ElementType) -> np.dtype | None:
     """The NumPy dtype for a torch dtype (ml_dtypes' for bfloat16 and float8; ``object`` for
-    strings), or None."""
+    strings), or None.
+
+    :param dtype: a torch dtype, or :data:`STRING`.
+    :returns: the NumPy dtype, or None where NumPy has none.
+    """
     if dtype is STRING:
         return np.dtype(object)
     return _TORCH_TO_NUMPY.get(dtype)
@@ -142,6 +171,10 @@ def array_to_torch(array: np.ndarray) -> torch.Tensor:
 
     ml_dtypes arrays (bfloat16, float8) are reinterpreted bit for bit, since torch cannot read
     them directly.
+
+    :param array: a NumPy array (or anything ``np.asarray`` takes).
+    :returns: a host torch tensor of the same shape and element type.
+    :raises BadInputError: no torch dtype holds the array's type.
     """
     array = np.asarray(array)
     if not array.flags.c_contiguous or not array.flags.writeable:
@@ -158,7 +191,12 @@ def array_to_torch(array: np.ndarray) -> torch.Tensor:
 
 
 def torch_to_array(t: torch.Tensor) -> np.ndarray:
-    """The values of a (host) torch tensor as a NumPy array of the exact same type."""
+    """The values of a (host) torch tensor as a NumPy array of the exact same type.
+
+    :param t: a torch tensor on the host.
+    :returns: a NumPy array of ``t``'s shape and element type (sharing memory where it can).
+    :raises BadInputError: NumPy has no type for ``t``'s dtype.
+    """
     target = _TORCH_TO_NUMPY.get(t.dtype)
     if target is None:
         raise BadInputError(f"torch dtype {t.dtype} has no NumPy equivalent")
@@ -170,7 +208,12 @@ def torch_to_array(t: torch.Tensor) -> np.ndarray:
 
 def as_torch_dtype(dtype: object) -> ElementType:
     """Accept a torch dtype, a NumPy dtype/type, a type name (``"float32"``, ``"string"``) or
-    an ONNX code."""
+    an ONNX code.
+
+    :param dtype: the element type, in any of those spellings.
+    :returns: the torch dtype, or :data:`STRING` for strings.
+    :raises BadInputError: ``dtype`` is not a data type, or no torch dtype holds it.
+    """
     if isinstance(dtype, (torch.dtype, StringDType)):
         return dtype
     if (isinstance(dtype, str) and dtype == "string") or dtype in (str, np.str_, np.bytes_):
@@ -191,5 +234,9 @@ def as_torch_dtype(dtype: object) -> ElementType:
 
 
 def is_float(dtype: ElementType) -> bool:
-    """True for the floating types that carry gradients."""
+    """True for the floating types that carry gradients (float16, bfloat16, float32, float64).
+
+    :param dtype: a torch dtype, or :data:`STRING`.
+    :returns: whether ``dtype`` is one of them.
+    """
     return dtype in FLOAT_DTYPES

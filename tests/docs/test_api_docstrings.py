@@ -3,7 +3,8 @@
 The docs site renders docstrings with mkdocstrings (``docstring_style: sphinx``), so a public
 callable whose docstring lacks a ``:param NAME:`` for one of its arguments, or a ``:returns:``
 while it returns something, shows a user a reference with holes. This walks a curated list of
-what a user calls (the order of the API reference) and fails on each such hole.
+what a user calls (the order of the API reference), and every export of the modules in WALKED
+(so a new public function there fails until it is documented), and fails on each such hole.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +31,7 @@ PUBLIC = [
     "sonnx.SingaRep.run",
     "sonnx.SingaRep.explain",
     "sonnx.SingaRep.summary",
+    "sonnx.SingaRep.generate",
     "sonnx.SONNXModel",
     "sonnx.SONNXModel.forward",
     "sonnx.SONNXModel.train_one_batch",
@@ -161,6 +165,15 @@ PUBLIC = [
     "sonnx.serve.config.parse_config",
 ]
 
+# Modules checked whole: every function and class they export (``__all__``, else every public
+# name bound to a sonnx function or class, as ``from module import *`` gives them; SINGA's
+# ``sonnx.autograd`` re-exports each operator family's names that way), and with True the
+# public methods those classes define (the operator classes' ``forward``/``export`` are the
+# contract of :class:`~sonnx.autograd.Operator`, documented there once).
+WALKED = {"sonnx.autograd": False, "sonnx.dtypes": True, "sonnx.generation": True}
+
+ROOT = Path(__file__).resolve().parents[2]
+
 # Parameters a caller never passes by name.
 UNNAMED = {"self", "cls"}
 PARAM = re.compile(r"^\s*:param\s+(?:[^:]*\s)?(\w+):", re.MULTILINE)
@@ -212,10 +225,52 @@ def holes(obj: Any) -> list[str]:
     return missing
 
 
+def exported(module: types.ModuleType, methods: bool) -> list[str]:
+    """The dotted paths of what ``module`` exports: its functions and classes, and with
+    ``methods`` the public methods each class defines itself."""
+    names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+    paths = []
+    for name in names:
+        obj = getattr(module, name)
+        defined_in_sonnx = getattr(obj, "__module__", "").startswith("sonnx.")
+        if not (inspect.isfunction(obj) or inspect.isclass(obj)) or not defined_in_sonnx:
+            continue
+        paths.append(f"{module.__name__}.{name}")
+        if methods and inspect.isclass(obj):
+            paths += [
+                f"{module.__name__}.{name}.{m}"
+                for m, member in vars(obj).items()
+                if not m.startswith("_") and inspect.isfunction(member)
+            ]
+    return paths
+
+
 @pytest.mark.parametrize("path", PUBLIC)
 def test_public_callable_documents_its_arguments_and_result(path: str) -> None:
     missing = holes(resolve(path))
     assert missing == [], f"{path}'s docstring lacks {missing}"
+
+
+@pytest.mark.parametrize("module", WALKED)
+def test_every_export_documents_its_arguments_and_result(module: str) -> None:
+    paths = exported(importlib.import_module(module), WALKED[module])
+    missing = {path: found for path in paths if (found := holes(resolve(path)))}
+    assert missing == {}, f"{len(missing)} of {len(paths)} exports of {module} lack docs: {missing}"
+
+
+def test_autograd_reference_renders_every_export() -> None:
+    """docs/reference/autograd.md renders each family module whose names sonnx.autograd
+    exports, or names them in the ``members`` of its ``::: sonnx.autograd`` block, so a new
+    operator family shows up in the API reference."""
+    page = (ROOT / "docs" / "reference" / "autograd.md").read_text()
+    rendered = set(re.findall(r"^::: (\S+)$", page, re.MULTILINE))
+    listed = set(re.findall(r"^\s+members: \[(.*)\]$", page, re.MULTILINE)[0].split(", "))
+    unrendered = [
+        path
+        for path in exported(importlib.import_module("sonnx.autograd"), methods=False)
+        if resolve(path).__module__ not in rendered and path.rsplit(".", 1)[1] not in listed
+    ]
+    assert unrendered == [], f"docs/reference/autograd.md does not render {unrendered}"
 
 
 def test_holes_are_found() -> None:
@@ -235,3 +290,29 @@ def test_holes_are_found() -> None:
             """:param size: the size."""
 
     assert holes(Undocumented) == ["no docstring"]
+
+
+def test_exports_are_walked() -> None:
+    """The walker itself: a module's new function, its classes' own public methods, and not
+    what it merely imports."""
+    module = types.ModuleType("sonnx.fake")
+
+    class Shown:
+        def method(self) -> None:
+            """Documented."""
+
+        def _hidden(self) -> None:
+            pass
+
+    def added(x: int) -> int:
+        return x
+
+    for obj in (Shown, added):
+        obj.__module__ = "sonnx.fake"
+    module.Shown, module.added, module.imported = Shown, added, Callable
+    assert exported(module, methods=True) == [
+        "sonnx.fake.Shown",
+        "sonnx.fake.Shown.method",
+        "sonnx.fake.added",
+    ]
+    assert exported(module, methods=False) == ["sonnx.fake.Shown", "sonnx.fake.added"]

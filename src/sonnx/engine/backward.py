@@ -20,6 +20,9 @@ def trainable_tensors(y: Tensor) -> list[Tensor]:
     """The tensors with ``stores_grad`` and ``requires_grad`` that ``y`` was computed from.
 
     Order: first reached in a depth-first walk from ``y``; each tensor once.
+
+    :param y: a tensor computed by recorded operations (a loss, for one).
+    :returns: the trainable tensors, each once.
     """
     found: list[Tensor] = []
     seen_tensors: set[int] = set()
@@ -98,7 +101,15 @@ def parameter_gradients(
 
 
 def gradients(y: Tensor, dy: Tensor | torch.Tensor | None = None) -> list[tuple[Tensor, Tensor]]:
-    """``[(param, grad), …]`` for every trainable tensor ``y`` depends on."""
+    """``[(param, grad), …]`` for every trainable tensor ``y`` depends on (a list, as
+    :func:`backward` yields them).
+
+    :param y: the loss (or any output computed in training mode).
+    :param dy: the gradient with respect to ``y``, of ``y``'s shape (None: ones).
+    :returns: the ``(parameter, gradient)`` pairs; parameters ``y`` does not use are left out.
+    :raises BadInputError: ``y`` carries no gradient graph (computed in inference mode, or by
+        inference-only operators), or ``dy`` has another shape.
+    """
     params, grads = parameter_gradients(y, dy)
     return [(p, Tensor(data=g, requires_grad=False)) for p, g in zip(params, grads, strict=True)]
 

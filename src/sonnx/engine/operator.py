@@ -90,6 +90,14 @@ class Operator:
     ``since_versions`` they serve, and implement :meth:`forward`. Override :meth:`export` only
     when the ONNX form differs from "one node of ``op_type`` with ``self.attrs``" (a
     decomposition, or an older opset's spelling).
+
+    Calling an instance runs it on sonnx tensors (numbers and arrays become constants) and
+    returns one :class:`~sonnx.tensor.Tensor`, or a tuple for several outputs; bad inputs raise
+    :class:`~sonnx.errors.BadInputError` naming the operator and the input.
+
+    :param version: the ONNX since-version whose meaning to follow (None: the newest schema).
+    :param attrs: the ONNX attributes under their ONNX names (``alpha=0.1``, ``axis=1``); an
+        attribute left out takes the schema's default.
     """
 
     op_type: ClassVar[str] = ""

@@ -38,7 +38,24 @@ _OPTIMUM_PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 
 @dataclass(frozen=True)
 class CacheLayout:
-    """The names and cache geometry a decode loop needs to feed a decoder graph."""
+    """The names and cache geometry a decode loop needs to feed a decoder graph.
+
+    :param input_ids: the input that takes the token ids.
+    :param logits: the output that gives the next-token logits.
+    :param past_keys: the past-key input of each layer, in layer order.
+    :param past_values: the past-value input of each layer.
+    :param present_keys: the present-key output of each layer.
+    :param present_values: the present-value output of each layer.
+    :param kv_heads: the key/value heads of the cache.
+    :param head_size: the size of each head.
+    :param cache_dtype: the cache's element type.
+    :param attention_mask: the attention-mask input, or None where the graph takes none.
+    :param position_ids: the position-ids input, or None where the graph takes none.
+    :param use_cache_branch: optimum's merged decoders' boolean input choosing the with-past
+        branch, or None.
+    :param share_buffer: the past is a buffer of the full length the present is written into.
+    :param right_padded: padding goes after a sequence's tokens (GroupQueryAttention graphs).
+    """
 
     input_ids: str
     logits: str
@@ -61,12 +78,20 @@ class CacheLayout:
 
     @property
     def layers(self) -> int:
+        """The number of decoder layers (one past key per layer)."""
         return len(self.past_keys)
 
 
 def detect_layout(rep: SingaRep, config: dict[str, Any] | None = None) -> CacheLayout:
     """The cache layout of a prepared decoder ``rep``, from a ``genai_config.json`` dict when
-    given, else from optimum's tensor names."""
+    given, else from optimum's tensor names.
+
+    :param rep: the prepared decoder graph.
+    :param config: the parsed ``genai_config.json``, or None to read optimum's names.
+    :returns: the layout.
+    :raises BadModelError: the graph's inputs and outputs do not follow the layout (names
+        missing, or a past input without a fixed head count and size).
+    """
     specs = {s.name: s for s in rep.input_specs}
     if config is not None:
         layout = _from_genai_config(config, specs, rep.outputs)

@@ -30,7 +30,14 @@ _OPTIMUM_FILES = ("model.onnx", "decoder_model_merged.onnx", "decoder_with_past_
 @dataclass
 class DecoderModel:
     """A loaded decoder directory: the prepared graph, its cache layout, its end tokens and
-    (when the directory has one) its tokenizer."""
+    (when the directory has one) its tokenizer. :func:`load_decoder` makes one.
+
+    :param rep: the prepared decoder graph.
+    :param layout: which of its inputs and outputs carry the tokens, the logits and the cache.
+    :param eos_token_id: the token ids that end a sequence (empty: none).
+    :param pad_token_id: the id that fills ended sequences and padding, or None.
+    :param tokenizer: the directory's ``tokenizers.Tokenizer``, or None.
+    """
 
     rep: SingaRep
     layout: CacheLayout
@@ -40,7 +47,13 @@ class DecoderModel:
 
     def generate(self, input_ids: Any, **options: Any) -> np.ndarray:
         """:func:`~sonnx.generation.search.generate_tokens` with this model's end tokens and
-        layout (``options`` override them)."""
+        layout (``options`` override them).
+
+        :param input_ids: one prompt, a (batch, length) array, or a list of prompts of any lengths.
+        :param options: :func:`~sonnx.generation.generate_tokens`' keyword arguments.
+        :returns: the (batch, prompt length + new) int64 token ids.
+        :raises BadInputError: an option or the prompt is invalid (see ``generate_tokens``).
+        """
         options.setdefault("eos_token_id", self.eos_token_id or None)
         options.setdefault("pad_token_id", self.pad_token_id)
         options.setdefault("layout", self.layout)
@@ -48,7 +61,13 @@ class DecoderModel:
 
 
 def decoder_file(model_dir: str | Path) -> Path:
-    """The ONNX file of the decoder in ``model_dir`` (``genai_config.json``'s, else optimum's)."""
+    """The ONNX file of the decoder in ``model_dir`` (``genai_config.json``'s, else optimum's).
+
+    :param model_dir: an onnxruntime-genai or optimum model directory.
+    :returns: the path of its decoder's ONNX file.
+    :raises BadInputError: ``model_dir`` is not a directory or holds no decoder file.
+    :raises BadModelError: ``genai_config.json`` is not valid JSON.
+    """
     root = Path(model_dir)
     if not root.is_dir():
         raise BadInputError(f"generate: {model_dir} is not a directory")
@@ -71,8 +90,18 @@ def load_decoder(
 ) -> DecoderModel:
     """Prepare the decoder in ``model_dir`` (see the module docstring for what it may hold).
 
-    ``rep``: :func:`decoder_file` already prepared (a server shares the graph that answers its
-    inference requests), used as it is instead of preparing the file again.
+    :param model_dir: an onnxruntime-genai directory (``genai_config.json``) or an optimum one
+        (``model.onnx`` or ``decoder_model_merged.onnx``, end tokens from ``config.json`` or
+        ``generation_config.json``).
+    :param device: where to run, as :func:`sonnx.prepare` takes it; None for the default.
+    :param use_graph: True compiles graph mode (one graph for the prompt, one per decode step).
+    :param rep: :func:`decoder_file` already prepared (a server shares the graph that answers
+        its inference requests), used as it is instead of preparing the file again.
+    :returns: the prepared :class:`DecoderModel`, with the tokenizer where ``tokenizer.json`` is
+        beside the model.
+    :raises BadInputError: ``model_dir`` is not a directory or holds no decoder file.
+    :raises BadModelError: ``genai_config.json`` is not valid JSON, or the graph's inputs and
+        outputs are no KV-cache layout sonnx reads.
     """
     from sonnx.runtime.rep import prepare
 
@@ -100,6 +129,18 @@ def generate(
     the generated text comes back; token ids give token ids back (prompt and continuation, as
     :meth:`SingaRep.generate`). ``options`` are :meth:`SingaRep.generate`'s, plus ``device``
     and ``use_graph`` for :func:`sonnx.prepare`.
+
+    :param model_dir: the model directory (see :func:`load_decoder`).
+    :param prompt: a text, a list of texts, or token ids (one prompt, a (batch, length) array
+        or a list of prompts).
+    :param options: :func:`generate_tokens`' keyword arguments (``max_new_tokens``,
+        ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``num_beams``, ``seed``,
+        ``streamer``, ...), ``device`` and ``use_graph``.
+    :returns: the new text (a list for a list of texts), or for token ids the (batch, prompt
+        length + new) int64 ids.
+    :raises BadInputError: text is given and the directory has no ``tokenizer.json``, or an
+        option, the prompt or the directory is invalid (see :func:`load_decoder`).
+    :raises BadModelError: the model is no decoder sonnx can generate with.
     """
     device, use_graph = options.pop("device", None), options.pop("use_graph", False)
     model = load_decoder(model_dir, device=device, use_graph=use_graph)

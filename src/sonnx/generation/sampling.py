@@ -16,7 +16,15 @@ from sonnx.errors import BadInputError
 
 @dataclass(frozen=True)
 class Sampling:
-    """How the next token is chosen (``do_sample=False`` is greedy: the others are unused)."""
+    """How the next token is chosen (``do_sample=False`` is greedy: the others are unused).
+
+    :param do_sample: True draws from the filtered distribution, False takes the most likely
+        token.
+    :param temperature: the logits are divided by it (> 0; below 1 sharpens, above 1 flattens).
+    :param top_k: keep only the ``top_k`` most likely tokens (0: all).
+    :param top_p: keep the most likely tokens whose probabilities sum to ``top_p``, in (0, 1].
+    :raises BadInputError: ``temperature``, ``top_k`` or ``top_p`` is out of range.
+    """
 
     do_sample: bool = False
     temperature: float = 1.0
@@ -33,7 +41,11 @@ class Sampling:
 
     def filtered(self, logits: torch.Tensor) -> torch.Tensor:
         """``logits`` (batch, vocab) scaled by the temperature, with tokens outside top-k and
-        top-p set to -inf."""
+        top-p set to -inf.
+
+        :param logits: the (batch, vocab) scores of the next token.
+        :returns: the filtered (batch, vocab) logits.
+        """
         logits = logits / self.temperature if self.temperature != 1.0 else logits
         if self.top_k and self.top_k < logits.shape[-1]:
             kth = torch.topk(logits, self.top_k, dim=-1).values[..., -1:]
@@ -47,7 +59,12 @@ class Sampling:
         return logits
 
     def next_tokens(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """One token per row of ``logits`` (batch, vocab)."""
+        """One token per row of ``logits`` (batch, vocab).
+
+        :param logits: the (batch, vocab) scores of the next token.
+        :param generator: the random generator sampling draws from (None: torch's global one).
+        :returns: the (batch,) chosen token ids.
+        """
         if not self.do_sample:
             return logits.argmax(-1)
         probs = self.filtered(logits.float()).softmax(-1)

@@ -55,6 +55,28 @@ def generate_tokens(
     here). ``eos_token_id`` (one id or several) ends a sequence; ``pad_token_id`` (default: the
     first end id, else 0) fills ended sequences and padding. ``seed`` makes sampling
     reproducible. ``num_beams > 1`` is beam search (no sampling, no streamer).
+
+    :param rep: the prepared decoder graph.
+    :param input_ids: the prompt or prompts, as above.
+    :param max_new_tokens: the most tokens generated per sequence (>= 1).
+    :param do_sample: True samples (see :class:`Sampling`), False is greedy.
+    :param temperature: the sampling temperature (> 0).
+    :param top_k: sample among the ``top_k`` most likely tokens (0: all).
+    :param top_p: sample among the most likely tokens holding ``top_p`` of the probability.
+    :param num_beams: the beams of beam search; 1 for greedy or sampled decoding.
+    :param eos_token_id: the id or ids that end a sequence; None for none.
+    :param attention_mask: the (batch, length) mask of a padded ``input_ids`` array (0 on the
+        left padding), or None.
+    :param streamer: called after each step with the (batch,) new tokens (see
+        :class:`TextStreamer`), or None.
+    :param seed: a seed for reproducible sampling, or None.
+    :param pad_token_id: the id that fills ended sequences and padding.
+    :param layout: the graph's cache layout; None detects it from optimum's names.
+    :returns: the (batch, prompt length + new) int64 token ids.
+    :raises BadInputError: ``max_new_tokens`` is not a positive int, a sampling setting is out of
+        range, beam search is asked to sample or stream, or ``input_ids`` or ``attention_mask``
+        has the wrong type or shape (or right padding).
+    :raises BadModelError: ``layout`` is None and the graph does not follow optimum's names.
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise BadInputError(

@@ -19,7 +19,12 @@ from sonnx.errors import BadInputError
 
 
 def load_tokenizer(model_dir: str | Path) -> Any:
-    """The ``tokenizers.Tokenizer`` of ``model_dir/tokenizer.json``."""
+    """The ``tokenizers.Tokenizer`` of ``model_dir/tokenizer.json``.
+
+    :param model_dir: the model directory.
+    :returns: the tokenizer (``encode(text).ids``, ``decode(ids)``).
+    :raises BadInputError: the directory has no ``tokenizer.json``.
+    """
     path = Path(model_dir) / "tokenizer.json"
     if not path.is_file():
         raise BadInputError(
@@ -31,7 +36,13 @@ def load_tokenizer(model_dir: str | Path) -> Any:
 
 
 class TextStreamer:
-    """A generation streamer for a batch of one that calls ``write`` with each new text piece."""
+    """A generation streamer for a batch of one that calls ``write`` with each new text piece.
+
+    Pass it as ``streamer=`` and call :meth:`finish` when generation returns.
+
+    :param tokenizer: the tokenizer that decodes the tokens (see :func:`load_tokenizer`).
+    :param write: called with each new piece of text (``print``, ``list.append``, ...).
+    """
 
     def __init__(self, tokenizer: Any, write: Callable[[str], None]) -> None:
         self.tokenizer = tokenizer

@@ -352,7 +352,25 @@ class SingaRep:
         """Generate tokens with a decoder that has a KV cache (optimum's ``past_key_values``
         names): the prompts followed by their continuations. See
         :func:`sonnx.generation.generate_tokens` for the arguments and ``options`` (``seed``,
-        ``pad_token_id``, ``layout``)."""
+        ``pad_token_id``, ``layout``).
+
+        :param input_ids: one prompt, a (batch, length) array, or a list of prompts of any
+            lengths.
+        :param max_new_tokens: the most tokens generated per sequence (>= 1).
+        :param do_sample: True samples, False is greedy.
+        :param temperature: the sampling temperature (> 0).
+        :param top_k: sample among the ``top_k`` most likely tokens (0: all).
+        :param top_p: sample among the most likely tokens holding ``top_p`` of the probability.
+        :param num_beams: the beams of beam search; 1 for greedy or sampled decoding.
+        :param eos_token_id: the id or ids that end a sequence; None for none.
+        :param attention_mask: the (batch, length) mask of a left-padded ``input_ids``, or None.
+        :param streamer: called after each step with the (batch,) new tokens, or None.
+        :param options: ``seed``, ``pad_token_id`` and ``layout``.
+        :returns: the (batch, prompt length + new) int64 token ids.
+        :raises BadInputError: an argument is out of range, or the prompt has the wrong type or
+            shape.
+        :raises BadModelError: the graph is no decoder in optimum's layout (pass ``layout``).
+        """
         from sonnx.generation.search import generate_tokens
 
         return generate_tokens(

@@ -154,6 +154,8 @@ class _Activation(StrictExport):
 
 
 class Relu(_Activation):
+    """ONNX ``Relu``: ``max(x, 0)`` element-wise, for signed number tensors."""
+
     op_type = "Relu"
     since_versions = (1, 6, 13, 14)
 
@@ -167,6 +169,8 @@ class Relu(_Activation):
 
 
 class LeakyRelu(_Activation):
+    """ONNX ``LeakyRelu``: ``x`` where x >= 0, else ``alpha * x`` (attribute ``alpha``, 0.01)."""
+
     op_type = "LeakyRelu"
     since_versions = (1, 6, 16)
 
@@ -217,6 +221,9 @@ class PRelu(_Activation):
 
 
 class Elu(_Activation):
+    """ONNX ``Elu``: ``x`` where x > 0, else ``alpha * (exp(x) - 1)`` (attribute ``alpha``, 1.0).
+    """
+
     op_type = "Elu"
     since_versions = (1, 6, 22)
 
@@ -225,6 +232,8 @@ class Elu(_Activation):
 
 
 class Selu(_Activation):
+    """ONNX ``Selu``: ``gamma * x`` where x > 0, else ``gamma * alpha * (exp(x) - 1)``."""
+
     op_type = "Selu"
     since_versions = (1, 6, 22)
 
@@ -234,6 +243,9 @@ class Selu(_Activation):
 
 
 class Celu(_Activation):
+    """ONNX ``Celu``: ``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (attribute ``alpha``).
+    """
+
     op_type = "Celu"
     since_versions = (12, 28)
     since = 12
@@ -251,6 +263,8 @@ class Celu(_Activation):
 
 
 class Sigmoid(_Activation):
+    """ONNX ``Sigmoid``: ``1 / (1 + exp(-x))`` element-wise."""
+
     op_type = "Sigmoid"
     since_versions = (1, 6, 13)
 
@@ -259,6 +273,9 @@ class Sigmoid(_Activation):
 
 
 class HardSigmoid(_Activation):
+    """ONNX ``HardSigmoid``: ``max(0, min(1, alpha * x + beta))`` (attributes ``alpha``, ``beta``).
+    """
+
     op_type = "HardSigmoid"
     since_versions = (1, 6, 22)
 
@@ -268,6 +285,8 @@ class HardSigmoid(_Activation):
 
 
 class HardSwish(_Activation):
+    """ONNX ``HardSwish``: ``x * max(0, min(1, x / 6 + 0.5))`` element-wise."""
+
     op_type = "HardSwish"
     since_versions = (14, 22)
     since = 14
@@ -282,6 +301,8 @@ class HardSwish(_Activation):
 
 
 class Tanh(_Activation):
+    """ONNX ``Tanh``: the hyperbolic tangent element-wise."""
+
     op_type = "Tanh"
     since_versions = (1, 6, 13)
 
@@ -290,6 +311,8 @@ class Tanh(_Activation):
 
 
 class Softplus(_Activation):
+    """ONNX ``Softplus``: ``log(1 + exp(x))`` element-wise."""
+
     op_type = "Softplus"
     since_versions = (1, 22)
 
@@ -298,6 +321,8 @@ class Softplus(_Activation):
 
 
 class Softsign(_Activation):
+    """ONNX ``Softsign``: ``x / (1 + |x|)`` element-wise."""
+
     op_type = "Softsign"
     since_versions = (1, 22)
 
@@ -306,6 +331,8 @@ class Softsign(_Activation):
 
 
 class ThresholdedRelu(_Activation):
+    """ONNX ``ThresholdedRelu``: ``x`` where x > ``alpha``, else 0."""
+
     op_type = "ThresholdedRelu"
     since_versions = (10, 22)
     since = 10
@@ -359,6 +386,8 @@ class Gelu(_Activation):
 
 
 class Mish(_Activation):
+    """ONNX ``Mish``: ``x * tanh(softplus(x))`` element-wise."""
+
     op_type = "Mish"
     since_versions = (18, 22)
     since = 18
@@ -385,6 +414,8 @@ def _swish_nodes(op: Operator, g: GraphBuilder, x: str, out: str) -> None:
 
 
 class Swish(_Activation):
+    """ONNX ``Swish``: ``x * sigmoid(alpha * x)`` element-wise (attribute ``alpha``, 1.0)."""
+
     op_type = "Swish"
     since_versions = (24,)
     since = 24
@@ -453,75 +484,197 @@ class Shrink(_Activation):
 
 
 def relu(x: Tensor) -> Tensor:
+    """``max(x, 0)`` element-wise (ONNX ``Relu``).
+
+    :param x: a tensor of a signed number type.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is boolean, complex or unsigned.
+    """
     return Relu()(x)
 
 
 def sigmoid(x: Tensor) -> Tensor:
+    """``1 / (1 + exp(-x))`` element-wise (ONNX ``Sigmoid``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Sigmoid()(x)
 
 
 def tanh(x: Tensor) -> Tensor:
+    """The hyperbolic tangent element-wise (ONNX ``Tanh``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Tanh()(x)
 
 
 def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``x`` where x > 0, else ``alpha * (exp(x) - 1)`` (ONNX ``Elu``).
+
+    :param x: a floating-point tensor.
+    :param alpha: the scale of the negative part.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Elu(alpha=alpha)(x)
 
 
 def selu(
     x: Tensor, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875
 ) -> Tensor:
+    """Scaled ELU: ``gamma * x`` where x > 0, else ``gamma * alpha * (exp(x) - 1)``.
+
+    :param x: a floating-point tensor.
+    :param alpha: the scale of the negative part (the self-normalising constant by default).
+    :param gamma: the overall scale (the self-normalising constant by default).
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Selu(alpha=alpha, gamma=gamma)(x)
 
 
 def celu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (ONNX ``Celu``).
+
+    :param x: a floating-point tensor.
+    :param alpha: the scale of the negative part.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Celu(alpha=alpha)(x)
 
 
 def leakyrelu(x: Tensor, a: float = 0.01) -> Tensor:
+    """``x`` where x >= 0, else ``a * x`` (ONNX ``LeakyRelu``).
+
+    :param x: a floating-point tensor.
+    :param a: the slope of the negative part (ONNX's ``alpha``).
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return LeakyRelu(alpha=a)(x)
 
 
 def prelu(x: Tensor, slope: Tensor) -> Tensor:
+    """``slope * x`` where x < 0, else ``x`` (ONNX ``PRelu``).
+
+    :param x: the input tensor.
+    :param slope: the slopes, broadcast to ``x``'s shape (one per channel, for one).
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``slope`` does not broadcast to ``x``'s shape.
+    """
     return PRelu()(x, slope)
 
 
 def hardsigmoid(x: Tensor, alpha: float = 0.2, gamma: float = 0.5) -> Tensor:
-    """``max(0, min(1, alpha * x + gamma))`` (SINGA calls ONNX's ``beta`` ``gamma``)."""
+    """``max(0, min(1, alpha * x + gamma))`` (SINGA calls ONNX's ``beta`` ``gamma``).
+
+    :param x: a floating-point tensor.
+    :param alpha: the slope.
+    :param gamma: the offset (ONNX ``HardSigmoid``'s ``beta``).
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return HardSigmoid(alpha=alpha, beta=gamma)(x)
 
 
 def hardswish(x: Tensor) -> Tensor:
+    """``x * hardsigmoid(x)`` with ``alpha = 1/6``, ``beta = 0.5`` (ONNX ``HardSwish``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return HardSwish()(x)
 
 
 def softplus(x: Tensor) -> Tensor:
+    """``log(1 + exp(x))`` element-wise (ONNX ``Softplus``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Softplus()(x)
 
 
 def softsign(x: Tensor) -> Tensor:
+    """``x / (1 + |x|)`` element-wise (ONNX ``Softsign``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Softsign()(x)
 
 
 def thresholded_relu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``x`` where x > ``alpha``, else 0 (ONNX ``ThresholdedRelu``).
+
+    :param x: a floating-point tensor.
+    :param alpha: the threshold.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return ThresholdedRelu(alpha=alpha)(x)
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """``x * Phi(x)``, Phi the standard normal CDF (ONNX ``Gelu``).
+
+    :param x: a floating-point tensor.
+    :param approximate: ``"none"`` for the exact erf form, ``"tanh"`` for the tanh formula.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point, or ``approximate`` is neither value.
+    """
     return Gelu(approximate=approximate)(x)
 
 
 def mish(x: Tensor) -> Tensor:
+    """``x * tanh(softplus(x))`` element-wise (ONNX ``Mish``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Mish()(x)
 
 
 def swish(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``x * sigmoid(alpha * x)`` element-wise (ONNX ``Swish``).
+
+    :param x: a floating-point tensor.
+    :param alpha: the scale inside the sigmoid.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Swish(alpha=alpha)(x)
 
 
 def swiglu(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
+    """``swish(a, alpha) * b``: a gated linear unit (ONNX ``SwiGLU``).
+
+    :param a: the gate, a floating-point tensor.
+    :param b: the value, of ``a``'s shape and dtype (no broadcasting).
+    :param alpha: the scale inside the gate's sigmoid.
+    :returns: a tensor of ``a``'s shape and dtype.
+    :raises BadInputError: ``a`` is not floating-point, or ``b``'s shape or dtype differs.
+    """
     return SwiGLU(alpha=alpha)(a, b)
 
 
 def shrink(x: Tensor, bias: float = 0.0, lambd: float = 0.5) -> Tensor:
+    """``x - bias`` above ``lambd``, ``x + bias`` below ``-lambd``, else 0 (ONNX ``Shrink``).
+
+    :param x: a real number tensor (integers stay integers).
+    :param bias: the amount moved towards zero.
+    :param lambd: the half-width of the band mapped to zero.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is boolean or complex.
+    """
     return Shrink(bias=bias, lambd=lambd)(x)

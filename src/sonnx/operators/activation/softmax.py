@@ -97,6 +97,8 @@ def _half_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 class Softmax(_AxisNormalizer):
+    """ONNX ``Softmax``: ``exp(x) / sum(exp(x))`` along ``axis``."""
+
     op_type = "Softmax"
     since_versions = (1, 11, 13)
 
@@ -105,6 +107,8 @@ class Softmax(_AxisNormalizer):
 
 
 class LogSoftmax(_AxisNormalizer):
+    """ONNX ``LogSoftmax``: the logarithm of the softmax along ``axis``, computed stably."""
+
     op_type = "LogSoftmax"
     since_versions = (1, 11, 13)
 
@@ -128,13 +132,33 @@ class Hardmax(_AxisNormalizer):
 
 
 def softmax(x: Tensor, axis: int = 1) -> Tensor:
-    """Softmax along ``axis`` (SINGA's default axis 1 is the class axis of (N, C) inputs)."""
+    """Softmax along ``axis`` (SINGA's default axis 1 is the class axis of (N, C) inputs).
+
+    :param x: a floating-point tensor.
+    :param axis: the axis to normalise along.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point or ``axis`` is out of range.
+    """
     return Softmax(axis=axis)(x)
 
 
 def log_softmax(x: Tensor, axis: int = 1) -> Tensor:
+    """The logarithm of the softmax along ``axis``, computed stably (ONNX LogSoftmax).
+
+    :param x: a floating-point tensor.
+    :param axis: the axis to normalise along.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point or ``axis`` is out of range.
+    """
     return LogSoftmax(axis=axis)(x)
 
 
 def hardmax(x: Tensor, axis: int = -1) -> Tensor:
+    """1 at the first maximum along ``axis``, 0 elsewhere (ONNX Hardmax; no gradient).
+
+    :param x: a floating-point tensor.
+    :param axis: the axis to search along.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point or ``axis`` is out of range.
+    """
     return Hardmax(axis=axis)(x)

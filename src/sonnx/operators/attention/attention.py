@@ -443,6 +443,18 @@ def attention(
     ``q``, ``k``, ``v`` are 4-D (batch, heads, seq, head size), or 3-D (batch, seq, hidden) with
     ``num_heads`` (and ``kv_num_heads`` for grouped-query attention, default ``num_heads``).
     ``mask`` is boolean (True attends) or additive, broadcastable to (batch, heads, q, kv).
+
+    :param q: the queries.
+    :param k: the keys (fewer heads than ``q`` for grouped-query attention).
+    :param v: the values, with ``k``'s heads and sequence.
+    :param mask: a boolean or additive mask, or None.
+    :param is_causal: True masks out keys after each query's position.
+    :param scale: the factor on ``q k^T``; None for ``1 / sqrt(head size)``.
+    :param num_heads: the query heads of 3-D inputs.
+    :param kv_num_heads: the key/value heads of 3-D inputs; None for ``num_heads``.
+    :returns: the attention output, shaped as ``q`` (with ``v``'s head size).
+    :raises BadInputError: a 3-D ``q`` comes without ``num_heads``, the inputs are not all 3-D
+        or all 4-D, or their shapes do not fit.
     """
     attrs: dict[str, object] = {"is_causal": int(is_causal)}
     if scale is not None:
@@ -464,7 +476,18 @@ def rotary_embedding(
     num_heads: int | None = None,
     rotary_embedding_dim: int = 0,
 ) -> Tensor:
-    """Apply rotary position embeddings to ``x`` (ONNX RotaryEmbedding)."""
+    """Apply rotary position embeddings to ``x`` (ONNX RotaryEmbedding).
+
+    :param x: (batch, heads, seq, head size), or (batch, seq, hidden) with ``num_heads``.
+    :param cos_cache: (max position, rotary dim / 2) cosines indexed by ``position_ids``, or
+        (batch, seq, rotary dim / 2) when ``position_ids`` is None.
+    :param sin_cache: the sines, shaped as ``cos_cache``.
+    :param position_ids: the (batch, seq) position of each token, or None.
+    :param interleaved: True rotates adjacent feature pairs, False the two halves.
+    :param num_heads: the heads of a 3-D ``x``.
+    :param rotary_embedding_dim: how many leading features of each head rotate; 0 for all.
+    :returns: a tensor of ``x``'s shape and dtype.
+    """
     attrs: dict[str, object] = {
         "interleaved": int(interleaved),
         "rotary_embedding_dim": int(rotary_embedding_dim),

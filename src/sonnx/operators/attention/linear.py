@@ -186,7 +186,23 @@ def linear_attention(
     beta: Tensor | None = None,
     scale: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
-    """Recurrent linear attention (ONNX LinearAttention): returns (output, present_state)."""
+    """Recurrent linear attention (ONNX LinearAttention): returns (output, present_state).
+
+    :param query: the (B, T, q_num_heads * d_k) queries.
+    :param key: the (B, T, kv_num_heads * d_k) keys.
+    :param value: the (B, T, kv_num_heads * d_v) values.
+    :param q_num_heads: the query heads, a multiple of ``kv_num_heads``.
+    :param kv_num_heads: the key/value heads.
+    :param update_rule: ``"linear"``, ``"gated"``, ``"delta"`` or ``"gated_delta"``.
+    :param past_state: the (B, kv_num_heads, d_k, d_v) state carried in, or None for zeros.
+    :param decay: the gates of the gated rules, (B, T, heads) or (B, T, heads * d_k); None
+        otherwise.
+    :param beta: the (B, T, heads) write strengths of the delta rules; None otherwise.
+    :param scale: the factor on the queries; 0 for ``1 / sqrt(d_k)``.
+    :returns: ``(output, present_state)``: (B, T, q_num_heads * d_v) and the new state.
+    :raises BadInputError: ``update_rule`` is unknown, the head counts do not fit, ``decay`` or
+        ``beta`` is given or missing against the rule, or a shape is wrong.
+    """
     op = LinearAttention(
         q_num_heads=int(q_num_heads),
         kv_num_heads=int(kv_num_heads),
@@ -203,5 +219,14 @@ def causal_conv_with_state(
     past_state: Tensor | None = None,
     activation: str = "none",
 ) -> tuple[Tensor, Tensor]:
-    """Causal depthwise 1-D convolution (ONNX CausalConvWithState): (output, present_state)."""
+    """Causal depthwise 1-D convolution (ONNX CausalConvWithState): (output, present_state).
+
+    :param x: the (B, C, L) input.
+    :param weight: the (C, 1, k) per-channel kernels.
+    :param bias: the (C,) bias, or None.
+    :param past_state: the (B, C, k - 1) last inputs of the previous call, or None for zeros.
+    :param activation: ``"none"``, ``"silu"`` or ``"swish"``, applied to the output.
+    :returns: ``(output, present_state)``: (B, C, L) and (B, C, k - 1).
+    :raises BadInputError: ``activation`` is unknown or the shapes do not fit.
+    """
     return CausalConvWithState(activation=activation)(x, weight, bias, past_state)

@@ -346,7 +346,19 @@ def conv1d(
     dilation: int | Sequence[int] = 1,
     group: int = 1,
 ) -> Tensor:
-    """1-D convolution of x (N, C, L) with W (M, C/group, k); padding as in :func:`conv2d`."""
+    """1-D convolution of x (N, C, L) with W (M, C/group, k); padding as in :func:`conv2d`.
+
+    :param x: the (N, C, L) input.
+    :param W: the (M, C/group, k) weights.
+    :param b: the (M,) bias, or None.
+    :param stride: the step: an int or one per spatial axis.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :param dilation: the spacing of the kernel's taps: an int or one per spatial axis.
+    :param group: the number of channel groups (C and M divisible by it).
+    :returns: the (N, M, ...) output (ONNX Conv).
+    :raises BadInputError: the ranks or channel counts of ``x`` and ``W`` do not fit, a size list
+        has the wrong length, or the kernel does not fit the padded input.
+    """
     return _conv_nd(1, x, W, b, stride, padding, dilation, group)
 
 
@@ -362,6 +374,17 @@ def conv2d(
     """2-D convolution of x (N, C, H, W) with W (M, C/group, kh, kw) and optional bias b (M,).
 
     ``padding`` is an int, one value per spatial axis, or ONNX-style begins then ends.
+
+    :param x: the (N, C, H, W) input.
+    :param W: the (M, C/group, kh, kw) weights.
+    :param b: the (M,) bias, or None.
+    :param stride: the step: an int or one per spatial axis.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :param dilation: the spacing of the kernel's taps: an int or one per spatial axis.
+    :param group: the number of channel groups (C and M divisible by it).
+    :returns: the (N, M, ...) output (ONNX Conv).
+    :raises BadInputError: the ranks or channel counts of ``x`` and ``W`` do not fit, a size list
+        has the wrong length, or the kernel does not fit the padded input.
     """
     return _conv_nd(2, x, W, b, stride, padding, dilation, group)
 
@@ -375,7 +398,19 @@ def conv3d(
     dilation: int | Sequence[int] = 1,
     group: int = 1,
 ) -> Tensor:
-    """3-D convolution of x (N, C, D, H, W) with W (M, C/group, kd, kh, kw)."""
+    """3-D convolution of x (N, C, D, H, W) with W (M, C/group, kd, kh, kw).
+
+    :param x: the (N, C, D, H, W) input.
+    :param W: the (M, C/group, kd, kh, kw) weights.
+    :param b: the (M,) bias, or None.
+    :param stride: the step: an int or one per spatial axis.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :param dilation: the spacing of the kernel's taps: an int or one per spatial axis.
+    :param group: the number of channel groups (C and M divisible by it).
+    :returns: the (N, M, ...) output (ONNX Conv).
+    :raises BadInputError: the ranks or channel counts of ``x`` and ``W`` do not fit, a size list
+        has the wrong length, or the kernel does not fit the padded input.
+    """
     return _conv_nd(3, x, W, b, stride, padding, dilation, group)
 
 
@@ -411,7 +446,20 @@ def conv_transpose1d(
     dilation: int | Sequence[int] = 1,
     group: int = 1,
 ) -> Tensor:
-    """1-D transposed convolution; arguments as in :func:`conv_transpose2d`."""
+    """1-D transposed convolution; arguments as in :func:`conv_transpose2d`.
+
+    :param x: the (N, C, L) input.
+    :param W: the (C, M/group, k) weights.
+    :param b: the (M,) bias, or None.
+    :param stride: the step: an int or one per spatial axis.
+    :param padding: what to crop from the full output: an int, per axis, or begins then ends.
+    :param output_padding: what to add at the end of each spatial axis: an int or one per axis.
+    :param dilation: the spacing of the kernel's taps: an int or one per spatial axis.
+    :param group: the number of channel groups.
+    :returns: the (N, M, ...) output (ONNX ConvTranspose).
+    :raises BadInputError: the shapes of ``x`` and ``W`` do not fit, or a size list has the wrong
+        length.
+    """
     return _conv_transpose_nd(1, x, W, b, stride, padding, output_padding, dilation, group)
 
 
@@ -429,6 +477,18 @@ def conv_transpose2d(
 
     ``padding`` is cropped from the full output (an int, per axis, or begins then ends);
     ``output_padding`` is appended at the end of each spatial axis.
+
+    :param x: the (N, C, H, W) input.
+    :param W: the (C, M/group, kh, kw) weights.
+    :param b: the (M,) bias, or None.
+    :param stride: the step: an int or one per spatial axis.
+    :param padding: what to crop from the full output: an int, per axis, or begins then ends.
+    :param output_padding: what to add at the end of each spatial axis: an int or one per axis.
+    :param dilation: the spacing of the kernel's taps: an int or one per spatial axis.
+    :param group: the number of channel groups.
+    :returns: the (N, M, ...) output (ONNX ConvTranspose).
+    :raises BadInputError: the shapes of ``x`` and ``W`` do not fit, or a size list has the wrong
+        length.
     """
     return _conv_transpose_nd(2, x, W, b, stride, padding, output_padding, dilation, group)
 
@@ -443,5 +503,18 @@ def conv_transpose3d(
     dilation: int | Sequence[int] = 1,
     group: int = 1,
 ) -> Tensor:
-    """3-D transposed convolution; arguments as in :func:`conv_transpose2d`."""
+    """3-D transposed convolution; arguments as in :func:`conv_transpose2d`.
+
+    :param x: the (N, C, D, H, W) input.
+    :param W: the (C, M/group, kd, kh, kw) weights.
+    :param b: the (M,) bias, or None.
+    :param stride: the step: an int or one per spatial axis.
+    :param padding: what to crop from the full output: an int, per axis, or begins then ends.
+    :param output_padding: what to add at the end of each spatial axis: an int or one per axis.
+    :param dilation: the spacing of the kernel's taps: an int or one per spatial axis.
+    :param group: the number of channel groups.
+    :returns: the (N, M, ...) output (ONNX ConvTranspose).
+    :raises BadInputError: the shapes of ``x`` and ``W`` do not fit, or a size list has the wrong
+        length.
+    """
     return _conv_transpose_nd(3, x, W, b, stride, padding, output_padding, dilation, group)

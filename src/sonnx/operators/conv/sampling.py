@@ -219,7 +219,21 @@ def deform_conv2d(
     group: int = 1,
     offset_group: int = 1,
 ) -> Tensor:
-    """Deformable 2-D convolution (see :class:`DeformConv` for the shapes)."""
+    """Deformable 2-D convolution (see :class:`DeformConv` for the shapes).
+
+    :param x: the (N, C, H, W) input.
+    :param W: the (M, C/group, kh, kw) weights.
+    :param offset: the (N, offset_group*2*kh*kw, oh, ow) displacements, (dy, dx) per tap.
+    :param b: the (M,) bias, or None.
+    :param mask: the (N, offset_group*kh*kw, oh, ow) scales of the sampled values, or None.
+    :param stride: the step: an int or one per spatial axis.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :param dilation: the spacing of the kernel's taps: an int or one per spatial axis.
+    :param group: the number of channel groups.
+    :param offset_group: the number of channel groups sharing one set of offsets.
+    :returns: the (N, M, oh, ow) output (ONNX DeformConv).
+    :raises BadInputError: the shapes of ``W``, ``offset`` or ``mask`` do not fit ``x``.
+    """
     op = DeformConv(
         strides=user_ints("deform_conv2d", "stride", stride, 2),
         pads=user_pads("deform_conv2d", padding, 2),
@@ -238,7 +252,17 @@ def col2im(
     padding: int | Sequence[int] = 0,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:
-    """Rearrange sliding blocks (N, C*prod(block_shape), L) into images (N, C, *image_shape)."""
+    """Rearrange sliding blocks (N, C*prod(block_shape), L) into images (N, C, *image_shape).
+
+    :param x: the (N, C*prod(block_shape), L) blocks, L the number of block positions.
+    :param image_shape: the spatial size of the image to rebuild.
+    :param block_shape: the spatial size of one block.
+    :param stride: the step between blocks: an int or one per spatial axis.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :param dilation: the spacing of a block's elements: an int or one per spatial axis.
+    :returns: the (N, C, *image_shape) images, overlapping blocks summed (ONNX Col2Im).
+    :raises BadInputError: ``x`` is not 3-D or its shape does not fit the blocks.
+    """
     n = len(image_shape)
     op = Col2Im(
         strides=user_ints("col2im", "stride", stride, n),

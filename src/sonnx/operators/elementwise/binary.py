@@ -60,6 +60,8 @@ class BinaryOp(Operator):
 
 
 class Add(BinaryOp):
+    """ONNX ``Add``: ``a + b`` element-wise, broadcast NumPy-style (integers wrap)."""
+
     op_type = "Add"
     since_versions = (7, 13, 14)
 
@@ -69,6 +71,8 @@ class Add(BinaryOp):
 
 
 class Sub(BinaryOp):
+    """ONNX ``Sub``: ``a - b`` element-wise, broadcast NumPy-style (integers wrap)."""
+
     op_type = "Sub"
     since_versions = (7, 13, 14)
 
@@ -78,6 +82,8 @@ class Sub(BinaryOp):
 
 
 class Mul(BinaryOp):
+    """ONNX ``Mul``: ``a * b`` element-wise, broadcast NumPy-style (integers wrap)."""
+
     op_type = "Mul"
     since_versions = (7, 13, 14)
 
@@ -204,26 +210,70 @@ class Pow(BinaryOp):
 
 
 def add(a: Any, b: Any) -> Tensor:
+    """``a + b`` element-wise, broadcast NumPy-style (ONNX ``Add``; integers wrap).
+
+    :param a: a number tensor (a number or array becomes a constant).
+    :param b: a tensor of ``a``'s dtype, broadcastable with it.
+    :returns: a tensor of the broadcast shape and ``a``'s dtype.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or an input is boolean.
+    """
     return Add()(a, b)
 
 
 def sub(a: Any, b: Any) -> Tensor:
+    """``a - b`` element-wise, broadcast NumPy-style (ONNX ``Sub``; integers wrap).
+
+    :param a: a number tensor (a number or array becomes a constant).
+    :param b: a tensor of ``a``'s dtype, broadcastable with it.
+    :returns: a tensor of the broadcast shape and ``a``'s dtype.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or an input is boolean.
+    """
     return Sub()(a, b)
 
 
 def mul(a: Any, b: Any) -> Tensor:
+    """``a * b`` element-wise, broadcast NumPy-style (ONNX ``Mul``; integers wrap).
+
+    :param a: a number tensor (a number or array becomes a constant).
+    :param b: a tensor of ``a``'s dtype, broadcastable with it.
+    :returns: a tensor of the broadcast shape and ``a``'s dtype.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or an input is boolean.
+    """
     return Mul()(a, b)
 
 
 def div(a: Any, b: Any) -> Tensor:
-    """``a / b``; integer division truncates toward zero."""
+    """``a / b`` element-wise, broadcast NumPy-style; integer division truncates toward zero.
+
+    :param a: the dividend, a number tensor (a number or array becomes a constant).
+    :param b: the divisor, of ``a``'s dtype and broadcastable with it.
+    :returns: a tensor of the broadcast shape and ``a``'s dtype.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, an input is boolean, or
+        an integer ``b`` holds a 0.
+    """
     return Div()(a, b)
 
 
 def pow(a: Any, b: Any) -> Tensor:
+    """``a ** b`` element-wise, broadcast NumPy-style (ONNX ``Pow``); the result has ``a``'s type.
+
+    :param a: the base, a number tensor.
+    :param b: the exponent, a number tensor of any numeric type broadcastable with ``a``.
+    :returns: a tensor of the broadcast shape and ``a``'s dtype.
+    :raises BadInputError: the shapes do not broadcast, an input is boolean, or an integer ``a``
+        has a negative integer exponent.
+    """
     return Pow()(a, b)
 
 
 def mod(a: Any, b: Any, fmod: int = 0) -> Tensor:
-    """Remainder of ``a / b``: with ``b``'s sign (fmod=0) or with ``a``'s sign (fmod=1)."""
+    """Remainder of ``a / b``: with ``b``'s sign (fmod=0) or with ``a``'s sign (fmod=1).
+
+    :param a: the dividend, a number tensor.
+    :param b: the divisor, of ``a``'s dtype and broadcastable with it.
+    :param fmod: 0 for the floored remainder (Python's ``%``), 1 for C's ``fmod``.
+    :returns: a tensor of the broadcast shape and ``a``'s dtype.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, an input is boolean, or
+        an integer ``b`` holds a 0.
+    """
     return Mod(fmod=fmod)(a, b)

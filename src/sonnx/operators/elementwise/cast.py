@@ -366,15 +366,36 @@ def _onnx_code(dtype: Any) -> int:
 
 
 def cast(x: Tensor, to: Any) -> Tensor:
-    """``x`` converted to ``to``: a torch or NumPy dtype, a name (``"float16"``) or ONNX code."""
+    """``x`` converted to ``to``, following ONNX ``Cast``'s rules (strings parse and print as
+    onnxruntime does).
+
+    :param x: the tensor to convert.
+    :param to: the target type: a torch or NumPy dtype, a name (``"float16"``) or an ONNX code.
+    :returns: a tensor of ``x``'s shape in type ``to``.
+    :raises BadInputError: ``to`` is not a data type sonnx holds, or a string is not a number.
+    """
     return Cast(to=_onnx_code(to))(x)
 
 
 def cast_like(x: Tensor, target: Tensor, saturate: int = 1) -> Tensor:
-    """``x`` converted to ``target``'s element type."""
+    """``x`` converted to ``target``'s element type (ONNX ``CastLike``).
+
+    :param x: the tensor to convert.
+    :param target: a tensor whose element type to take (its values are not read).
+    :param saturate: for float8 targets, 1 clamps out-of-range values to the largest finite
+        value, 0 makes them inf or NaN.
+    :returns: a tensor of ``x``'s shape in ``target``'s type.
+    :raises BadInputError: a string is not a number of ``target``'s type.
+    """
     return CastLike(saturate=saturate)(x, target)
 
 
 def bitcast(x: Tensor, to: Any) -> Tensor:
-    """``x``'s bits reinterpreted as type ``to`` of the same width."""
+    """``x``'s bits reinterpreted as type ``to`` of the same width (ONNX ``BitCast``).
+
+    :param x: a tensor of a fixed-width type (not strings).
+    :param to: the target type, as for :func:`cast`, of ``x``'s bit width.
+    :returns: a tensor of ``x``'s shape in type ``to``.
+    :raises BadInputError: ``to`` is not a data type or is the string type, or the widths differ.
+    """
     return BitCast(to=_onnx_code(to))(x)

@@ -50,6 +50,8 @@ __all__ = [
 
 
 class Equal(BinaryOp):
+    """ONNX ``Equal``: ``a == b`` element-wise with broadcasting; a bool tensor."""
+
     op_type = "Equal"
     since_versions = (7, 11, 13, 19)
     takes_strings = True
@@ -62,6 +64,8 @@ class Equal(BinaryOp):
 
 
 class Less(BinaryOp):
+    """ONNX ``Less``: ``a < b`` element-wise with broadcasting; a bool tensor."""
+
     op_type = "Less"
     since_versions = (7, 9, 13)
 
@@ -71,6 +75,8 @@ class Less(BinaryOp):
 
 
 class LessOrEqual(BinaryOp):
+    """ONNX ``LessOrEqual``: ``a <= b`` element-wise with broadcasting; a bool tensor."""
+
     op_type = "LessOrEqual"
     since_versions = (12, 16)
 
@@ -80,6 +86,8 @@ class LessOrEqual(BinaryOp):
 
 
 class Greater(BinaryOp):
+    """ONNX ``Greater``: ``a > b`` element-wise with broadcasting; a bool tensor."""
+
     op_type = "Greater"
     since_versions = (7, 9, 13)
 
@@ -89,6 +97,8 @@ class Greater(BinaryOp):
 
 
 class GreaterOrEqual(BinaryOp):
+    """ONNX ``GreaterOrEqual``: ``a >= b`` element-wise with broadcasting; a bool tensor."""
+
     op_type = "GreaterOrEqual"
     since_versions = (12, 16)
 
@@ -106,6 +116,8 @@ class LogicalOp(BinaryOp):
 
 
 class And(LogicalOp):
+    """ONNX ``And``: logical and of two bool tensors, broadcast NumPy-style."""
+
     op_type = "And"
     since_versions = (7,)
 
@@ -115,6 +127,8 @@ class And(LogicalOp):
 
 
 class Or(LogicalOp):
+    """ONNX ``Or``: logical or of two bool tensors, broadcast NumPy-style."""
+
     op_type = "Or"
     since_versions = (7,)
 
@@ -124,6 +138,8 @@ class Or(LogicalOp):
 
 
 class Xor(LogicalOp):
+    """ONNX ``Xor``: logical exclusive or of two bool tensors, broadcast NumPy-style."""
+
     op_type = "Xor"
     since_versions = (7,)
 
@@ -141,6 +157,8 @@ class IntegerOp(BinaryOp):
 
 
 class BitwiseAnd(IntegerOp):
+    """ONNX ``BitwiseAnd``: bitwise and of two integer tensors, broadcast NumPy-style."""
+
     op_type = "BitwiseAnd"
     since_versions = (18,)
 
@@ -150,6 +168,8 @@ class BitwiseAnd(IntegerOp):
 
 
 class BitwiseOr(IntegerOp):
+    """ONNX ``BitwiseOr``: bitwise or of two integer tensors, broadcast NumPy-style."""
+
     op_type = "BitwiseOr"
     since_versions = (18,)
 
@@ -159,6 +179,8 @@ class BitwiseOr(IntegerOp):
 
 
 class BitwiseXor(IntegerOp):
+    """ONNX ``BitwiseXor``: bitwise exclusive or of two integer tensors, broadcast NumPy-style."""
+
     op_type = "BitwiseXor"
     since_versions = (18,)
 
@@ -219,49 +241,140 @@ class BitShift(IntegerOp):
 
 
 def equal(a: Any, b: Any) -> Tensor:
+    """``a == b`` element-wise, broadcast NumPy-style (ONNX ``Equal``).
+
+    :param a: a tensor of numbers, bools or strings (a number or array becomes a constant).
+    :param b: a tensor of ``a``'s dtype, broadcastable with it.
+    :returns: a bool tensor of the broadcast shape.
+    :raises BadInputError: the dtypes differ or the shapes do not broadcast.
+    """
     return Equal()(a, b)
 
 
 def less(a: Any, b: Any) -> Tensor:
+    """``a < b`` element-wise, broadcast NumPy-style (ONNX ``Less``).
+
+    :param a: a tensor of numbers (a number or array becomes a constant).
+    :param b: a tensor of ``a``'s dtype, broadcastable with it.
+    :returns: a bool tensor of the broadcast shape.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or an input is boolean.
+    """
     return Less()(a, b)
 
 
 def less_equal(a: Any, b: Any) -> Tensor:
+    """``a <= b`` element-wise, broadcast NumPy-style (ONNX ``LessOrEqual``).
+
+    :param a: a tensor of numbers (a number or array becomes a constant).
+    :param b: a tensor of ``a``'s dtype, broadcastable with it.
+    :returns: a bool tensor of the broadcast shape.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or an input is boolean.
+    """
     return LessOrEqual()(a, b)
 
 
 def greater(a: Any, b: Any) -> Tensor:
+    """``a > b`` element-wise, broadcast NumPy-style (ONNX ``Greater``).
+
+    :param a: a tensor of numbers (a number or array becomes a constant).
+    :param b: a tensor of ``a``'s dtype, broadcastable with it.
+    :returns: a bool tensor of the broadcast shape.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or an input is boolean.
+    """
     return Greater()(a, b)
 
 
 def greater_equal(a: Any, b: Any) -> Tensor:
+    """``a >= b`` element-wise, broadcast NumPy-style (ONNX ``GreaterOrEqual``).
+
+    :param a: a tensor of numbers (a number or array becomes a constant).
+    :param b: a tensor of ``a``'s dtype, broadcastable with it.
+    :returns: a bool tensor of the broadcast shape.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or an input is boolean.
+    """
     return GreaterOrEqual()(a, b)
 
 
 def _and(a: Any, b: Any) -> Tensor:
-    """Logical and of bool tensors (SINGA's name)."""
+    """Logical and of bool tensors (SINGA's name; ONNX ``And``).
+
+    :param a: a bool tensor.
+    :param b: a bool tensor broadcastable with ``a``.
+    :returns: a bool tensor of the broadcast shape.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or ``a`` is not boolean.
+    """
     return And()(a, b)
 
 
 def _or(a: Any, b: Any) -> Tensor:
+    """Logical or of bool tensors (SINGA's name; ONNX ``Or``).
+
+    :param a: a bool tensor.
+    :param b: a bool tensor broadcastable with ``a``.
+    :returns: a bool tensor of the broadcast shape.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or ``a`` is not boolean.
+    """
     return Or()(a, b)
 
 
 def _xor(a: Any, b: Any) -> Tensor:
+    """Logical exclusive or of bool tensors (SINGA's name; ONNX ``Xor``).
+
+    :param a: a bool tensor.
+    :param b: a bool tensor broadcastable with ``a``.
+    :returns: a bool tensor of the broadcast shape.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or ``a`` is not boolean.
+    """
     return Xor()(a, b)
 
 
 def bitwise_and(a: Any, b: Any) -> Tensor:
+    """Bitwise and element-wise (ONNX ``BitwiseAnd``).
+
+    :param a: an integer tensor.
+    :param b: a tensor of ``a``'s dtype, broadcastable with it.
+    :returns: a tensor of the broadcast shape and ``a``'s dtype.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or ``a`` is not an
+        integer tensor.
+    """
     return BitwiseAnd()(a, b)
 
 
 def bitwise_or(a: Any, b: Any) -> Tensor:
+    """Bitwise or element-wise (ONNX ``BitwiseOr``).
+
+    :param a: an integer tensor.
+    :param b: a tensor of ``a``'s dtype, broadcastable with it.
+    :returns: a tensor of the broadcast shape and ``a``'s dtype.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or ``a`` is not an
+        integer tensor.
+    """
     return BitwiseOr()(a, b)
 
 
 def bitwise_xor(a: Any, b: Any) -> Tensor:
+    """Bitwise exclusive or element-wise (ONNX ``BitwiseXor``).
+
+    :param a: an integer tensor.
+    :param b: a tensor of ``a``'s dtype, broadcastable with it.
+    :returns: a tensor of the broadcast shape and ``a``'s dtype.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, or ``a`` is not an
+        integer tensor.
+    """
     return BitwiseXor()(a, b)
 
 
 def bitshift(x: Any, y: Any, direction: str = "LEFT") -> Tensor:
+    """Shift the bits of ``x`` by ``y`` places (ONNX ``BitShift``).
+
+    Right shifts of signed types are arithmetic; a shift by a negative amount or by the type's
+    width or more gives the sign fill alone (-1 for a right shift of a negative ``x``, else 0).
+
+    :param x: an integer tensor.
+    :param y: the shift amounts, of ``x``'s dtype and broadcastable with it.
+    :param direction: ``"LEFT"`` or ``"RIGHT"``.
+    :returns: a tensor of the broadcast shape and ``x``'s dtype.
+    :raises BadInputError: the dtypes differ, the shapes do not broadcast, ``x`` is not an integer
+        tensor, or ``direction`` is neither value.
+    """
     return BitShift(direction=direction)(x, y)

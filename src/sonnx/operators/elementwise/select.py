@@ -63,6 +63,8 @@ class VariadicOp(Operator):
 
 
 class Max(VariadicOp):
+    """ONNX ``Max``: the element-wise maximum of one or more tensors, broadcast together."""
+
     op_type = "Max"
     since_versions = (6, 8, 12, 13)
 
@@ -74,6 +76,8 @@ class Max(VariadicOp):
 
 
 class Min(VariadicOp):
+    """ONNX ``Min``: the element-wise minimum of one or more tensors, broadcast together."""
+
     op_type = "Min"
     since_versions = (6, 8, 12, 13)
 
@@ -85,6 +89,8 @@ class Min(VariadicOp):
 
 
 class Sum(VariadicOp):
+    """ONNX ``Sum``: the element-wise sum of one or more tensors, broadcast together."""
+
     op_type = "Sum"
     since_versions = (6, 8, 13)
 
@@ -96,6 +102,8 @@ class Sum(VariadicOp):
 
 
 class Mean(VariadicOp):
+    """ONNX ``Mean``: the element-wise mean of one or more floating-point tensors."""
+
     op_type = "Mean"
     since_versions = (6, 8, 13)
 
@@ -189,35 +197,74 @@ class Clip(Operator):
 
 
 def max(*xs: Any) -> Tensor:
-    """Element-wise maximum of one or more tensors (broadcasting)."""
+    """Element-wise maximum of one or more tensors (broadcasting; ONNX ``Max``).
+
+    :param xs: number tensors of one dtype (numbers and arrays become constants).
+    :returns: a tensor of the broadcast shape and the inputs' dtype.
+    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
+        are boolean.
+    """
     return Max()(*xs)
 
 
 def min(*xs: Any) -> Tensor:
-    """Element-wise minimum of one or more tensors (broadcasting)."""
+    """Element-wise minimum of one or more tensors (broadcasting; ONNX ``Min``).
+
+    :param xs: number tensors of one dtype (numbers and arrays become constants).
+    :returns: a tensor of the broadcast shape and the inputs' dtype.
+    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
+        are boolean.
+    """
     return Min()(*xs)
 
 
 def sum(*xs: Any) -> Tensor:
-    """Element-wise sum of one or more tensors (broadcasting)."""
+    """Element-wise sum of one or more tensors (broadcasting; ONNX ``Sum``).
+
+    :param xs: number tensors of one dtype (numbers and arrays become constants).
+    :returns: a tensor of the broadcast shape and the inputs' dtype.
+    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
+        are boolean.
+    """
     return Sum()(*xs)
 
 
 def mean(*xs: Any) -> Tensor:
-    """Element-wise mean of one or more float tensors (broadcasting)."""
+    """Element-wise mean of one or more float tensors (broadcasting; ONNX ``Mean``).
+
+    :param xs: floating-point tensors of one dtype.
+    :returns: a tensor of the broadcast shape and the inputs' dtype.
+    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
+        are not floating-point.
+    """
     return Mean()(*xs)
 
 
 def where(x: Any, y: Any, condition: Any) -> Tensor:
     """``x`` where ``condition`` holds, else ``y`` (SINGA's argument order; ONNX's Where puts
-    the condition first)."""
+    the condition first).
+
+    :param x: the values taken where ``condition`` is True.
+    :param y: the values taken elsewhere, of ``x``'s dtype.
+    :param condition: a bool tensor; all three broadcast together.
+    :returns: a tensor of the broadcast shape and ``x``'s dtype.
+    :raises BadInputError: ``condition`` is not boolean, ``x`` and ``y`` differ in dtype, or the
+        shapes do not broadcast.
+    """
     return Where()(condition, x, y)
 
 
 def clip(x: Tensor, min: Any = None, max: Any = None) -> Tensor:
-    """Limit ``x`` to [min, max]; a bound that is None is not applied.
+    """Limit ``x`` to [min, max]; a bound that is None is not applied (ONNX ``Clip``).
 
-    Python numbers become constants of ``x``'s type.
+    Python numbers become constants of ``x``'s type; where min > max every value becomes max.
+
+    :param x: a number tensor.
+    :param min: the lower bound: None, a number or a one-element tensor of ``x``'s dtype.
+    :param max: the upper bound: None, a number or a one-element tensor of ``x``'s dtype.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is boolean, a bound has more than one element, or a bound's dtype
+        differs from ``x``'s.
     """
     lo, hi = (b if b is None or isinstance(b, Tensor) else _constant_like(x, b) for b in (min, max))
     return Clip()(x, lo, hi)
@@ -233,6 +280,13 @@ def add_bias(x: Tensor, b: Tensor, axis: int = 0) -> Tensor:
 
     Recorded as an ONNX Add; for axis=1 ``b`` first gets a trailing size-1 axis (Unsqueeze) so
     that NumPy broadcasting lines it up with the rows.
+
+    :param x: a 2-D tensor.
+    :param b: a 1-D tensor of ``x``'s dtype.
+    :param axis: 0 to add ``b`` to each row, 1 to add it to each column.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not 2-D or ``b`` not 1-D, ``axis`` is not 0 or 1, or ``b``'s
+        length does not match.
     """
     if x.ndim() != 2 or b.ndim() != 1:
         raise BadInputError(

@@ -89,36 +89,48 @@ class FloatUnary(Operator):
 
 
 class Exp(FloatUnary):
+    """ONNX ``Exp``: ``e ** x`` element-wise, for floating-point tensors."""
+
     op_type = "Exp"
     since_versions = (6, 13)
     fn = staticmethod(torch.exp)
 
 
 class Log(FloatUnary):
+    """ONNX ``Log``: the natural logarithm element-wise, for floating-point tensors."""
+
     op_type = "Log"
     since_versions = (6, 13)
     fn = staticmethod(torch.log)
 
 
 class Sqrt(FloatUnary):
+    """ONNX ``Sqrt``: the square root element-wise, for floating-point tensors."""
+
     op_type = "Sqrt"
     since_versions = (6, 13)
     fn = staticmethod(torch.sqrt)
 
 
 class Reciprocal(FloatUnary):
+    """ONNX ``Reciprocal``: ``1 / x`` element-wise, for floating-point tensors."""
+
     op_type = "Reciprocal"
     since_versions = (6, 13)
     fn = staticmethod(torch.reciprocal)
 
 
 class Ceil(FloatUnary):
+    """ONNX ``Ceil``: the smallest integer value >= x element-wise, for floating-point tensors."""
+
     op_type = "Ceil"
     since_versions = (6, 13)
     fn = staticmethod(torch.ceil)
 
 
 class Floor(FloatUnary):
+    """ONNX ``Floor``: the largest integer value <= x element-wise, for floating-point tensors."""
+
     op_type = "Floor"
     since_versions = (6, 13)
     fn = staticmethod(torch.floor)
@@ -133,72 +145,96 @@ class Round(FloatUnary):
 
 
 class Erf(FloatUnary):
+    """ONNX ``Erf``: the Gauss error function element-wise, for floating-point tensors."""
+
     op_type = "Erf"
     since_versions = (9, 13)
     fn = staticmethod(torch.erf)
 
 
 class Sin(FloatUnary):
+    """ONNX ``Sin``: the sine element-wise, for floating-point tensors."""
+
     op_type = "Sin"
     since_versions = (7, 22)
     fn = staticmethod(torch.sin)
 
 
 class Cos(FloatUnary):
+    """ONNX ``Cos``: the cosine element-wise, for floating-point tensors."""
+
     op_type = "Cos"
     since_versions = (7, 22)
     fn = staticmethod(torch.cos)
 
 
 class Tan(FloatUnary):
+    """ONNX ``Tan``: the tangent element-wise, for floating-point tensors."""
+
     op_type = "Tan"
     since_versions = (7, 22)
     fn = staticmethod(torch.tan)
 
 
 class Asin(FloatUnary):
+    """ONNX ``Asin``: the arcsine element-wise, for floating-point tensors."""
+
     op_type = "Asin"
     since_versions = (7, 22)
     fn = staticmethod(torch.asin)
 
 
 class Acos(FloatUnary):
+    """ONNX ``Acos``: the arccosine element-wise, for floating-point tensors."""
+
     op_type = "Acos"
     since_versions = (7, 22)
     fn = staticmethod(torch.acos)
 
 
 class Atan(FloatUnary):
+    """ONNX ``Atan``: the arctangent element-wise, for floating-point tensors."""
+
     op_type = "Atan"
     since_versions = (7, 22)
     fn = staticmethod(torch.atan)
 
 
 class Sinh(FloatUnary):
+    """ONNX ``Sinh``: the hyperbolic sine element-wise, for floating-point tensors."""
+
     op_type = "Sinh"
     since_versions = (9, 22)
     fn = staticmethod(torch.sinh)
 
 
 class Cosh(FloatUnary):
+    """ONNX ``Cosh``: the hyperbolic cosine element-wise, for floating-point tensors."""
+
     op_type = "Cosh"
     since_versions = (9, 22)
     fn = staticmethod(torch.cosh)
 
 
 class Asinh(FloatUnary):
+    """ONNX ``Asinh``: the inverse hyperbolic sine element-wise, for floating-point tensors."""
+
     op_type = "Asinh"
     since_versions = (9, 22)
     fn = staticmethod(torch.asinh)
 
 
 class Acosh(FloatUnary):
+    """ONNX ``Acosh``: the inverse hyperbolic cosine element-wise, for floating-point tensors."""
+
     op_type = "Acosh"
     since_versions = (9, 22)
     fn = staticmethod(torch.acosh)
 
 
 class Atanh(FloatUnary):
+    """ONNX ``Atanh``: the inverse hyperbolic tangent element-wise, for floating-point tensors."""
+
     op_type = "Atanh"
     since_versions = (9, 22)
     fn = staticmethod(torch.atanh)
@@ -212,6 +248,8 @@ def _float_for_test(op: str, x: torch.Tensor) -> torch.Tensor:
 
 
 class IsNaN(Operator):
+    """ONNX ``IsNaN``: a bool tensor, True where the element is NaN (float8 types included)."""
+
     op_type = "IsNaN"
     since_versions = (9, 13, 20)
     output_shape = OutputShape.FROM_SHAPES
@@ -240,6 +278,8 @@ class IsInf(Operator):
 
 
 class Abs(Operator):
+    """ONNX ``Abs``: the absolute value element-wise, for number tensors."""
+
     op_type = "Abs"
     since_versions = (6, 13)
     output_shape = OutputShape.FROM_SHAPES
@@ -250,6 +290,8 @@ class Abs(Operator):
 
 
 class Neg(Operator):
+    """ONNX ``Neg``: ``-x`` element-wise, for signed number tensors."""
+
     op_type = "Neg"
     since_versions = (6, 13)
     output_shape = OutputShape.FROM_SHAPES
@@ -261,6 +303,8 @@ class Neg(Operator):
 
 
 class Sign(Operator):
+    """ONNX ``Sign``: -1, 0 or 1 by the sign of each element, in the input's type."""
+
     op_type = "Sign"
     since_versions = (9, 13)
     output_shape = OutputShape.FROM_SHAPES
@@ -273,6 +317,8 @@ class Sign(Operator):
 
 
 class Not(Operator):
+    """ONNX ``Not``: logical not of a bool tensor."""
+
     op_type = "Not"
     since_versions = (1,)
     output_shape = OutputShape.FROM_SHAPES
@@ -283,6 +329,8 @@ class Not(Operator):
 
 
 class BitwiseNot(Operator):
+    """ONNX ``BitwiseNot``: the bitwise complement of an integer tensor."""
+
     op_type = "BitwiseNot"
     since_versions = (18,)
     output_shape = OutputShape.FROM_SHAPES
@@ -293,95 +341,234 @@ class BitwiseNot(Operator):
 
 
 def exp(x: Tensor) -> Tensor:
+    """``e ** x`` element-wise (ONNX ``Exp``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Exp()(x)
 
 
 def log(x: Tensor) -> Tensor:
+    """The natural logarithm element-wise (ONNX ``Log``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Log()(x)
 
 
 def sqrt(x: Tensor) -> Tensor:
+    """The square root element-wise (ONNX ``Sqrt``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Sqrt()(x)
 
 
 def reciprocal(x: Tensor) -> Tensor:
+    """``1 / x`` element-wise (ONNX ``Reciprocal``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Reciprocal()(x)
 
 
 def ceil(x: Tensor) -> Tensor:
+    """The smallest integer value >= x element-wise (ONNX ``Ceil``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Ceil()(x)
 
 
 def floor(x: Tensor) -> Tensor:
+    """The largest integer value <= x element-wise (ONNX ``Floor``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Floor()(x)
 
 
 def round(x: Tensor) -> Tensor:
-    """Round half to even."""
+    """Rounding half to even element-wise (ONNX ``Round``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Round()(x)
 
 
 def erf(x: Tensor) -> Tensor:
+    """The Gauss error function element-wise (ONNX ``Erf``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Erf()(x)
 
 
 def sin(x: Tensor) -> Tensor:
+    """The sine element-wise (ONNX ``Sin``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Sin()(x)
 
 
 def cos(x: Tensor) -> Tensor:
+    """The cosine element-wise (ONNX ``Cos``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Cos()(x)
 
 
 def tan(x: Tensor) -> Tensor:
+    """The tangent element-wise (ONNX ``Tan``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Tan()(x)
 
 
 def asin(x: Tensor) -> Tensor:
+    """The arcsine element-wise (ONNX ``Asin``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Asin()(x)
 
 
 def acos(x: Tensor) -> Tensor:
+    """The arccosine element-wise (ONNX ``Acos``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Acos()(x)
 
 
 def atan(x: Tensor) -> Tensor:
+    """The arctangent element-wise (ONNX ``Atan``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Atan()(x)
 
 
 def sinh(x: Tensor) -> Tensor:
+    """The hyperbolic sine element-wise (ONNX ``Sinh``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Sinh()(x)
 
 
 def cosh(x: Tensor) -> Tensor:
+    """The hyperbolic cosine element-wise (ONNX ``Cosh``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Cosh()(x)
 
 
 def asinh(x: Tensor) -> Tensor:
+    """The inverse hyperbolic sine element-wise (ONNX ``Asinh``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Asinh()(x)
 
 
 def acosh(x: Tensor) -> Tensor:
+    """The inverse hyperbolic cosine element-wise (ONNX ``Acosh``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Acosh()(x)
 
 
 def atanh(x: Tensor) -> Tensor:
+    """The inverse hyperbolic tangent element-wise (ONNX ``Atanh``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return Atanh()(x)
 
 
 def isnan(x: Tensor) -> Tensor:
+    """True where ``x`` is NaN (ONNX ``IsNaN``).
+
+    :param x: a floating-point tensor (float8 to float64).
+    :returns: a bool tensor of ``x``'s shape.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return IsNaN()(x)
 
 
 def isinf(x: Tensor, detect_negative: int = 1, detect_positive: int = 1) -> Tensor:
+    """True where ``x`` is an infinity of a selected sign (ONNX ``IsInf``).
+
+    :param x: a floating-point tensor (float8 to float64).
+    :param detect_negative: 1 to count -inf, 0 not to.
+    :param detect_positive: 1 to count +inf, 0 not to.
+    :returns: a bool tensor of ``x``'s shape.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return IsInf(detect_negative=detect_negative, detect_positive=detect_positive)(x)
 
 
 def abs(x: Tensor) -> Tensor:
+    """The absolute value element-wise (ONNX ``Abs``).
+
+    :param x: a number tensor (unsigned integers come back unchanged).
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is boolean.
+    """
     return Abs()(x)
 
 
 def neg(x: Tensor) -> Tensor:
+    """``-x`` element-wise (ONNX ``Neg``; ``negative`` is the same function).
+
+    :param x: a signed integer or floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is boolean or unsigned.
+    """
     return Neg()(x)
 
 
@@ -389,13 +576,30 @@ negative = neg
 
 
 def sign(x: Tensor) -> Tensor:
+    """-1, 0 or 1 by the sign of each element (ONNX ``Sign``).
+
+    :param x: a number tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is boolean.
+    """
     return Sign()(x)
 
 
 def _not(x: Tensor) -> Tensor:
-    """Logical not of a bool tensor (SINGA's name)."""
+    """Logical not of a bool tensor (SINGA's name; ONNX ``Not``).
+
+    :param x: a bool tensor.
+    :returns: a bool tensor of ``x``'s shape.
+    :raises BadInputError: ``x`` is not boolean.
+    """
     return Not()(x)
 
 
 def bitwise_not(x: Tensor) -> Tensor:
+    """The bitwise complement element-wise (ONNX ``BitwiseNot``).
+
+    :param x: an integer tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not an integer tensor.
+    """
     return BitwiseNot()(x)

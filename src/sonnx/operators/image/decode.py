@@ -70,5 +70,13 @@ def _open(data: bytes):  # -> PIL.Image.Image
 
 
 def image_decoder(encoded: Tensor, pixel_format: str = "RGB") -> Tensor:
-    """Decode the image file held in ``encoded`` (1-D uint8) into (H, W, C) uint8 pixels."""
+    """Decode the image file held in ``encoded`` (1-D uint8) into (H, W, C) uint8 pixels.
+
+    :param encoded: the bytes of a whole image file, as a 1-D uint8 tensor.
+    :param pixel_format: ``"RGB"``, ``"BGR"`` (C = 3) or ``"Grayscale"`` (C = 1).
+    :returns: the (H, W, C) uint8 image (ONNX ImageDecoder).
+    :raises BadInputError: ``pixel_format`` is unknown, ``encoded`` is not 1-D uint8, or Pillow
+        cannot decode it.
+    :raises UnsupportedOperatorError: Pillow is not installed (``pip install 'sonnx[images]'``).
+    """
     return ImageDecoder(pixel_format=pixel_format)(encoded)

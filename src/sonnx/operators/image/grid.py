@@ -283,14 +283,32 @@ def grid_sample(
     padding_mode: str = "zeros",
     align_corners: bool = False,
 ) -> Tensor:
-    """Sample ``x`` at the normalized positions of ``grid`` (ONNX GridSample)."""
+    """Sample ``x`` at the normalized positions of ``grid`` (ONNX GridSample).
+
+    :param x: the (N, C, spatial...) input (1-D to 3-D spatial).
+    :param grid: the (N, out spatial..., r) positions in [-1, 1], innermost axis first (x, y[, z]).
+    :param mode: ``"linear"``, ``"cubic"`` (1-D and 2-D only) or ``"nearest"``.
+    :param padding_mode: what positions outside read: ``"zeros"``, ``"border"`` or
+        ``"reflection"``.
+    :param align_corners: True maps -1 and 1 to the corner pixels' centres, False to their edges.
+    :returns: the (N, C, out spatial...) samples.
+    :raises BadInputError: ``mode`` or ``padding_mode`` is unknown, the shapes of ``x`` and
+        ``grid`` do not fit, or cubic mode meets a 3-D input.
+    """
     return GridSample(mode=mode, padding_mode=padding_mode, align_corners=int(align_corners))(
         x, grid
     )
 
 
 def affine_grid(theta: Tensor, size: list[int], align_corners: bool = False) -> Tensor:
-    """The sampling grid of the affine maps ``theta`` for an output of shape ``size``."""
+    """The sampling grid of the affine maps ``theta`` for an output of shape ``size``.
+
+    :param theta: the (N, 2, 3) or (N, 3, 4) affine matrices.
+    :param size: the output's (N, C, H, W) or (N, C, D, H, W) shape.
+    :param align_corners: True maps -1 and 1 to the corner pixels' centres, False to their edges.
+    :returns: the (N, H, W, 2) or (N, D, H, W, 3) grid for :func:`grid_sample` (ONNX AffineGrid).
+    :raises BadInputError: ``theta``'s shape does not fit ``size``.
+    """
     return AffineGrid(align_corners=int(align_corners))(theta, np.asarray(size, dtype=np.int64))
 
 
@@ -304,7 +322,20 @@ def roi_align(
     mode: str = "avg",
     aligned: bool = True,
 ) -> Tensor:
-    """Pool each region of interest to ``output_size`` (ONNX RoiAlign)."""
+    """Pool each region of interest to ``output_size`` (ONNX RoiAlign).
+
+    :param x: the (N, C, H, W) feature map.
+    :param rois: the (R, 4) regions as (x1, y1, x2, y2) in input scale.
+    :param batch_indices: the (R,) image of each region.
+    :param output_size: the (height, width) of each pooled region.
+    :param spatial_scale: the factor mapping ``rois`` to ``x``'s coordinates.
+    :param sampling_ratio: the samples per bin along each axis; 0 chooses by the region's size.
+    :param mode: ``"avg"`` or ``"max"`` of the samples.
+    :param aligned: True shifts the regions by half a pixel (``half_pixel``), False not.
+    :returns: the (R, C, height, width) pooled regions.
+    :raises BadInputError: ``mode`` is unknown, the shapes do not fit, or a batch index is out of
+        range.
+    """
     return RoiAlign(
         output_height=int(output_size[0]),
         output_width=int(output_size[1]),

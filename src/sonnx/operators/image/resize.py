@@ -535,7 +535,22 @@ def resize(
     antialias: bool = False,
     cubic_coeff_a: float = -0.75,
 ) -> Tensor:
-    """Resize ``x`` by ``scales`` or to ``sizes`` (one per axis in ``axes``, default all axes)."""
+    """Resize ``x`` by ``scales`` or to ``sizes`` (one per axis in ``axes``, default all axes).
+
+    :param x: the tensor to resize.
+    :param scales: the factor per axis; give this or ``sizes``.
+    :param sizes: the output size per axis; give this or ``scales``.
+    :param mode: ``"nearest"``, ``"linear"`` or ``"cubic"``.
+    :param coordinate_transformation_mode: how output coordinates map to input ones (ONNX's
+        names: ``"half_pixel"``, ``"align_corners"``, ``"asymmetric"``, ...).
+    :param nearest_mode: the rounding of ``"nearest"``: ``"round_prefer_floor"``,
+        ``"round_prefer_ceil"``, ``"floor"`` or ``"ceil"``.
+    :param axes: the axes ``scales`` or ``sizes`` apply to; None for all.
+    :param antialias: True widens the filter when downsampling (linear and cubic).
+    :param cubic_coeff_a: the cubic kernel's coefficient.
+    :returns: the resized tensor, of ``x``'s dtype (ONNX Resize).
+    :raises BadInputError: neither or both of ``scales`` and ``sizes`` are given.
+    """
     if (scales is None) == (sizes is None):
         raise BadInputError(
             f"resize: give exactly one of scales and sizes, received scales={scales}, sizes={sizes}"
@@ -557,6 +572,13 @@ def upsample(x: Tensor, scale_factor: float | Sequence[float], mode: str = "near
     """Upsample the spatial axes (all but N and C) by ``scale_factor`` like ONNX Upsample.
 
     Coordinates are asymmetric with floor rounding, as in Upsample-7/9; recorded as Resize.
+
+    :param x: an (N, C, spatial...) tensor.
+    :param scale_factor: one factor for every spatial axis, or one per spatial axis.
+    :param mode: ``"nearest"`` or ``"linear"``.
+    :returns: the upsampled tensor, of ``x``'s dtype.
+    :raises BadInputError: ``x`` has fewer than 3 axes, ``scale_factor`` has the wrong length,
+        or ``mode`` is unknown.
     """
     if x.ndim() < 3:
         raise BadInputError(

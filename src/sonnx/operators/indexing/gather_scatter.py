@@ -464,17 +464,39 @@ def _index_tensor(value: Any, like: Tensor) -> Tensor:
 
 
 def gather(x: Tensor, axis: int, indices: Tensor | Sequence[int] | int) -> Tensor:
-    """Take the entries ``indices`` of ``x`` along ``axis`` (ONNX Gather)."""
+    """Take the entries ``indices`` of ``x`` along ``axis`` (ONNX Gather).
+
+    :param x: the tensor to index.
+    :param axis: the axis to index (negative counts from the end).
+    :param indices: the int64 indices, of any shape (negative ones wrap).
+    :returns: ``x`` with ``axis`` replaced by ``indices``' dims.
+    :raises BadInputError: ``axis`` or an index is out of range.
+    """
     return Gather(axis=axis)(x, _index_tensor(indices, x))
 
 
 def gather_elements(x: Tensor, indices: Tensor | Sequence[Any], axis: int = 0) -> Tensor:
-    """``torch.gather``-style element gather (ONNX GatherElements)."""
+    """``torch.gather``-style element gather (ONNX GatherElements).
+
+    :param x: the tensor to read.
+    :param indices: int64 indices of ``x``'s rank; along ``axis`` they pick the element.
+    :param axis: the axis the indices address.
+    :returns: a tensor of ``indices``' shape and ``x``'s dtype.
+    :raises BadInputError: the ranks differ, or ``axis`` or an index is out of range.
+    """
     return GatherElements(axis=axis)(x, _index_tensor(indices, x))
 
 
 def gather_nd(x: Tensor, indices: Tensor | Sequence[Any], batch_dims: int = 0) -> Tensor:
-    """Gather the slices addressed by index tuples (ONNX GatherND)."""
+    """Gather the slices addressed by index tuples (ONNX GatherND).
+
+    :param x: the tensor to read.
+    :param indices: int64 index tuples in the last axis; the first axes say where each goes.
+    :param batch_dims: the number of leading axes of ``x`` and ``indices`` gathered in lock-step.
+    :returns: ``indices.shape[:-1] + x.shape[batch_dims + k:]`` for tuples of length ``k``.
+    :raises BadInputError: the batch dims differ, the tuples are too long, or an index is out of
+        range.
+    """
     return GatherND(batch_dims=batch_dims)(x, _index_tensor(indices, x))
 
 
@@ -485,14 +507,34 @@ def scatter_elements(
     axis: int = 0,
     reduction: str = "none",
 ) -> Tensor:
-    """A copy of ``x`` with ``updates`` scattered along ``axis`` (ONNX ScatterElements)."""
+    """A copy of ``x`` with ``updates`` scattered along ``axis`` (ONNX ScatterElements).
+
+    :param x: the tensor to copy.
+    :param indices: int64 indices of ``updates``' shape; along ``axis`` they pick the position.
+    :param updates: the values to write, of ``x``'s dtype.
+    :param axis: the axis the indices address.
+    :param reduction: ``"none"`` to overwrite, or ``"add"``, ``"mul"``, ``"max"``, ``"min"`` to
+        combine with the value there.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``updates``' shape differs from ``indices``', ``reduction`` is unknown,
+        or an index is out of range.
+    """
     return ScatterElements(axis=axis, reduction=reduction)(x, _index_tensor(indices, x), updates)
 
 
 def scatter_nd(
     x: Tensor, indices: Tensor | Sequence[Any], updates: Tensor, reduction: str = "none"
 ) -> Tensor:
-    """A copy of ``x`` with slices replaced by ``updates`` (ONNX ScatterND)."""
+    """A copy of ``x`` with slices replaced by ``updates`` (ONNX ScatterND).
+
+    :param x: the tensor to copy.
+    :param indices: int64 index tuples in the last axis, each addressing one slice of ``x``.
+    :param updates: the slices, of shape ``indices.shape[:-1] + x.shape[k:]``.
+    :param reduction: ``"none"`` to overwrite, or ``"add"``, ``"mul"``, ``"max"``, ``"min"``.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``indices`` is 0-D, ``updates`` has the wrong shape, ``reduction`` is
+        unknown, or an index is out of range.
+    """
     return ScatterND(reduction=reduction)(x, _index_tensor(indices, x), updates)
 
 
@@ -503,7 +545,16 @@ def tensor_scatter(
     axis: int = -2,
     mode: str = "linear",
 ) -> Tensor:
-    """Write ``update`` into a KV-cache-like buffer along ``axis`` (ONNX TensorScatter)."""
+    """Write ``update`` into a KV-cache-like buffer along ``axis`` (ONNX TensorScatter).
+
+    :param past_cache: the (batch, ...) buffer to copy and write into.
+    :param update: the new entries, of ``past_cache``'s rank.
+    :param write_indices: per batch row, where along ``axis`` the writing starts; None for 0.
+    :param axis: the sequence axis (not the batch axis 0).
+    :param mode: ``"linear"``, or ``"circular"`` to wrap around the buffer's end.
+    :returns: a tensor of ``past_cache``'s shape and dtype.
+    :raises BadInputError: ``axis`` is 0, the ranks differ, or a linear write runs past the end.
+    """
     wi = None if write_indices is None else _index_tensor(write_indices, past_cache)
     return TensorScatter(axis=axis, mode=mode)(past_cache, update, wi)
 
@@ -515,7 +566,16 @@ def onehot(
     values: Sequence[Any] | Tensor,
 ) -> Tensor:
     """One-hot encode ``indices`` with ``depth`` classes along a new ``axis``; ``values`` is
-    ``[off_value, on_value]`` (SINGA's argument order); Python floats give float32 values."""
+    ``[off_value, on_value]`` (SINGA's argument order); Python floats give float32 values.
+
+    :param axis: where the new class axis goes (-1: last).
+    :param indices: the class of each entry (negatives wrap by ``depth``; out of range gives an
+        all-off row).
+    :param depth: the number of classes: an int or a scalar tensor.
+    :param values: ``[off_value, on_value]``, a pair or a 2-element tensor.
+    :returns: a tensor of ``indices``' shape with the class axis inserted, ``values``' dtype.
+    :raises BadInputError: ``depth`` is not a positive scalar or ``values`` is not a pair.
+    """
     if not isinstance(depth, Tensor):
         depth = _index_tensor(depth, indices)
     if not isinstance(values, Tensor):
@@ -527,12 +587,23 @@ def onehot(
 
 
 def nonzero(x: Tensor) -> Tensor:
-    """The indices of the non-zero elements of ``x``, shape ``(rank, count)``."""
+    """The indices of the non-zero elements of ``x``, shape ``(rank, count)`` (ONNX NonZero).
+
+    :param x: any tensor.
+    :returns: an int64 (rank, count) tensor.
+    """
     return NonZero()(x)
 
 
 def compress(x: Tensor, condition: Tensor | Sequence[bool], axis: int | None = None) -> Tensor:
-    """The slices of ``x`` along ``axis`` where ``condition`` holds (ONNX Compress)."""
+    """The slices of ``x`` along ``axis`` where ``condition`` holds (ONNX Compress).
+
+    :param x: the tensor to select from.
+    :param condition: a 1-D bool tensor or sequence (a shorter one selects from a prefix).
+    :param axis: the axis to select along; None for the flattened ``x``.
+    :returns: the selected slices.
+    :raises BadInputError: ``condition`` is not 1-D or selects beyond the axis' size.
+    """
     if not isinstance(condition, Tensor):
         condition = Tensor(
             data=np.asarray(condition, dtype=bool), device=x.device, requires_grad=False

@@ -161,12 +161,16 @@ class _ArgReduce(Operator):
 
 
 class ArgMax(_ArgReduce):
+    """ONNX ``ArgMax``: the int64 index of the maximum along ``axis``."""
+
     op_type = "ArgMax"
     since_versions = (1, 11, 12, 13)
     largest = True
 
 
 class ArgMin(_ArgReduce):
+    """ONNX ``ArgMin``: the int64 index of the minimum along ``axis``."""
+
     op_type = "ArgMin"
     since_versions = (1, 11, 12, 13)
     largest = False
@@ -270,23 +274,54 @@ def _scalar(x: torch.Tensor | None, default: Any) -> Any:
 def topk(
     x: Tensor, k: int, axis: int = -1, largest: bool = True, sorted: bool = True
 ) -> tuple[Tensor, Tensor]:
-    """The ``k`` largest (or smallest) values along ``axis`` and their indices."""
+    """The ``k`` largest (or smallest) values along ``axis`` and their indices (ONNX TopK).
+
+    :param x: a tensor of at least 1 axis.
+    :param k: how many values, in [0, the axis' size].
+    :param axis: the axis to select along.
+    :param largest: True for the largest values, False for the smallest.
+    :param sorted: True to order the results (ties: the lower index first).
+    :returns: ``(values, indices)``: ``x``'s dtype and int64, ``k`` along ``axis``.
+    :raises BadInputError: ``x`` is 0-D or ``k`` is out of range.
+    """
     kt = Tensor(data=np.asarray([k], dtype=np.int64), device=x.device, requires_grad=False)
     return TopK(axis=axis, largest=int(largest), sorted=int(sorted))(x, kt)
 
 
 def unique(x: Tensor, axis: int | None = None, sorted: bool = True) -> tuple[Tensor, ...]:
-    """Unique values (or slices along ``axis``), first indices, inverse indices and counts."""
+    """Unique values (or slices along ``axis``), first indices, inverse indices and counts.
+
+    :param x: the tensor to deduplicate (ONNX Unique).
+    :param axis: the axis whose slices are compared; None for the flattened elements.
+    :param sorted: True for ascending order, False for the order of first occurrence.
+    :returns: ``(values, indices, inverse_indices, counts)``, the last three int64.
+    """
     return Unique(axis=axis, sorted=int(sorted))(x)
 
 
 def argmax(x: Tensor, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Tensor:
-    """The int64 index of the maximum along ``axis``."""
+    """The int64 index of the maximum along ``axis`` (ONNX ArgMax).
+
+    :param x: a number tensor.
+    :param axis: the axis to search (negative counts from the end).
+    :param keepdims: 1 keeps ``axis`` with size 1, 0 drops it.
+    :param select_last_index: 1 to pick the last of equal maxima, 0 the first.
+    :returns: an int64 tensor of the indices.
+    :raises BadInputError: ``axis`` is out of range or has size 0.
+    """
     return ArgMax(axis=axis, keepdims=keepdims, select_last_index=select_last_index)(x)
 
 
 def argmin(x: Tensor, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Tensor:
-    """The int64 index of the minimum along ``axis``."""
+    """The int64 index of the minimum along ``axis`` (ONNX ArgMin).
+
+    :param x: a number tensor.
+    :param axis: the axis to search (negative counts from the end).
+    :param keepdims: 1 keeps ``axis`` with size 1, 0 drops it.
+    :param select_last_index: 1 to pick the last of equal minima, 0 the first.
+    :returns: an int64 tensor of the indices.
+    :raises BadInputError: ``axis`` is out of range or has size 0.
+    """
     return ArgMin(axis=axis, keepdims=keepdims, select_last_index=select_last_index)(x)
 
 
@@ -298,7 +333,17 @@ def non_max_suppression(
     score_threshold: float | None = None,
     center_point_box: int = 0,
 ) -> Tensor:
-    """Greedy non-maximum suppression (ONNX NonMaxSuppression), rows of [batch, class, box]."""
+    """Greedy non-maximum suppression (ONNX NonMaxSuppression), rows of [batch, class, box].
+
+    :param boxes: a (batch, boxes, 4) tensor of corners, or of centres and sizes.
+    :param scores: a (batch, classes, boxes) tensor.
+    :param max_output_boxes_per_class: the most boxes kept per batch and class (0: none).
+    :param iou_threshold: a box overlapping a kept one by more than this IoU is dropped.
+    :param score_threshold: boxes scoring at most this are dropped; None keeps all.
+    :param center_point_box: 0 for ``[y1, x1, y2, x2]`` corners, 1 for ``[x, y, w, h]``.
+    :returns: an int64 (n, 3) tensor of ``[batch, class, box]`` rows.
+    :raises BadInputError: the shapes of ``boxes`` and ``scores`` do not fit.
+    """
     settings: list[np.ndarray] = [
         np.asarray([max_output_boxes_per_class], dtype=np.int64),
         np.asarray([iou_threshold], dtype=np.float32),

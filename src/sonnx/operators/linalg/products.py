@@ -250,6 +250,9 @@ class _Scan(StrictExport):
 
 
 class CumSum(_Scan):
+    """ONNX ``CumSum``: running sums along the axis input (``exclusive``, ``reverse``).
+    """
+
     op_type = "CumSum"
     since_versions = (11, 14)
     identity = 0
@@ -259,6 +262,9 @@ class CumSum(_Scan):
 
 
 class CumProd(_Scan):
+    """ONNX ``CumProd``: running products along the axis input (``exclusive``, ``reverse``).
+    """
+
     op_type = "CumProd"
     since_versions = (26,)
     identity = 1
@@ -366,6 +372,14 @@ class QLinearMatMul(StrictExport):
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` as ``numpy.matmul``: 1-D operands promoted, batch dims broadcast (ONNX ``MatMul``).
+
+    :param a: a tensor of at least 1 axis, (..., M, K).
+    :param b: a tensor of ``a``'s dtype, (..., K, N).
+    :returns: the (..., M, N) product.
+    :raises BadInputError: an input is 0-D, the contracted dims differ, the batch dims do not
+        broadcast, or the dtypes differ.
+    """
     return MatMul()(a, b)
 
 
@@ -378,14 +392,40 @@ def gemm(
     transA: int = 0,
     transB: int = 0,
 ) -> Tensor:
+    """``alpha * A' @ B' + beta * C``, ``A'`` and ``B'`` optionally transposed (ONNX ``Gemm``).
+
+    :param A: a 2-D (M, K) tensor, or (K, M) with ``transA``.
+    :param B: a 2-D (K, N) tensor, or (N, K) with ``transB``.
+    :param C: a tensor broadcasting to (M, N), or None for no bias.
+    :param alpha: the scale of the product.
+    :param beta: the scale of ``C``.
+    :param transA: 1 to transpose ``A`` first.
+    :param transB: 1 to transpose ``B`` first.
+    :returns: the (M, N) result.
+    :raises BadInputError: ``A`` or ``B`` is not 2-D, the inner dims differ, or ``C`` does not
+        broadcast to (M, N).
+    """
     return Gemm(alpha=alpha, beta=beta, transA=transA, transB=transB)(A, B, C)
 
 
 def einsum(equation: str, *xs: Tensor) -> Tensor:
+    """Einstein summation as ``torch.einsum`` (explicit, implicit and ellipsis; ONNX ``Einsum``).
+
+    :param equation: the subscripts, e.g. ``"bij,bjk->bik"``.
+    :param xs: one tensor per operand of ``equation``.
+    :returns: the result the equation describes.
+    :raises BadInputError: ``equation`` is empty or does not fit the inputs' shapes.
+    """
     return Einsum(equation=equation)(*xs)
 
 
 def det(x: Tensor) -> Tensor:
+    """Determinants of the square matrices in the last two axes (ONNX ``Det``).
+
+    :param x: a floating-point (..., M, M) tensor.
+    :returns: a (...) tensor of ``x``'s dtype.
+    :raises BadInputError: ``x`` is not a floating-point tensor of square matrices.
+    """
     return Det()(x)
 
 
@@ -394,16 +434,43 @@ def _axis_tensor(x: Tensor, axis: int) -> Tensor:
 
 
 def cumsum(x: Tensor, axis: int = 0, exclusive: int = 0, reverse: int = 0) -> Tensor:
+    """Running sums along ``axis`` (ONNX ``CumSum``).
+
+    :param x: a number tensor.
+    :param axis: the axis to sum along (negative counts from the end).
+    :param exclusive: 1 to leave out each element itself (the first sum is 0).
+    :param reverse: 1 to sum from the end towards the start.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``axis`` is out of range.
+    """
     return CumSum(exclusive=exclusive, reverse=reverse)(x, _axis_tensor(x, axis))
 
 
 def cumprod(x: Tensor, axis: int = 0, exclusive: int = 0, reverse: int = 0) -> Tensor:
+    """Running products along ``axis`` (ONNX ``CumProd``).
+
+    :param x: a number tensor.
+    :param axis: the axis to multiply along (negative counts from the end).
+    :param exclusive: 1 to leave out each element itself (the first product is 1).
+    :param reverse: 1 to multiply from the end towards the start.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``axis`` is out of range.
+    """
     return CumProd(exclusive=exclusive, reverse=reverse)(x, _axis_tensor(x, axis))
 
 
 def matmul_integer(
     a: Tensor, b: Tensor, a_zero_point: Tensor | None = None, b_zero_point: Tensor | None = None
 ) -> Tensor:
+    """``(a - a_zero_point) @ (b - b_zero_point)`` on 8-bit integers, accumulated in int32.
+
+    :param a: an int8 or uint8 (..., M, K) tensor.
+    :param b: an int8 or uint8 (..., K, N) tensor.
+    :param a_zero_point: ``a``'s zero point: a scalar, or one per row (M,); None for 0.
+    :param b_zero_point: ``b``'s zero point: a scalar, or one per column (N,); None for 0.
+    :returns: the int32 (..., M, N) product (ONNX ``MatMulInteger``).
+    :raises BadInputError: ``a`` or ``b`` is not 8-bit, or the shapes do not multiply.
+    """
     return MatMulInteger()(a, b, a_zero_point, b_zero_point)
 
 
@@ -417,6 +484,19 @@ def qlinear_matmul(
     y_scale: Tensor,
     y_zero_point: Tensor,
 ) -> Tensor:
+    """Quantized matmul: dequantize ``a`` and ``b``, multiply, requantize (ONNX ``QLinearMatMul``).
+
+    :param a: the quantized (..., M, K) left operand (8-bit integers or float8).
+    :param a_scale: ``a``'s scale: a scalar, or one per row.
+    :param a_zero_point: ``a``'s zero point, shaped as ``a_scale``.
+    :param b: the quantized (..., K, N) right operand.
+    :param b_scale: ``b``'s scale: a scalar, or one per column.
+    :param b_zero_point: ``b``'s zero point, shaped as ``b_scale``.
+    :param y_scale: the output's scale.
+    :param y_zero_point: the output's zero point; its dtype is the output's.
+    :returns: the quantized (..., M, N) product, in ``y_zero_point``'s dtype.
+    :raises BadInputError: the shapes do not multiply.
+    """
     return QLinearMatMul()(
         a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point
     )

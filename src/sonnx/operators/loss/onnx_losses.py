@@ -173,7 +173,18 @@ def nll_loss(
     reduction: str = "mean",
     ignore_index: int | None = None,
 ) -> Tensor:
-    """ONNX NegativeLogLikelihoodLoss of log-probabilities (N, C, ...) and labels (N, ...)."""
+    """ONNX NegativeLogLikelihoodLoss of log-probabilities (N, C, ...) and labels (N, ...).
+
+    :param log_prob: the floating-point (N, C, d1, ...) log-probabilities.
+    :param target: the integer (N, d1, ...) class labels.
+    :param weight: the (C,) weight per class, or None.
+    :param reduction: ``"none"``, ``"sum"`` or ``"mean"`` (divided by the summed weights of the
+        labels not ignored).
+    :param ignore_index: a label that contributes nothing, or None.
+    :returns: the loss: a scalar, or (N, d1, ...) for ``"none"``.
+    :raises BadInputError: a dtype or shape is wrong, ``reduction`` is unknown, or a label is out
+        of range.
+    """
     return NegativeLogLikelihoodLoss(**_loss_attrs(reduction, ignore_index))(
         log_prob, target, weight
     )
@@ -186,5 +197,15 @@ def softmax_cross_entropy_loss(
     reduction: str = "mean",
     ignore_index: int | None = None,
 ) -> Tensor:
-    """ONNX SoftmaxCrossEntropyLoss of logits (N, C, ...) and labels (N, ...)."""
+    """ONNX SoftmaxCrossEntropyLoss of logits (N, C, ...) and labels (N, ...).
+
+    :param scores: the floating-point (N, C, d1, ...) logits.
+    :param labels: the integer (N, d1, ...) class labels.
+    :param weights: the (C,) weight per class, or None.
+    :param reduction: ``"none"``, ``"sum"`` or ``"mean"``.
+    :param ignore_index: a label that contributes nothing, or None.
+    :returns: the loss: a scalar, or (N, d1, ...) for ``"none"``.
+    :raises BadInputError: a dtype or shape is wrong, ``reduction`` is unknown, or a label is out
+        of range.
+    """
     return SoftmaxCrossEntropyLoss(**_loss_attrs(reduction, ignore_index))(scores, labels, weights)

@@ -298,12 +298,24 @@ def _member_sets(op: Operator, modes: list[int]) -> np.ndarray:
 
 
 def binarizer(x: Tensor, threshold: float = 0.0) -> Tensor:
-    """1 where x > threshold, else 0, in x's element type."""
+    """1 where x > threshold, else 0, in x's element type (ai.onnx.ml Binarizer).
+
+    :param x: a float32, float64, int32 or int64 tensor.
+    :param threshold: the value to compare with.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` has another dtype.
+    """
     return Binarizer(threshold=float(threshold))(x)
 
 
 def array_feature_extractor(x: Tensor, indices: Tensor | Sequence[int]) -> Tensor:
-    """The elements of x's last axis at ``indices`` (int64), as ``x.shape[:-1] + (k,)``."""
+    """The elements of x's last axis at ``indices`` (int64), as ``x.shape[:-1] + (k,)``.
+
+    :param x: a tensor of at least 1 axis.
+    :param indices: the k positions in the last axis (a tensor or a sequence of ints).
+    :returns: the selected elements (ai.onnx.ml ArrayFeatureExtractor).
+    :raises BadInputError: ``x`` is 0-D, ``indices`` is not int64, or an index is out of range.
+    """
     if not isinstance(indices, Tensor):
         indices = Tensor(
             data=np.asarray(indices, dtype=np.int64), device=x.device, requires_grad=False
@@ -332,6 +344,28 @@ def tree_ensemble(
     """Evaluate a tree ensemble on x (N, F); see :class:`TreeEnsemble` for the encoding.
 
     The threshold, weight and membership tensors take x's element type, as onnxruntime wants.
+
+    :param x: a float (N, F) tensor of features.
+    :param tree_roots: the index of each tree's root node.
+    :param nodes_featureids: the feature each interior node compares.
+    :param nodes_modes: each node's comparison (0 LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ, 6 set
+        membership).
+    :param nodes_splits: each node's threshold.
+    :param nodes_truenodeids: where each node goes when the comparison holds.
+    :param nodes_trueleafs: 1 where that target is a leaf, 0 a node.
+    :param nodes_falsenodeids: where each node goes otherwise.
+    :param nodes_falseleafs: 1 where that target is a leaf, 0 a node.
+    :param leaf_targetids: the target each leaf adds to.
+    :param leaf_weights: the value each leaf adds.
+    :param n_targets: the number of outputs per row.
+    :param aggregate_function: how leaves combine across trees (0 average, 1 sum, 2 min, 3 max).
+    :param post_transform: applied to the result (0 none, 1 softmax, 2 logistic, 3 softmax
+        zero, 4 probit).
+    :param membership_values: the sets of membership (mode 5) nodes, NaN-separated.
+    :param nodes_missing_value_tracks_true: 1 where a NaN feature takes the true branch.
+    :returns: the (N, n_targets) predictions, of ``x``'s dtype.
+    :raises BadInputError: ``x`` is not a 2-D float tensor, a node reads a feature ``x`` lacks,
+        or ``aggregate_function`` is unknown.
     """
     kind = dtypes.torch_to_numpy(x.dtype)
 

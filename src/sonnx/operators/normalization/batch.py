@@ -324,6 +324,16 @@ def batch_norm(
     When ``sonnx.autograd.training`` is True it normalizes with the batch statistics and
     updates ``running_mean`` and ``running_var`` in place (``momentum * running + (1 -
     momentum) * batch``, population variance); otherwise it uses the running statistics.
+
+    :param x: a floating-point (N, C, ...) tensor.
+    :param scale: the (C,) scale.
+    :param bias: the (C,) offset.
+    :param running_mean: the (C,) running mean (updated in place while training).
+    :param running_var: the (C,) running variance (updated in place while training).
+    :param momentum: the weight of the running statistics in each update.
+    :param epsilon: added to the variance before its square root.
+    :returns: the normalized tensor, of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point or is 0-D.
     """
     training = is_training()
     op = BatchNormalization(
@@ -348,7 +358,18 @@ def batchnorm_2d(
     momentum: float = 0.9,
     epsilon: float = 1e-5,
 ) -> Tensor:
-    """SINGA's name for :func:`batch_norm` on an (N, C, H, W) input."""
+    """SINGA's name for :func:`batch_norm` on an (N, C, H, W) input.
+
+    :param x: a floating-point (N, C, H, W) tensor.
+    :param scale: the (C,) scale.
+    :param bias: the (C,) offset.
+    :param running_mean: the (C,) running mean (updated in place while training).
+    :param running_var: the (C,) running variance (updated in place while training).
+    :param momentum: the weight of the running statistics in each update.
+    :param epsilon: added to the variance before its square root.
+    :returns: the normalized tensor, of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not 4-D or not floating-point.
+    """
     if x.ndim() != 4:
         raise BadInputError(
             f"batchnorm_2d: input x must be 4-D (N, C, H, W), received shape {x.shape}"
@@ -357,12 +378,30 @@ def batchnorm_2d(
 
 
 def instance_norm(x: Tensor, scale: Tensor, bias: Tensor, epsilon: float = 1e-5) -> Tensor:
-    """Instance normalization of an (N, C, D1, ...) input."""
+    """Instance normalization of an (N, C, D1, ...) input (ONNX InstanceNormalization).
+
+    :param x: a floating-point (N, C, D1, ...) tensor.
+    :param scale: the (C,) scale.
+    :param bias: the (C,) offset.
+    :param epsilon: added to the variance before its square root.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point or has fewer than 3 axes.
+    """
     return InstanceNormalization(epsilon=float(epsilon))(x, scale, bias)
 
 
 def group_norm(
     x: Tensor, scale: Tensor, bias: Tensor, num_groups: int, epsilon: float = 1e-5
 ) -> Tensor:
-    """Group normalization with per-channel ``scale`` and ``bias`` (ONNX version 21)."""
+    """Group normalization with per-channel ``scale`` and ``bias`` (ONNX version 21).
+
+    :param x: a floating-point (N, C, ...) tensor.
+    :param scale: the (C,) scale.
+    :param bias: the (C,) offset.
+    :param num_groups: the number of channel groups (dividing C).
+    :param epsilon: added to the variance before its square root.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point or has fewer than 2 axes, or
+        ``num_groups`` does not divide C.
+    """
     return GroupNormalization(num_groups=int(num_groups), epsilon=float(epsilon))(x, scale, bias)

@@ -83,9 +83,16 @@ class Dropout(Operator):
 
 
 def dropout(x: Tensor, ratio: float = 0.5, seed: int | None = None) -> Tensor:
-    """Dropout active only while ``sonnx.autograd.training`` is True.
+    """Dropout active only while ``sonnx.autograd.training`` is True (ONNX Dropout).
 
     ``seed`` makes the mask reproducible (the same mask on every call).
+
+    :param x: the tensor to drop elements of.
+    :param ratio: the probability of dropping an element, in [0, 1); kept ones are scaled by
+        ``1 / (1 - ratio)``.
+    :param seed: a seed for the mask; None draws a new mask each call.
+    :returns: a tensor of ``x``'s shape and dtype (``x``'s values when not training).
+    :raises BadInputError: ``ratio`` is outside [0, 1).
     """
     attrs = {} if seed is None else {"seed": int(seed)}
     return Dropout(**attrs)(x, float(ratio))

@@ -304,25 +304,67 @@ class LRN(Operator):
 def layer_norm(
     x: Tensor, scale: Tensor, bias: Tensor | None = None, axis: int = -1, epsilon: float = 1e-5
 ) -> Tensor:
-    """Layer normalization over the axes from ``axis`` to the last."""
+    """Layer normalization over the axes from ``axis`` to the last (ONNX LayerNormalization).
+
+    :param x: a floating-point tensor of at least 1 axis.
+    :param scale: the scale, broadcasting to ``x.shape[axis:]``.
+    :param bias: the offset, broadcasting to ``x.shape[axis:]``, or None.
+    :param axis: the first normalized axis.
+    :param epsilon: added to the variance before its square root.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point or 0-D, or ``scale`` or ``bias`` does not
+        broadcast to the normalized shape.
+    """
     return LayerNormalization(axis=int(axis), epsilon=float(epsilon))(x, scale, bias)
 
 
 def rms_norm(x: Tensor, scale: Tensor, axis: int = -1, epsilon: float = 1e-5) -> Tensor:
-    """RMS normalization over the axes from ``axis`` to the last."""
+    """RMS normalization over the axes from ``axis`` to the last (ONNX RMSNormalization).
+
+    :param x: a floating-point tensor of at least 1 axis.
+    :param scale: the scale, broadcasting to ``x.shape[axis:]``.
+    :param axis: the first normalized axis.
+    :param epsilon: added to the mean square before its square root.
+    :returns: a tensor of ``x``'s shape in ``scale``'s dtype.
+    :raises BadInputError: an input is not floating-point, ``x`` is 0-D, or ``scale`` does not
+        broadcast to the normalized shape.
+    """
     return RMSNormalization(axis=int(axis), epsilon=float(epsilon))(x, scale)
 
 
 def lp_norm(x: Tensor, axis: int = -1, p: int = 2) -> Tensor:
-    """``x`` divided by its L``p`` norm along ``axis`` (p is 1 or 2)."""
+    """``x`` divided by its L``p`` norm along ``axis`` (p is 1 or 2; ONNX LpNormalization).
+
+    :param x: a floating-point tensor of at least 1 axis.
+    :param axis: the axis the norm is taken along.
+    :param p: the norm's order, 1 or 2.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point or is 0-D, or ``p`` is not 1 or 2.
+    """
     return LpNormalization(axis=int(axis), p=int(p))(x)
 
 
 def mean_variance_norm(x: Tensor, axes: Sequence[int] = (0, 2, 3)) -> Tensor:
-    """Zero mean and unit variance over ``axes``."""
+    """Zero mean and unit variance over ``axes`` (ONNX MeanVarianceNormalization).
+
+    :param x: a floating-point tensor.
+    :param axes: the axes the statistics are taken over.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
     return MeanVarianceNormalization(axes=[int(a) for a in axes])(x)
 
 
 def lrn(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Tensor:
-    """Local response normalization across the channels of an (N, C, ...) input."""
+    """Local response normalization across the channels of an (N, C, ...) input (ONNX LRN).
+
+    :param x: a floating-point (N, C, ...) tensor.
+    :param size: the number of channels in each sum.
+    :param alpha: the scale of the sum of squares.
+    :param beta: the exponent.
+    :param bias: the constant added before the exponent.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point or has fewer than 2 axes, or ``size`` is
+        not positive.
+    """
     return LRN(size=int(size), alpha=float(alpha), beta=float(beta), bias=float(bias))(x)

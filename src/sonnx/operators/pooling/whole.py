@@ -146,17 +146,30 @@ class MaxUnpool(Operator):
 
 
 def globalaveragepool(x: Tensor) -> Tensor:
-    """Average over all spatial axes: (N, C, spatial...) -> (N, C, 1, ...)."""
+    """Average over all spatial axes: (N, C, spatial...) -> (N, C, 1, ...) (GlobalAveragePool).
+
+    :param x: an (N, C, spatial...) floating-point tensor.
+    :returns: an (N, C, 1, ...) tensor of ``x``'s dtype.
+    """
     return GlobalAveragePool()(x)
 
 
 def globalmaxpool(x: Tensor) -> Tensor:
-    """Maximum over all spatial axes: (N, C, spatial...) -> (N, C, 1, ...)."""
+    """Maximum over all spatial axes: (N, C, spatial...) -> (N, C, 1, ...) (ONNX GlobalMaxPool).
+
+    :param x: an (N, C, spatial...) tensor.
+    :returns: an (N, C, 1, ...) tensor of ``x``'s dtype.
+    """
     return GlobalMaxPool()(x)
 
 
 def globallppool(x: Tensor, p: int = 2) -> Tensor:
-    """p-norm over all spatial axes: (N, C, spatial...) -> (N, C, 1, ...)."""
+    """p-norm over all spatial axes: (N, C, spatial...) -> (N, C, 1, ...) (ONNX GlobalLpPool).
+
+    :param x: an (N, C, spatial...) floating-point tensor.
+    :param p: the order of the norm.
+    :returns: an (N, C, 1, ...) tensor of ``x``'s dtype.
+    """
     return GlobalLpPool(p=int(p))(x)
 
 
@@ -167,7 +180,16 @@ def max_unpool(
     stride: int | Sequence[int] | None = None,
     padding: int | Sequence[int] = 0,
 ) -> Tensor:
-    """Undo a max pooling: put x's values at the flattened ``indices`` MaxPool returned."""
+    """Undo a max pooling: put x's values at the flattened ``indices`` MaxPool returned.
+
+    :param x: the pooled (N, C, spatial...) values.
+    :param indices: the int64 indices MaxPool returned with them, of ``x``'s shape.
+    :param kernel_size: the pooling's window: an int, or one size per spatial axis.
+    :param stride: the pooling's step; None for the kernel size.
+    :param padding: the pooling's padding: an int, one per spatial axis, or begins then ends.
+    :returns: the unpooled tensor, zeros where no value lands (ONNX MaxUnpool).
+    :raises BadInputError: a size list has the wrong length, or an index is out of range.
+    """
     n = len(x.shape) - 2
     kernel = user_ints("max_unpool", "kernel_size", kernel_size, n)
     op = MaxUnpool(

@@ -434,7 +434,18 @@ def max_pool1d(
     ceil_mode: bool = False,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:
-    """1-D max pooling; arguments as in :func:`max_pool2d`."""
+    """1-D max pooling (ONNX MaxPool).
+
+    :param x: the (N, C, L) input.
+    :param kernel_size: the window: an int, or one size per spatial axis.
+    :param stride: the step: an int or one per spatial axis; None for the kernel size.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :param ceil_mode: True rounds the output size up (a last, partial window), False down.
+    :param dilation: the spacing of the window's elements: an int or one per spatial axis.
+    :returns: the pooled (N, C, ...) tensor.
+    :raises BadInputError: a size list has the wrong length, or the window does not fit the
+        padded input.
+    """
     return _max_pool(1, x, kernel_size, stride, padding, ceil_mode, dilation)
 
 
@@ -449,6 +460,16 @@ def max_pool2d(
     """2-D max pooling of x (N, C, H, W); stride defaults to the kernel size.
 
     ``padding`` is an int, one value per spatial axis, or ONNX-style begins then ends.
+
+    :param x: the (N, C, H, W) input.
+    :param kernel_size: the window: an int, or one size per spatial axis.
+    :param stride: the step: an int or one per spatial axis; None for the kernel size.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :param ceil_mode: True rounds the output size up (a last, partial window), False down.
+    :param dilation: the spacing of the window's elements: an int or one per spatial axis.
+    :returns: the pooled (N, C, ...) tensor.
+    :raises BadInputError: a size list has the wrong length, or the window does not fit the
+        padded input.
     """
     return _max_pool(2, x, kernel_size, stride, padding, ceil_mode, dilation)
 
@@ -461,7 +482,18 @@ def max_pool3d(
     ceil_mode: bool = False,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:
-    """3-D max pooling; arguments as in :func:`max_pool2d`."""
+    """3-D max pooling (ONNX MaxPool).
+
+    :param x: the (N, C, D, H, W) input.
+    :param kernel_size: the window: an int, or one size per spatial axis.
+    :param stride: the step: an int or one per spatial axis; None for the kernel size.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :param ceil_mode: True rounds the output size up (a last, partial window), False down.
+    :param dilation: the spacing of the window's elements: an int or one per spatial axis.
+    :returns: the pooled (N, C, ...) tensor.
+    :raises BadInputError: a size list has the wrong length, or the window does not fit the
+        padded input.
+    """
     return _max_pool(3, x, kernel_size, stride, padding, ceil_mode, dilation)
 
 
@@ -479,7 +511,20 @@ def avg_pool1d(
     count_include_pad: bool = True,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:
-    """1-D average pooling; arguments as in :func:`avg_pool2d`."""
+    """1-D average pooling (ONNX AveragePool).
+
+    :param x: the (N, C, L) input.
+    :param kernel_size: the window: an int, or one size per spatial axis.
+    :param stride: the step: an int or one per spatial axis; None for the kernel size.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :param ceil_mode: True rounds the output size up (a last, partial window), False down.
+    :param count_include_pad: True divides by the whole window, padding included; False by the
+        input elements in it.
+    :param dilation: the spacing of the window's elements: an int or one per spatial axis.
+    :returns: the pooled (N, C, ...) tensor.
+    :raises BadInputError: a size list has the wrong length, or the window does not fit the
+        padded input.
+    """
     return _avg_pool(1, x, kernel_size, stride, padding, ceil_mode, count_include_pad, dilation)
 
 
@@ -495,6 +540,18 @@ def avg_pool2d(
     """2-D average pooling of x (N, C, H, W); stride defaults to the kernel size.
 
     ``count_include_pad`` defaults to True as in torch (ONNX's attribute default is 0).
+
+    :param x: the (N, C, H, W) input.
+    :param kernel_size: the window: an int, or one size per spatial axis.
+    :param stride: the step: an int or one per spatial axis; None for the kernel size.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :param ceil_mode: True rounds the output size up (a last, partial window), False down.
+    :param count_include_pad: True divides by the whole window, padding included; False by the
+        input elements in it.
+    :param dilation: the spacing of the window's elements: an int or one per spatial axis.
+    :returns: the pooled (N, C, ...) tensor.
+    :raises BadInputError: a size list has the wrong length, or the window does not fit the
+        padded input.
     """
     return _avg_pool(2, x, kernel_size, stride, padding, ceil_mode, count_include_pad, dilation)
 
@@ -508,7 +565,20 @@ def avg_pool3d(
     count_include_pad: bool = True,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:
-    """3-D average pooling; arguments as in :func:`avg_pool2d`."""
+    """3-D average pooling (ONNX AveragePool).
+
+    :param x: the (N, C, D, H, W) input.
+    :param kernel_size: the window: an int, or one size per spatial axis.
+    :param stride: the step: an int or one per spatial axis; None for the kernel size.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :param ceil_mode: True rounds the output size up (a last, partial window), False down.
+    :param count_include_pad: True divides by the whole window, padding included; False by the
+        input elements in it.
+    :param dilation: the spacing of the window's elements: an int or one per spatial axis.
+    :returns: the pooled (N, C, ...) tensor.
+    :raises BadInputError: a size list has the wrong length, or the window does not fit the
+        padded input.
+    """
     return _avg_pool(3, x, kernel_size, stride, padding, ceil_mode, count_include_pad, dilation)
 
 
@@ -519,7 +589,17 @@ def lp_pool2d(
     stride: int | Sequence[int] | None = None,
     padding: int | Sequence[int] = 0,
 ) -> Tensor:
-    """2-D power-average (p-norm) pooling of x (N, C, H, W)."""
+    """2-D power-average (p-norm) pooling of x (N, C, H, W) (ONNX LpPool).
+
+    :param x: the (N, C, H, W) input.
+    :param p: the order of the norm taken over each window.
+    :param kernel_size: the window: an int, or one size per spatial axis.
+    :param stride: the step: an int or one per spatial axis; None for the kernel size.
+    :param padding: an int, one value per spatial axis, or ONNX-style begins then ends.
+    :returns: the pooled (N, C, H', W') tensor.
+    :raises BadInputError: a size list has the wrong length, or the window does not fit the
+        padded input.
+    """
     return LpPool(p=int(p), **_pool_attrs("lp_pool2d", 2, kernel_size, stride, padding, False, 1))(
         x
     )

@@ -265,14 +265,46 @@ def quantize_linear(
     saturate: int = 1,
     block_size: int = 0,
 ) -> Tensor:
+    """``saturate(round(x / scale) + zero_point)`` in the zero point's type (QuantizeLinear).
+
+    :param x: the float tensor to quantize.
+    :param scale: the scale: a scalar, one per slice along ``axis``, or one per block.
+    :param zero_point: the zero point, shaped as ``scale``; its dtype is the output's (None:
+        uint8 with zero point 0).
+    :param axis: the axis of per-axis or blocked quantization.
+    :param saturate: for float8 outputs, 1 clamps to the largest finite value, 0 does not.
+    :param block_size: the block length along ``axis`` for blocked quantization; 0 for none.
+    :returns: the quantized tensor, of ``x``'s shape.
+    :raises BadInputError: ``scale`` or ``zero_point`` has the wrong shape, ``axis`` is out of
+        range, or the quantized type is not one ONNX quantizes to.
+    """
     return QuantizeLinear(axis=axis, saturate=saturate, block_size=block_size)(x, scale, zero_point)
 
 
 def dequantize_linear(
     x: Tensor, scale: Tensor, zero_point: Tensor | None = None, axis: int = 1, block_size: int = 0
 ) -> Tensor:
+    """``(x - zero_point) * scale``, returned in the scale's type (ONNX DequantizeLinear).
+
+    :param x: the quantized tensor.
+    :param scale: the floating-point scale: a scalar, one per slice along ``axis``, or one per
+        block.
+    :param zero_point: the zero point, of ``x``'s dtype and ``scale``'s shape; None for 0.
+    :param axis: the axis of per-axis or blocked quantization.
+    :param block_size: the block length along ``axis`` for blocked quantization; 0 for none.
+    :returns: a tensor of ``x``'s shape in ``scale``'s dtype.
+    :raises BadInputError: ``scale`` is not floating-point, ``zero_point``'s dtype differs from
+        ``x``'s, or a shape or ``axis`` does not fit.
+    """
     return DequantizeLinear(axis=axis, block_size=block_size)(x, scale, zero_point)
 
 
 def dynamic_quantize_linear(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """uint8 quantization with a scale and zero point computed from ``x``'s range (and 0).
+
+    :param x: a non-empty float32 tensor.
+    :returns: ``(y, y_scale, y_zero_point)``: the uint8 tensor, its float32 scale and its uint8
+        zero point (ONNX DynamicQuantizeLinear).
+    :raises BadInputError: ``x`` is not float32 or is empty.
+    """
     return DynamicQuantizeLinear()(x)

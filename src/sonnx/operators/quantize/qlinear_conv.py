@@ -131,6 +131,22 @@ def qlinear_conv(
     """Quantized convolution of x (N, C, spatial...) with W (M, C/group, kernel...).
 
     ``padding`` is an int, one value per spatial axis, or ONNX-style begins then ends.
+
+    :param x: the quantized (N, C, spatial...) input.
+    :param x_scale: ``x``'s scale (a scalar).
+    :param x_zero_point: ``x``'s zero point (a scalar of ``x``'s type).
+    :param W: the quantized (M, C/group, kernel...) weights.
+    :param w_scale: ``W``'s scale: a scalar or one per output channel (M,).
+    :param w_zero_point: ``W``'s zero point, shaped as ``w_scale``.
+    :param y_scale: the output's scale.
+    :param y_zero_point: the output's zero point; its dtype is the output's.
+    :param b: the int32 (M,) bias quantized with scale ``x_scale * w_scale``, or None.
+    :param stride: the step: an int or one per spatial axis.
+    :param padding: an int, one value per spatial axis, or begins then ends.
+    :param dilation: the spacing of the kernel's taps: an int or one per spatial axis.
+    :param group: the number of channel groups.
+    :returns: the quantized (N, M, ...) output (ONNX QLinearConv).
+    :raises BadInputError: the shapes or types of the inputs do not fit.
     """
     n = len(W.shape) - 2
     op = QLinearConv(

@@ -88,7 +88,11 @@ class _Distribution(Operator):
 
 
 class _Sized(_Distribution):
-    """Shape from the ``shape`` attribute; dtype from ``dtype`` (default float32)."""
+    """Shape from the ``shape`` attribute; dtype from ``dtype`` (default float32).
+
+    :param version: the ONNX since-version whose meaning to follow (None: the newest schema).
+    :param attrs: the ONNX attributes (``shape``, ``dtype``, ``seed`` and the distribution's).
+    """
 
     def __init__(self, version: int | None = None, **attrs: Any) -> None:
         super().__init__(version, **attrs)
@@ -221,7 +225,17 @@ def random_uniform(
     seed: int | None = None,
     device: Device | None = None,
 ) -> Tensor:
-    """Samples from U(low, high) of the given shape."""
+    """Samples from U(low, high) of the given shape (ONNX RandomUniform).
+
+    :param shape: the output's dims.
+    :param low: the lower bound.
+    :param high: the upper bound.
+    :param dtype: the float element type (as :func:`cast` accepts it).
+    :param seed: a seed for a reproducible draw; None draws from the global generator.
+    :param device: where to create it; None for the default device.
+    :returns: a new tensor of ``shape``.
+    :raises BadInputError: ``dtype`` is not a data type.
+    """
     attrs = _attrs(dtype, seed, low=low, high=high)
     return _sized(RandomUniform(shape=[int(d) for d in shape], **attrs), device)
 
@@ -234,7 +248,17 @@ def random_normal(
     seed: int | None = None,
     device: Device | None = None,
 ) -> Tensor:
-    """Samples from N(mean, scale^2) of the given shape."""
+    """Samples from N(mean, scale^2) of the given shape (ONNX RandomNormal).
+
+    :param shape: the output's dims.
+    :param mean: the mean.
+    :param scale: the standard deviation.
+    :param dtype: the float element type (as :func:`cast` accepts it).
+    :param seed: a seed for a reproducible draw; None draws from the global generator.
+    :param device: where to create it; None for the default device.
+    :returns: a new tensor of ``shape``.
+    :raises BadInputError: ``dtype`` is not a data type.
+    """
     attrs = _attrs(dtype, seed, mean=mean, scale=scale)
     return _sized(RandomNormal(shape=[int(d) for d in shape], **attrs), device)
 
@@ -242,26 +266,60 @@ def random_normal(
 def random_uniform_like(
     x: Tensor, low: float = 0.0, high: float = 1.0, dtype: Any = None, seed: int | None = None
 ) -> Tensor:
-    """Samples from U(low, high) shaped like ``x`` (of ``x``'s type unless ``dtype`` is given)."""
+    """Samples from U(low, high) shaped like ``x`` (of ``x``'s type unless ``dtype`` is given).
+
+    :param x: the tensor whose shape (and type) to take; its values are not read.
+    :param low: the lower bound.
+    :param high: the upper bound.
+    :param dtype: the float element type; None for ``x``'s.
+    :param seed: a seed for a reproducible draw; None draws from the global generator.
+    :returns: a new tensor of ``x``'s shape (ONNX RandomUniformLike).
+    :raises BadInputError: ``dtype`` is not a data type.
+    """
     return RandomUniformLike(**_attrs(dtype, seed, low=low, high=high))(x)
 
 
 def random_normal_like(
     x: Tensor, mean: float = 0.0, scale: float = 1.0, dtype: Any = None, seed: int | None = None
 ) -> Tensor:
-    """Samples from N(mean, scale^2) shaped like ``x`` (of ``x``'s type unless ``dtype``)."""
+    """Samples from N(mean, scale^2) shaped like ``x`` (of ``x``'s type unless ``dtype``).
+
+    :param x: the tensor whose shape (and type) to take; its values are not read.
+    :param mean: the mean.
+    :param scale: the standard deviation.
+    :param dtype: the float element type; None for ``x``'s.
+    :param seed: a seed for a reproducible draw; None draws from the global generator.
+    :returns: a new tensor of ``x``'s shape (ONNX RandomNormalLike).
+    :raises BadInputError: ``dtype`` is not a data type.
+    """
     return RandomNormalLike(**_attrs(dtype, seed, mean=mean, scale=scale))(x)
 
 
 def bernoulli(x: Tensor, dtype: Any = None, seed: int | None = None) -> Tensor:
-    """1 with probability ``x`` elementwise, else 0."""
+    """1 with probability ``x`` elementwise, else 0 (ONNX Bernoulli).
+
+    :param x: float probabilities in [0, 1].
+    :param dtype: the output's element type; None for ``x``'s.
+    :param seed: a seed for a reproducible draw; None draws from the global generator.
+    :returns: a tensor of ``x``'s shape.
+    :raises BadInputError: ``x`` is not floating-point or holds a value outside [0, 1].
+    """
     return Bernoulli(**_attrs(dtype, seed))(x)
 
 
 def multinomial(
     x: Tensor, sample_size: int = 1, dtype: Any = torch.int32, seed: int | None = None
 ) -> Tensor:
-    """``sample_size`` class indices per row drawn from ``softmax(x)``, with replacement."""
+    """``sample_size`` class indices per row drawn from ``softmax(x)``, with replacement.
+
+    :param x: a 2-D float (batch, classes) tensor of unnormalised log-probabilities.
+    :param sample_size: how many indices to draw per row.
+    :param dtype: int32 or int64, the indices' type.
+    :param seed: a seed for a reproducible draw; None draws from the global generator.
+    :returns: a (batch, sample_size) tensor of class indices (ONNX Multinomial).
+    :raises BadInputError: ``x`` is not a 2-D float tensor, ``dtype`` is not int32 or int64, or
+        ``sample_size`` is not positive.
+    """
     attrs = _attrs(dtype, seed)
     attrs["sample_size"] = int(sample_size)
     return Multinomial(**attrs)(x)

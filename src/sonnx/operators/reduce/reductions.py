@@ -135,6 +135,8 @@ def _at(items: Sequence[Tensor | None], i: int) -> Tensor | None:
 
 
 class ReduceSum(Reduction):
+    """ONNX ``ReduceSum``: sum over the axes input (all axes when absent)."""
+
     op_type = "ReduceSum"
     since_versions = (13,)
     input_axes_since = 13
@@ -144,6 +146,8 @@ class ReduceSum(Reduction):
 
 
 class ReduceSumSquare(Reduction):
+    """ONNX ``ReduceSumSquare``: sum of squares over the axes input (all axes when absent)."""
+
     op_type = "ReduceSumSquare"
     since_versions = (18,)
 
@@ -157,6 +161,8 @@ def _restore_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 class ReduceMean(Reduction):
+    """ONNX ``ReduceMean``: mean (integers truncate) over the axes input (all axes when absent)."""
+
     op_type = "ReduceMean"
     since_versions = (18,)
 
@@ -167,6 +173,8 @@ class ReduceMean(Reduction):
 
 
 class ReduceProd(Reduction):
+    """ONNX ``ReduceProd``: product over the axes input (all axes when absent)."""
+
     op_type = "ReduceProd"
     since_versions = (18,)
 
@@ -205,18 +213,24 @@ def _identity(dtype: torch.dtype, largest: bool) -> Any:
 
 
 class ReduceMax(_Extreme):
+    """ONNX ``ReduceMax``: maximum over the axes input (all axes when absent)."""
+
     op_type = "ReduceMax"
     since_versions = (18, 20)
     largest = True
 
 
 class ReduceMin(_Extreme):
+    """ONNX ``ReduceMin``: minimum over the axes input (all axes when absent)."""
+
     op_type = "ReduceMin"
     since_versions = (18, 20)
     largest = False
 
 
 class ReduceL1(Reduction):
+    """ONNX ``ReduceL1``: sum of absolute values over the axes input (all axes when absent)."""
+
     op_type = "ReduceL1"
     since_versions = (18,)
 
@@ -226,6 +240,8 @@ class ReduceL1(Reduction):
 
 
 class ReduceL2(Reduction):
+    """ONNX ``ReduceL2``: euclidean norm over the axes input (all axes when absent)."""
+
     op_type = "ReduceL2"
     since_versions = (18,)
 
@@ -236,6 +252,8 @@ class ReduceL2(Reduction):
 
 
 class ReduceLogSum(Reduction):
+    """ONNX ``ReduceLogSum``: ``log(sum(x))`` over the axes input (all axes when absent)."""
+
     op_type = "ReduceLogSum"
     since_versions = (18, 28)
 
@@ -245,6 +263,9 @@ class ReduceLogSum(Reduction):
 
 
 class ReduceLogSumExp(Reduction):
+    """ONNX ``ReduceLogSumExp``: ``log(sum(exp(x)))`` over the axes input, computed stably.
+    """
+
     op_type = "ReduceLogSumExp"
     since_versions = (18, 28)
 
@@ -270,54 +291,124 @@ def _apply(
 
 
 def reduce_sum(x: Tensor, axes: Sequence[int] | int | None = None, keepdims: int = 1) -> Tensor:
-    """Sum over ``axes`` (all axes when None)."""
+    """Sum over ``axes`` (all axes when None; ONNX ``ReduceSum``).
+
+    :param x: a number tensor.
+    :param axes: the axes to reduce (negative counts from the end); None for all.
+    :param keepdims: 1 keeps each reduced axis with size 1, 0 drops it.
+    :returns: a tensor of ``x``'s dtype.
+    :raises BadInputError: ``x`` is boolean or an axis is out of range.
+    """
     return _apply(ReduceSum, x, axes, keepdims)
 
 
 def reduce_mean(x: Tensor, axes: Sequence[int] | int | None = None, keepdims: int = 1) -> Tensor:
-    """Mean over ``axes`` (all axes when None)."""
+    """Mean (integers truncate) over ``axes`` (all axes when None; ONNX ``ReduceMean``).
+
+    :param x: a number tensor.
+    :param axes: the axes to reduce (negative counts from the end); None for all.
+    :param keepdims: 1 keeps each reduced axis with size 1, 0 drops it.
+    :returns: a tensor of ``x``'s dtype.
+    :raises BadInputError: ``x`` is boolean or an axis is out of range.
+    """
     return _apply(ReduceMean, x, axes, keepdims)
 
 
 def reduce_max(x: Tensor, axes: Sequence[int] | int | None = None, keepdims: int = 1) -> Tensor:
-    """Maximum over ``axes`` (all axes when None)."""
+    """Maximum over ``axes`` (all axes when None; ONNX ``ReduceMax``).
+
+    :param x: a number or bool tensor.
+    :param axes: the axes to reduce (negative counts from the end); None for all.
+    :param keepdims: 1 keeps each reduced axis with size 1, 0 drops it.
+    :returns: a tensor of ``x``'s dtype.
+    :raises BadInputError: an axis is out of range.
+    """
     return _apply(ReduceMax, x, axes, keepdims)
 
 
 def reduce_min(x: Tensor, axes: Sequence[int] | int | None = None, keepdims: int = 1) -> Tensor:
-    """Minimum over ``axes`` (all axes when None)."""
+    """Minimum over ``axes`` (all axes when None; ONNX ``ReduceMin``).
+
+    :param x: a number or bool tensor.
+    :param axes: the axes to reduce (negative counts from the end); None for all.
+    :param keepdims: 1 keeps each reduced axis with size 1, 0 drops it.
+    :returns: a tensor of ``x``'s dtype.
+    :raises BadInputError: an axis is out of range.
+    """
     return _apply(ReduceMin, x, axes, keepdims)
 
 
 def reduce_prod(x: Tensor, axes: Sequence[int] | int | None = None, keepdims: int = 1) -> Tensor:
-    """Product over ``axes`` (all axes when None)."""
+    """Product over ``axes`` (all axes when None; ONNX ``ReduceProd``).
+
+    :param x: a number tensor.
+    :param axes: the axes to reduce (negative counts from the end); None for all.
+    :param keepdims: 1 keeps each reduced axis with size 1, 0 drops it.
+    :returns: a tensor of ``x``'s dtype.
+    :raises BadInputError: ``x`` is boolean or an axis is out of range.
+    """
     return _apply(ReduceProd, x, axes, keepdims)
 
 
 def reduce_l1(x: Tensor, axes: Sequence[int] | int | None = None, keepdims: int = 1) -> Tensor:
-    """Sum of absolute values over ``axes`` (all axes when None)."""
+    """Sum of absolute values over ``axes`` (all axes when None; ONNX ``ReduceL1``).
+
+    :param x: a number tensor.
+    :param axes: the axes to reduce (negative counts from the end); None for all.
+    :param keepdims: 1 keeps each reduced axis with size 1, 0 drops it.
+    :returns: a tensor of ``x``'s dtype.
+    :raises BadInputError: ``x`` is boolean or an axis is out of range.
+    """
     return _apply(ReduceL1, x, axes, keepdims)
 
 
 def reduce_l2(x: Tensor, axes: Sequence[int] | int | None = None, keepdims: int = 1) -> Tensor:
-    """Euclidean norm over ``axes`` (all axes when None)."""
+    """Euclidean norm over ``axes`` (all axes when None; ONNX ``ReduceL2``).
+
+    :param x: a number tensor.
+    :param axes: the axes to reduce (negative counts from the end); None for all.
+    :param keepdims: 1 keeps each reduced axis with size 1, 0 drops it.
+    :returns: a tensor of ``x``'s dtype.
+    :raises BadInputError: ``x`` is boolean or an axis is out of range.
+    """
     return _apply(ReduceL2, x, axes, keepdims)
 
 
 def reduce_log_sum(x: Tensor, axes: Sequence[int] | int | None = None, keepdims: int = 1) -> Tensor:
-    """``log(sum(x))`` over ``axes`` (all axes when None)."""
+    """``log(sum(x))`` over ``axes`` (all axes when None; ONNX ``ReduceLogSum``).
+
+    :param x: a number tensor.
+    :param axes: the axes to reduce (negative counts from the end); None for all.
+    :param keepdims: 1 keeps each reduced axis with size 1, 0 drops it.
+    :returns: a tensor of ``x``'s dtype.
+    :raises BadInputError: ``x`` is boolean or an axis is out of range.
+    """
     return _apply(ReduceLogSum, x, axes, keepdims)
 
 
 def reduce_log_sum_exp(
     x: Tensor, axes: Sequence[int] | int | None = None, keepdims: int = 1
 ) -> Tensor:
-    """``log(sum(exp(x)))`` over ``axes``, computed stably (all axes when None)."""
+    """``log(sum(exp(x)))`` over ``axes``, computed stably (all axes when None).
+
+    :param x: a number tensor.
+    :param axes: the axes to reduce (negative counts from the end); None for all.
+    :param keepdims: 1 keeps each reduced axis with size 1, 0 drops it.
+    :returns: a tensor of ``x``'s dtype.
+    :raises BadInputError: ``x`` is boolean or an axis is out of range.
+    """
     return _apply(ReduceLogSumExp, x, axes, keepdims)
 
 
 def reduce_sum_square(
     x: Tensor, axes: Sequence[int] | int | None = None, keepdims: int = 1
 ) -> Tensor:
-    """Sum of squares over ``axes`` (all axes when None)."""
+    """Sum of squares over ``axes`` (all axes when None; ONNX ``ReduceSumSquare``).
+
+    :param x: a number tensor.
+    :param axes: the axes to reduce (negative counts from the end); None for all.
+    :param keepdims: 1 keeps each reduced axis with size 1, 0 drops it.
+    :returns: a tensor of ``x``'s dtype.
+    :raises BadInputError: ``x`` is boolean or an axis is out of range.
+    """
     return _apply(ReduceSumSquare, x, axes, keepdims)

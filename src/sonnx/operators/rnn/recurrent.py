@@ -528,7 +528,24 @@ def rnn(
     """A simple RNN over ``x`` (seq, batch, input) — (batch, seq, input) when ``layout=1``.
 
     ``w`` (directions, hidden, input), ``r`` (directions, hidden, hidden) and ``b``
-    (directions, 2*hidden) are usually parameter tensors. Returns ``(y, y_h)``.
+    (directions, 2*hidden) are usually parameter tensors (ONNX RNN).
+
+    :param x: the input sequence.
+    :param w: the input weights.
+    :param r: the recurrence weights.
+    :param b: the input and recurrence biases concatenated, or None.
+    :param initial_h: the (directions, batch, hidden) initial state, or None for zeros.
+    :param sequence_lens: the (batch,) length of each sequence, or None for all ``seq``.
+    :param direction: ``"forward"``, ``"reverse"`` or ``"bidirectional"``.
+    :param activations: the activation per direction (default ``Tanh``).
+    :param activation_alpha: the activations' alpha values, where they take one.
+    :param activation_beta: the activations' beta values, where they take one.
+    :param clip: the bound the pre-activations are clipped to, or None.
+    :param layout: 0 for seq-major tensors, 1 for batch-major.
+    :returns: ``(y, y_h)``: every step's state (seq, directions, batch, hidden; batch first with
+        ``layout=1``) and the last.
+    :raises BadInputError: an input is not 3-D, a weight has the wrong shape, ``direction`` or
+        ``layout`` is unknown, or a sequence length is out of range.
     """
     attrs = _attrs(
         r.shape[-1], direction, activations, activation_alpha, activation_beta, clip, layout
@@ -551,7 +568,27 @@ def gru(
     clip: float | None = None,
     layout: int = 0,
 ) -> tuple[Tensor, Tensor]:
-    """A GRU; ``w`` is (directions, 3*hidden, input) in gate order z, r, h. Returns (y, y_h)."""
+    """A GRU; ``w`` is (directions, 3*hidden, input) in gate order z, r, h. Returns (y, y_h).
+
+    :param x: the (seq, batch, input) sequence, (batch, seq, input) when ``layout=1``.
+    :param w: the (directions, 3*hidden, input) input weights.
+    :param r: the (directions, 3*hidden, hidden) recurrence weights.
+    :param b: the (directions, 6*hidden) input and recurrence biases, or None.
+    :param initial_h: the (directions, batch, hidden) initial state, or None for zeros.
+    :param sequence_lens: the (batch,) length of each sequence, or None for all ``seq``.
+    :param direction: ``"forward"``, ``"reverse"`` or ``"bidirectional"``.
+    :param linear_before_reset: True applies the reset gate after the recurrence's product.
+    :param activations: the gate and output activations per direction (default ``Sigmoid``,
+        ``Tanh``).
+    :param activation_alpha: the activations' alpha values, where they take one.
+    :param activation_beta: the activations' beta values, where they take one.
+    :param clip: the bound the pre-activations are clipped to, or None.
+    :param layout: 0 for seq-major tensors, 1 for batch-major.
+    :returns: ``(y, y_h)``: every step's state (seq, directions, batch, hidden; batch first with
+        ``layout=1``) and the last (ONNX GRU).
+    :raises BadInputError: an input is not 3-D, a weight has the wrong shape, ``direction`` or
+        ``layout`` is unknown, or a sequence length is out of range.
+    """
     attrs = _attrs(
         r.shape[-1], direction, activations, activation_alpha, activation_beta, clip, layout
     )
@@ -578,7 +615,29 @@ def lstm(
     layout: int = 0,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """An LSTM; ``w`` is (directions, 4*hidden, input) in gate order i, o, f, c and ``p``
-    the optional peepholes (directions, 3*hidden). Returns ``(y, y_h, y_c)``."""
+    the optional peepholes (directions, 3*hidden). Returns ``(y, y_h, y_c)``.
+
+    :param x: the (seq, batch, input) sequence, (batch, seq, input) when ``layout=1``.
+    :param w: the (directions, 4*hidden, input) input weights.
+    :param r: the (directions, 4*hidden, hidden) recurrence weights.
+    :param b: the (directions, 8*hidden) input and recurrence biases, or None.
+    :param initial_h: the (directions, batch, hidden) initial state, or None for zeros.
+    :param initial_c: the (directions, batch, hidden) initial cell, or None for zeros.
+    :param p: the (directions, 3*hidden) peephole weights, or None.
+    :param sequence_lens: the (batch,) length of each sequence, or None for all ``seq``.
+    :param direction: ``"forward"``, ``"reverse"`` or ``"bidirectional"``.
+    :param input_forget: True couples the input and forget gates.
+    :param activations: the gate, cell and output activations per direction (default
+        ``Sigmoid``, ``Tanh``, ``Tanh``).
+    :param activation_alpha: the activations' alpha values, where they take one.
+    :param activation_beta: the activations' beta values, where they take one.
+    :param clip: the bound the pre-activations are clipped to, or None.
+    :param layout: 0 for seq-major tensors, 1 for batch-major.
+    :returns: ``(y, y_h, y_c)``: every step's state, the last state and the last cell (ONNX
+        LSTM).
+    :raises BadInputError: an input is not 3-D, a weight has the wrong shape, ``direction`` or
+        ``layout`` is unknown, or a sequence length is out of range.
+    """
     attrs = _attrs(
         r.shape[-1], direction, activations, activation_alpha, activation_beta, clip, layout
     )

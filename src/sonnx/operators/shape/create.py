@@ -269,17 +269,31 @@ class EyeLike(Operator):
 
 
 def shape(x: Tensor) -> Tensor:
-    """``x``'s shape as an int64 tensor (recorded, so exported graphs stay dynamic)."""
+    """``x``'s shape as an int64 tensor (recorded: exported graphs stay dynamic; ONNX ``Shape``).
+
+    :param x: any tensor (its values are not read).
+    :returns: a 1-D int64 tensor of ``x``'s dims.
+    """
     return Shape()(x)
 
 
 def size(x: Tensor) -> Tensor:
-    """The number of elements of ``x`` as an int64 scalar tensor."""
+    """The number of elements of ``x`` as an int64 scalar tensor (ONNX ``Size``).
+
+    :param x: any tensor (its values are not read).
+    :returns: a 0-d int64 tensor.
+    """
     return Size()(x)
 
 
 def constant_of_shape(shape: Sequence[int] | Tensor, value: float | int | bool = 0.0) -> Tensor:
-    """A tensor of ``shape`` filled with ``value`` (bool, int64 or float32 by its Python type)."""
+    """A tensor of ``shape`` filled with ``value`` (bool, int64 or float32 by its Python type).
+
+    :param shape: the dims: a sequence of ints or an int64 tensor (ONNX ``ConstantOfShape``).
+    :param value: the fill value; its Python type picks the element type.
+    :returns: the filled tensor.
+    :raises BadInputError: a dim is negative.
+    """
     kind = (
         np.bool_ if isinstance(value, bool) else np.int64 if isinstance(value, int) else np.float32
     )
@@ -289,7 +303,14 @@ def constant_of_shape(shape: Sequence[int] | Tensor, value: float | int | bool =
 
 def range(start: float | Tensor, limit: float | Tensor, delta: float | Tensor = 1) -> Tensor:
     """``start, start + delta, ...`` below ``limit``: int64 when all three are Python ints,
-    else float32 (or the element type of ``start`` when it is a Tensor)."""
+    else float32 (or the element type of ``start`` when it is a Tensor).
+
+    :param start: the first value: a number or a scalar tensor.
+    :param limit: the bound (exclusive): a number or a scalar tensor.
+    :param delta: the step (non-zero): a number or a scalar tensor.
+    :returns: a 1-D tensor (ONNX ``Range``).
+    :raises BadInputError: a tensor argument is not a scalar, or ``delta`` is 0.
+    """
     reference = next((t for t in (start, limit, delta) if isinstance(t, Tensor)), None)
     if reference is None:
         plain = all(isinstance(v, int) for v in (start, limit, delta))
@@ -311,7 +332,14 @@ def range(start: float | Tensor, limit: float | Tensor, delta: float | Tensor = 
 
 
 def eye_like(x: Tensor, k: int = 0, dtype: Any = None) -> Tensor:
-    """Ones on diagonal ``k`` of a matrix shaped like ``x``."""
+    """Ones on diagonal ``k`` of a matrix shaped like ``x``, zeros elsewhere (ONNX ``EyeLike``).
+
+    :param x: a 2-D tensor (only its shape and dtype are read).
+    :param k: the diagonal: 0 the main one, positive above it, negative below.
+    :param dtype: the element type (as :func:`cast` accepts it); None for ``x``'s.
+    :returns: a tensor of ``x``'s shape.
+    :raises BadInputError: ``x`` is not 2-D, or ``dtype`` is not a data type.
+    """
     attrs: dict[str, Any] = {"k": k}
     if dtype is not None:
         attrs["dtype"] = dtypes.torch_to_onnx(dtypes.as_torch_dtype(dtype))

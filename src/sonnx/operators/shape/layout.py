@@ -379,36 +379,83 @@ def _export_block_op(
 
 
 def reshape(x: Tensor, shape: Sequence[int] | Tensor) -> Tensor:
-    """``x`` with a new shape (0 copies the input's dim, one -1 is inferred)."""
+    """``x`` with a new shape (0 copies the input's dim, one -1 is inferred; ONNX ``Reshape``).
+
+    :param x: the tensor to reshape.
+    :param shape: the new shape: a sequence of ints or an int64 tensor.
+    :returns: a tensor with ``x``'s elements in ``shape``.
+    :raises BadInputError: the element counts differ, or ``shape`` holds more than one -1 or
+        another negative value.
+    """
     return Reshape()(x, int64_input(shape, x))
 
 
 def flatten(x: Tensor, axis: int = 1) -> Tensor:
+    """``x`` as a 2-D tensor: the axes before ``axis`` make the rows, the rest the columns.
+
+    :param x: the tensor to flatten.
+    :param axis: where to cut, in [-rank, rank].
+    :returns: a 2-D tensor with ``x``'s elements (ONNX ``Flatten``).
+    :raises BadInputError: ``axis`` is out of range.
+    """
     return Flatten(axis=axis)(x)
 
 
 def transpose(x: Tensor, perm: Sequence[int] | None = None) -> Tensor:
-    """Permute the axes (reverse them when ``perm`` is None)."""
+    """Permute the axes (reverse them when ``perm`` is None; ONNX ``Transpose``).
+
+    :param x: the tensor to transpose.
+    :param perm: output axis ``i`` is input axis ``perm[i]``.
+    :returns: a tensor with ``x``'s elements, axes permuted.
+    :raises BadInputError: ``perm`` is not a permutation of ``x``'s axes.
+    """
     return Transpose(**({} if perm is None else {"perm": as_int_list(perm)}))(x)
 
 
 def squeeze(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
-    """Remove size-1 axes: those in ``axis``, or all of them."""
+    """Remove size-1 axes: those in ``axis``, or all of them (ONNX ``Squeeze``).
+
+    :param x: the tensor to squeeze.
+    :param axis: an axis or axes to remove (negative counts from the end); None for every size-1
+        axis.
+    :returns: a tensor with ``x``'s elements and fewer axes.
+    :raises BadInputError: an axis named does not have size 1.
+    """
     return Squeeze()(x, int64_input(axis, x))
 
 
 def unsqueeze(x: Tensor, axis: int | Sequence[int]) -> Tensor:
-    """Insert size-1 axes at ``axis`` (positions in the result)."""
+    """Insert size-1 axes at ``axis`` (positions in the result; ONNX ``Unsqueeze``).
+
+    :param x: the tensor to extend.
+    :param axis: an axis or axes of the result to insert.
+    :returns: a tensor with ``x``'s elements and more axes.
+    :raises BadInputError: an axis is out of range or repeated.
+    """
     return Unsqueeze()(x, int64_input(axis, x))
 
 
 def expand(x: Tensor, shape: Sequence[int] | Tensor) -> Tensor:
+    """Broadcast ``x`` and ``shape`` against each other (ONNX ``Expand``).
+
+    :param x: the tensor to expand.
+    :param shape: the shape to broadcast with (a dim of 1 keeps ``x``'s dim).
+    :returns: a tensor of the broadcast shape and ``x``'s dtype.
+    :raises BadInputError: ``x``'s shape does not broadcast with ``shape``.
+    """
     return Expand()(x, int64_input(shape, x))
 
 
 def tile(x: Tensor, repeats: int | Sequence[int] | Tensor) -> Tensor:
     """Repeat ``x`` along each axis; as in ``numpy.tile`` a shorter ``repeats`` is padded with
-    leading 1s (an int repeats the last axis)."""
+    leading 1s (an int repeats the last axis).
+
+    :param x: the tensor to repeat.
+    :param repeats: the count per axis: an int, a sequence of ints or an int64 tensor with one
+        count per axis.
+    :returns: a tensor of ``x``'s dtype whose dims are ``x``'s times the counts (ONNX ``Tile``).
+    :raises BadInputError: ``repeats`` holds more counts than ``x`` has axes, or a negative count.
+    """
     if not isinstance(repeats, Tensor):
         reps = as_int_list(repeats)
         if len(reps) > x.ndim():
@@ -421,14 +468,37 @@ def tile(x: Tensor, repeats: int | Sequence[int] | Tensor) -> Tensor:
 
 
 def identity(x: Tensor) -> Tensor:
+    """The input itself (a new autograd view, so gradients pass through; ONNX ``Identity``).
+
+    :param x: any tensor.
+    :returns: a tensor with ``x``'s values.
+    """
     return Identity()(x)
 
 
 def depth_to_space(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
+    """Move channels into ``blocksize`` x ``blocksize`` spatial blocks (ONNX ``DepthToSpace``).
+
+    :param x: a 4-D (N, C, H, W) tensor, C a multiple of ``blocksize ** 2``.
+    :param blocksize: the block's side.
+    :param mode: ``"DCR"`` (depth, column, row) or ``"CRD"`` (column, row, depth) order.
+    :returns: a (N, C / blocksize**2, H * blocksize, W * blocksize) tensor.
+    :raises BadInputError: ``x`` is not 4-D, ``blocksize`` is not positive, C is not a multiple of
+        ``blocksize ** 2``, or ``mode`` is neither value.
+    """
     return DepthToSpace(blocksize=blocksize, mode=mode)(x)
 
 
 def space_to_depth(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
+    """Move spatial ``blocksize`` x ``blocksize`` blocks into channels (ONNX ``SpaceToDepth``).
+
+    :param x: a 4-D (N, C, H, W) tensor, H and W multiples of ``blocksize``.
+    :param blocksize: the block's side.
+    :param mode: ``"DCR"`` or ``"CRD"`` order (other than DCR needs opset 28 on export).
+    :returns: a (N, C * blocksize**2, H / blocksize, W / blocksize) tensor.
+    :raises BadInputError: ``x`` is not 4-D, ``blocksize`` is not positive, H or W is not a
+        multiple of it, or ``mode`` is neither value.
+    """
     attrs: dict[str, Any] = {"blocksize": blocksize}
     if mode != "DCR":
         attrs["mode"] = mode

@@ -533,7 +533,13 @@ class Trilu(Operator):
 
 
 def concat(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
-    """Join the tensors along ``axis``."""
+    """Join the tensors along ``axis`` (ONNX ``Concat``; ``cat`` is the same function).
+
+    :param xs: tensors of one rank, matching in every dim but ``axis``.
+    :param axis: the axis to join along (negative counts from the end).
+    :returns: the joined tensor.
+    :raises BadInputError: ``xs`` is empty, the ranks differ or another dim differs.
+    """
     return Concat(axis=axis)(*xs)
 
 
@@ -544,7 +550,16 @@ def split(
     x: Tensor, axis: int, parts: Sequence[int] | None, num_output: int | None = None
 ) -> tuple[Tensor, ...]:
     """Cut ``x`` along ``axis`` into pieces of the sizes in ``parts`` (SINGA), or into
-    ``num_output`` equal pieces (the last may be smaller)."""
+    ``num_output`` equal pieces (the last may be smaller).
+
+    :param x: the tensor to cut.
+    :param axis: the axis to cut along.
+    :param parts: the size of each piece (summing to ``x``'s dim), or None to use ``num_output``.
+    :param num_output: the number of equal pieces, when ``parts`` is None.
+    :returns: the pieces, in order (ONNX ``Split``).
+    :raises BadInputError: neither ``parts`` nor ``num_output`` is given, the sizes do not sum
+        to the dim, or the dim cannot be cut into ``num_output`` pieces.
+    """
     if parts is not None:
         return Split(axis=axis)(x, int64_input(list(parts), x))
     if num_output is None:
@@ -559,7 +574,16 @@ def slice(
     axes: Sequence[int] | Tensor | None = None,
     steps: Sequence[int] | Tensor | None = None,
 ) -> Tensor:
-    """``x[starts:ends:steps]`` along ``axes`` (default: the first len(starts) axes)."""
+    """``x[starts:ends:steps]`` along ``axes`` (default: the first len(starts) axes).
+
+    :param x: the tensor to slice.
+    :param starts: the first index per axis (negative counts from the end; clamped).
+    :param ends: the end (exclusive) per axis, clamped like Python's slices.
+    :param axes: the axes the bounds apply to; None for ``0 .. len(starts) - 1``.
+    :param steps: the step per axis (non-zero, negative walks backwards); None for 1s.
+    :returns: the slice of ``x``.
+    :raises BadInputError: the four lists differ in length, or a step is 0.
+    """
     ints = [int64_input(v, x) for v in (starts, ends, axes, steps)]
     return Slice()(x, *ints)
 
@@ -570,7 +594,16 @@ def pad(
     pads: Sequence[int] | Tensor = (),
     constant: float = 0.0,
 ) -> Tensor:
-    """Pad ``x``: ``pads`` is ONNX's ``[begin_0, ..., begin_n, end_0, ..., end_n]``."""
+    """Pad ``x``: ``pads`` is ONNX's ``[begin_0, ..., begin_n, end_0, ..., end_n]`` (ONNX ``Pad``).
+
+    :param x: the tensor to pad.
+    :param mode: ``"constant"``, ``"reflect"``, ``"edge"`` or ``"wrap"``.
+    :param pads: the amount to add before and after each axis (negative crops).
+    :param constant: the fill value for ``mode="constant"``.
+    :returns: the padded tensor, of ``x``'s dtype.
+    :raises BadInputError: ``pads`` does not hold two values per axis, ``mode`` is unknown, or a
+        mode that copies values pads an axis of size 0.
+    """
     if not isinstance(pads, Tensor) and len(as_int_list(pads)) != 2 * x.ndim():
         raise BadInputError(
             f"pad: pads must hold {2 * x.ndim()} values (begins then ends for each axis of "
@@ -585,6 +618,14 @@ def pad(
 
 
 def center_crop_pad(x: Tensor, shape: Sequence[int], axes: Sequence[int] | None = None) -> Tensor:
+    """Crop or pad ``x`` around its centre to ``shape`` (ONNX ``CenterCropPad``; pads with zeros).
+
+    :param x: the tensor to crop or pad.
+    :param shape: the target size of each axis in ``axes``.
+    :param axes: the axes ``shape`` applies to; None for every axis.
+    :returns: a tensor of ``x``'s dtype with the target sizes.
+    :raises BadInputError: ``shape`` does not hold one non-negative size per axis.
+    """
     attrs = {} if axes is None else {"axes": as_int_list(axes)}
     return CenterCropPad(**attrs)(x, int64_input(shape, x))
 
@@ -592,12 +633,30 @@ def center_crop_pad(x: Tensor, shape: Sequence[int], axes: Sequence[int] | None 
 def reverse_sequence(
     x: Tensor, sequence_lens: Sequence[int] | Tensor, batch_axis: int = 1, time_axis: int = 0
 ) -> Tensor:
+    """Reverse the first ``sequence_lens[b]`` steps of each batch entry ``b`` (ONNX
+    ``ReverseSequence``).
+
+    :param x: a tensor of at least 2 axes.
+    :param sequence_lens: one length per batch entry, each in [0, the time axis' size].
+    :param batch_axis: the batch axis (0 or 1).
+    :param time_axis: the time axis (1 or 0, not ``batch_axis``).
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` has fewer than 2 axes, the two axes are the same, or a length is
+        out of range.
+    """
     return ReverseSequence(batch_axis=batch_axis, time_axis=time_axis)(
         x, int64_input(sequence_lens, x)
     )
 
 
 def trilu(x: Tensor, k: int = 0, upper: bool = True) -> Tensor:
-    """The upper (or lower) triangle of the last two axes from diagonal ``k``."""
+    """The upper (or lower) triangle of the last two axes from diagonal ``k`` (ONNX ``Trilu``).
+
+    :param x: a tensor of at least 2 axes.
+    :param k: the diagonal: 0 the main one, positive above it, negative below.
+    :param upper: True keeps the upper triangle, False the lower; the rest becomes 0.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` has fewer than 2 axes.
+    """
     diagonal = Tensor(data=torch.tensor(k, dtype=torch.int64), device=x.device, requires_grad=False)
     return Trilu(upper=int(upper))(x, diagonal if k else None)

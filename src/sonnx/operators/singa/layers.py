@@ -72,6 +72,18 @@ class Conv2d(_Layer):
     """2-D convolution layer: W (out_channels, in_channels/group, kh, kw), b (out_channels,).
 
     ``padding`` is an int, (pad_h, pad_w), or ONNX-style (top, left, bottom, right).
+    Calling it on an (N, in_channels, H, W) tensor returns the (N, out_channels, H', W') output.
+
+    :param in_channels: the input's channels.
+    :param out_channels: the output's channels (the number of filters).
+    :param kernel_size: the filter's size: an int or (kh, kw).
+    :param stride: the step: an int or (sh, sw).
+    :param padding: an int, (pad_h, pad_w), or (top, left, bottom, right).
+    :param dilation: the spacing of the filter's taps: an int or (dh, dw).
+    :param group: the number of channel groups (dividing both channel counts).
+    :param bias: whether to add a trainable bias.
+    :raises BadInputError: a count is not a positive int, ``group`` does not divide the channel
+        counts, or a size list has the wrong length.
     """
 
     _param_names = ("W", "b")
@@ -112,7 +124,13 @@ class Linear(_Layer):
     """Fully connected layer ``x @ W + b`` with W (in_features, out_features).
 
     A 2-D input is recorded as one ONNX Gemm, so the layer is one node of an exported graph
-    (and one layer for ``last_layers``); other ranks as MatMul then Add.
+    (and one layer for ``last_layers``); other ranks as MatMul then Add. Calling it on a tensor
+    that does not end in ``in_features`` raises :class:`~sonnx.errors.BadInputError`.
+
+    :param in_features: the size of the input's last axis.
+    :param out_features: the size of the output's last axis.
+    :param bias: whether to add a trainable bias.
+    :raises BadInputError: a size is not a positive int.
     """
 
     _param_names = ("W", "b")
@@ -135,7 +153,12 @@ class Linear(_Layer):
 
 
 class MaxPool2d(_Layer):
-    """2-D max pooling layer; stride defaults to the kernel size (no parameters)."""
+    """2-D max pooling layer; stride defaults to the kernel size (no parameters).
+
+    :param kernel_size: the window: an int or (kh, kw).
+    :param stride: the step: an int or (sh, sw); None for the kernel size.
+    :param padding: an int, (pad_h, pad_w), or (top, left, bottom, right).
+    """
 
     def __init__(
         self,
@@ -152,7 +175,13 @@ class MaxPool2d(_Layer):
 
 
 class AvgPool2d(_Layer):
-    """2-D average pooling layer; stride defaults to the kernel size (no parameters)."""
+    """2-D average pooling layer; stride defaults to the kernel size (no parameters).
+
+    :param kernel_size: the window: an int or (kh, kw).
+    :param stride: the step: an int or (sh, sw); None for the kernel size.
+    :param padding: an int, (pad_h, pad_w), or (top, left, bottom, right).
+    :param count_include_pad: True divides by the whole window, padding included.
+    """
 
     def __init__(
         self,
@@ -178,6 +207,11 @@ class BatchNorm2d(_Layer):
     In training mode (``sonnx.autograd.training``) it normalizes with the batch statistics and
     updates ``running_mean``/``running_var`` as ``momentum * running + (1 - momentum) * batch``;
     otherwise it uses the running statistics. ``get_states`` adds them to the parameters.
+
+    :param num_channels: C, the number of channels.
+    :param momentum: the weight of the running statistics in each update.
+    :param epsilon: added to the variance before its square root.
+    :raises BadInputError: ``num_channels`` is not a positive int.
     """
 
     _param_names = ("scale", "bias")

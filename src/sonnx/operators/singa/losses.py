@@ -266,21 +266,43 @@ def _as_input(value: Tensor | np.ndarray, like: Tensor) -> Tensor:
 def softmax_cross_entropy(x: Tensor, t: Tensor) -> Tensor:
     """SINGA's loss of logits ``x`` (N, C) against labels (N,) or one-hot / soft targets (N, C).
 
-    Returns the mean over the batch, shape (1,).
+    :param x: the (N, C) logits.
+    :param t: the targets: (N,) class indices, or (N, C) one-hot or soft targets (a Tensor or
+        an array).
+    :returns: the mean over the batch, shape (1,).
+    :raises BadInputError: ``x`` is 0-D.
     """
     return SoftmaxCrossEntropy()(x, _as_input(t, x))
 
 
 def cross_entropy(y: Tensor, t: Tensor) -> Tensor:
-    """SINGA's ``-sum(t * log(y)) / N`` for probabilities ``y`` (N, C); shape (1,)."""
+    """SINGA's ``-sum(t * log(y)) / N`` for probabilities ``y`` (N, C); shape (1,).
+
+    :param y: the (N, C) probabilities.
+    :param t: the (N, C) targets (a Tensor or an array).
+    :returns: the loss, shape (1,).
+    :raises BadInputError: ``y`` is 0-D or ``t``'s shape differs from ``y``'s.
+    """
     return CrossEntropy()(y, _as_input(t, y))
 
 
 def mse_loss(x: Tensor, t: Tensor) -> Tensor:
-    """SINGA's ``sum((x - t)^2) / (2 N)`` with N = x.shape[0]; shape (1,)."""
+    """SINGA's ``sum((x - t)^2) / (2 N)`` with N = x.shape[0]; shape (1,).
+
+    :param x: the (N, ...) predictions.
+    :param t: the targets, of ``x``'s shape (a Tensor or an array).
+    :returns: the loss, shape (1,).
+    :raises BadInputError: ``x`` is 0-D or ``t``'s shape differs from ``x``'s.
+    """
     return MeanSquareError()(x, _as_input(t, x))
 
 
 def binary_cross_entropy(x: Tensor, t: Tensor) -> Tensor:
-    """SINGA's ``-sum(t log x + (1 - t) log(1 - x)) / N`` for probabilities ``x``; shape (1,)."""
+    """SINGA's ``-sum(t log x + (1 - t) log(1 - x)) / N`` for probabilities ``x``; shape (1,).
+
+    :param x: the (N, ...) probabilities.
+    :param t: the 0/1 (or soft) targets, of ``x``'s shape (a Tensor or an array).
+    :returns: the loss, shape (1,).
+    :raises BadInputError: ``x`` is 0-D or ``t``'s shape differs from ``x``'s.
+    """
     return BinaryCrossEntropy()(x, _as_input(t, x))

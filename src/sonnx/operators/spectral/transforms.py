@@ -291,7 +291,17 @@ def dft(
     onesided: bool = False,
     dft_length: int | None = None,
 ) -> Tensor:
-    """The discrete Fourier transform of ``x`` (last dimension 1: real, 2: real/imaginary)."""
+    """The discrete Fourier transform of ``x`` (last dimension 1: real, 2: real/imaginary).
+
+    :param x: a (..., n, 1) real or (..., n, 2) complex signal.
+    :param axis: the axis to transform (not the last one).
+    :param inverse: True for the inverse transform.
+    :param onesided: True keeps only the first ``n // 2 + 1`` frequencies; with ``inverse``,
+        reads such a half spectrum and returns the real signal.
+    :param dft_length: the transform's length (the signal is padded or cut); None for its size.
+    :returns: the (..., length, 2) transform, real and imaginary parts (ONNX DFT).
+    :raises BadInputError: ``axis`` is out of range or ``dft_length`` is not positive.
+    """
     attrs = {"inverse": int(inverse), "onesided": int(onesided)}
     length = None if dft_length is None else np.int64(dft_length)
     return DFT(**attrs)(x, length, np.int64(axis))
@@ -304,7 +314,17 @@ def stft(
     frame_length: int | None = None,
     onesided: bool = True,
 ) -> Tensor:
-    """The short-time Fourier transform of ``signal`` (batch, length, 1 or 2)."""
+    """The short-time Fourier transform of ``signal`` (batch, length, 1 or 2) (ONNX STFT).
+
+    :param signal: a (batch, length, 1) real or (batch, length, 2) complex signal.
+    :param frame_step: the hop between frames.
+    :param window: a (frame_length,) window applied to each frame, or None.
+    :param frame_length: the frame's length; None for the window's.
+    :param onesided: True keeps only the non-negative frequencies.
+    :returns: a (batch, frames, bins, 2) tensor of real and imaginary parts.
+    :raises BadInputError: ``signal`` is not 3-D, the window's length differs, or
+        ``frame_step`` or ``frame_length`` is out of range.
+    """
     length = None if frame_length is None else np.int64(frame_length)
     return STFT(onesided=int(onesided))(signal, np.int64(frame_step), window, length)
 
@@ -315,14 +335,38 @@ def _window(cls: type[_Window], size: int, periodic: bool, dtype: Any) -> Tensor
 
 
 def hann_window(size: int, periodic: bool = True, dtype: Any = torch.float32) -> Tensor:
+    """A Hann window ``0.5 - 0.5 cos(2 pi n / N)`` (ONNX HannWindow).
+
+    :param size: the number of values.
+    :param periodic: True for N = size (a periodic window), False for N = size - 1.
+    :param dtype: the element type (as :func:`cast` accepts it).
+    :returns: a 1-D tensor of ``size`` values.
+    :raises BadInputError: ``dtype`` is not a data type.
+    """
     return _window(HannWindow, size, periodic, dtype)
 
 
 def hamming_window(size: int, periodic: bool = True, dtype: Any = torch.float32) -> Tensor:
+    """A Hamming window (ONNX HammingWindow).
+
+    :param size: the number of values.
+    :param periodic: True for N = size (a periodic window), False for N = size - 1.
+    :param dtype: the element type (as :func:`cast` accepts it).
+    :returns: a 1-D tensor of ``size`` values.
+    :raises BadInputError: ``dtype`` is not a data type.
+    """
     return _window(HammingWindow, size, periodic, dtype)
 
 
 def blackman_window(size: int, periodic: bool = True, dtype: Any = torch.float32) -> Tensor:
+    """A Blackman window (ONNX BlackmanWindow).
+
+    :param size: the number of values.
+    :param periodic: True for N = size (a periodic window), False for N = size - 1.
+    :param dtype: the element type (as :func:`cast` accepts it).
+    :returns: a 1-D tensor of ``size`` values.
+    :raises BadInputError: ``dtype`` is not a data type.
+    """
     return _window(BlackmanWindow, size, periodic, dtype)
 
 
@@ -334,7 +378,18 @@ def mel_weight_matrix(
     upper_edge_hertz: float,
     dtype: Any = torch.float32,
 ) -> Tensor:
-    """The (dft_length // 2 + 1, num_mel_bins) mel filter bank."""
+    """The (dft_length // 2 + 1, num_mel_bins) mel filter bank (ONNX MelWeightMatrix).
+
+    :param num_mel_bins: the number of mel bands.
+    :param dft_length: the length of the DFT whose bins it weighs.
+    :param sample_rate: the signal's samples per second.
+    :param lower_edge_hertz: the lowest frequency of the bank.
+    :param upper_edge_hertz: the highest frequency, at most ``sample_rate / 2``.
+    :param dtype: the element type (as :func:`cast` accepts it).
+    :returns: the weight matrix.
+    :raises BadInputError: a count or rate is not positive, or the edges are out of order or
+        range.
+    """
     code = dtypes.torch_to_onnx(dtypes.as_torch_dtype(dtype))
     return MelWeightMatrix(output_datatype=code)(
         np.int64(num_mel_bins),

@@ -311,6 +311,20 @@ def tfidf_vectorizer(
 
     The pool lists the n-grams, grouped by length; ``ngram_counts[i]`` is where the
     (i+1)-grams start in it and ``ngram_indexes`` the output column of each n-gram in order.
+
+    :param x: (C,) or (N, C) int32/int64 token ids or strings.
+    :param mode: ``"TF"``, ``"IDF"`` or ``"TFIDF"``.
+    :param min_gram_length: the shortest n-gram counted.
+    :param max_gram_length: the longest n-gram counted.
+    :param max_skip_count: the most tokens skipped between an n-gram's items.
+    :param ngram_counts: where each length's n-grams start in the pool.
+    :param ngram_indexes: the output column of each pool n-gram.
+    :param pool_int64s: the integer pool (for token ids).
+    :param weights: the IDF weight per output column, or None for 1s.
+    :param pool_strings: the string pool (for strings).
+    :returns: the float32 (size,) or (N, size) features (ONNX TfIdfVectorizer).
+    :raises BadInputError: ``x`` has another rank or type, ``mode`` is unknown, the pool does not
+        match ``x``'s type, or the attributes disagree with each other.
     """
     return TfIdfVectorizer(
         mode=mode,
@@ -334,7 +348,17 @@ def tokenizer(
     pad_value: str = "#",
 ) -> Tensor:
     """The tokens of each string of ``x`` (C,) or (N, C), padded with ``pad_value``: the
-    matches of ``tokenexp``, or the text between ``separators`` (see :class:`Tokenizer`)."""
+    matches of ``tokenexp``, or the text between ``separators`` (see :class:`Tokenizer`).
+
+    :param x: a (C,) or (N, C) string tensor.
+    :param tokenexp: the regular expression a token matches, or None to use ``separators``.
+    :param separators: the patterns tokens are split at, or None to use ``tokenexp``.
+    :param mincharnum: tokens shorter than this are dropped.
+    :param mark: True puts each element's tokens between the marks ``\\x02`` and ``\\x03``.
+    :param pad_value: the string padding each element's tokens to the longest.
+    :returns: the (C, T) or (N, C, T) string tokens (com.microsoft Tokenizer).
+    :raises BadInputError: ``x`` has another shape, or a pattern does not compile.
+    """
     return Tokenizer(
         tokenexp=tokenexp,
         separators=None if separators is None else list(separators),

@@ -218,7 +218,13 @@ class RegexFullMatch(_StringOp):
 
 
 def string_concat(x: Tensor, y: Tensor) -> Tensor:
-    """The strings of ``x`` followed by those of ``y``, elementwise with broadcasting."""
+    """The strings of ``x`` followed by those of ``y``, elementwise with broadcasting.
+
+    :param x: a string tensor.
+    :param y: a string tensor broadcastable with ``x``.
+    :returns: a string tensor of the broadcast shape (ONNX StringConcat).
+    :raises BadInputError: an input does not hold strings.
+    """
     return StringConcat()(x, y)
 
 
@@ -226,7 +232,15 @@ def string_split(
     x: Tensor, delimiter: str | None = None, maxsplit: int | None = None
 ) -> tuple[Tensor, Tensor]:
     """(substrings padded with ``""``, their counts) of each string of ``x`` split at
-    ``delimiter`` (whitespace runs when None), at most ``maxsplit`` times."""
+    ``delimiter`` (whitespace runs when None), at most ``maxsplit`` times.
+
+    :param x: a string tensor.
+    :param delimiter: the separator; None (or ``""``) splits at runs of whitespace.
+    :param maxsplit: the most splits per string; None for no limit.
+    :returns: ``(y, z)``: the substrings along a new last axis, and the int64 count per string
+        (ONNX StringSplit).
+    :raises BadInputError: ``x`` does not hold strings.
+    """
     return StringSplit(delimiter=delimiter, maxsplit=maxsplit)(x)
 
 
@@ -238,7 +252,18 @@ def string_normalizer(
     locale: str | None = None,
 ) -> Tensor:
     """``x`` (C,) or (1, C) without its stopwords, its case changed (LOWER, UPPER, NONE).
-    ``locale`` is written on export (onnxruntime needs that locale installed)."""
+
+    ``locale`` is written on export (onnxruntime needs that locale installed).
+
+    :param x: a (C,) or (1, C) string tensor.
+    :param case_change_action: ``"LOWER"``, ``"UPPER"`` or ``"NONE"``.
+    :param stopwords: the strings to drop, or None.
+    :param is_case_sensitive: whether stopwords match case-sensitively.
+    :param locale: the locale to write on export, or None.
+    :returns: the remaining strings, changed (ONNX StringNormalizer).
+    :raises BadInputError: ``x`` does not hold strings or has another shape, or
+        ``case_change_action`` is unknown.
+    """
     return StringNormalizer(
         case_change_action=case_change_action,
         stopwords=stopwords,
@@ -248,5 +273,11 @@ def string_normalizer(
 
 
 def regex_full_match(x: Tensor, pattern: str) -> Tensor:
-    """A bool tensor: True where a string of ``x`` matches ``pattern`` (RE2 syntax) whole."""
+    """A bool tensor: True where a string of ``x`` matches ``pattern`` (RE2 syntax) whole.
+
+    :param x: a string tensor.
+    :param pattern: the regular expression (see :func:`compile_re2` for how RE2 is read).
+    :returns: a bool tensor of ``x``'s shape (ONNX RegexFullMatch).
+    :raises BadInputError: ``x`` does not hold strings or ``pattern`` does not compile.
+    """
     return RegexFullMatch(pattern=pattern)(x)

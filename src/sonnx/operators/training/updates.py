@@ -152,7 +152,19 @@ def adagrad(
     epsilon: float = 1e-6,
     norm_coefficient: float = 0.0,
 ) -> list[Tensor]:
-    """One Adagrad step: returns the new tensors followed by the new accumulators."""
+    """One Adagrad step (ai.onnx.preview.training Adagrad) on several tensors at once.
+
+    :param r: the initial learning rate.
+    :param t: the number of updates done so far.
+    :param xs: the tensors to update.
+    :param gs: their gradients, one per tensor.
+    :param hs: their accumulated squared gradients, one per tensor.
+    :param decay_factor: the rate decays as ``r / (1 + t * decay_factor)``.
+    :param epsilon: added to the root of the accumulator, against division by zero.
+    :param norm_coefficient: the L2 regularisation coefficient.
+    :returns: the new tensors followed by the new accumulators.
+    :raises BadInputError: the three lists differ in length.
+    """
     attrs: dict[str, Any] = {
         "decay_factor": float(decay_factor),
         "epsilon": float(epsilon),
@@ -174,7 +186,22 @@ def adam(
     norm_coefficient: float = 0.0,
     norm_coefficient_post: float = 0.0,
 ) -> list[Tensor]:
-    """One Adam step: returns the new tensors, then the new first and second moments."""
+    """One Adam step (ai.onnx.preview.training Adam) on several tensors at once.
+
+    :param r: the learning rate.
+    :param t: the number of updates done so far (bias correction applies from 1 on).
+    :param xs: the tensors to update.
+    :param gs: their gradients, one per tensor.
+    :param vs: their first moments, one per tensor.
+    :param hs: their second moments, one per tensor.
+    :param alpha: the decay of the first moment.
+    :param beta: the decay of the second moment.
+    :param epsilon: added to the root of the second moment, against division by zero.
+    :param norm_coefficient: the L2 regularisation coefficient (applied before the step).
+    :param norm_coefficient_post: the weight shrinking applied after the step.
+    :returns: the new tensors, then the new first and second moments.
+    :raises BadInputError: the four lists differ in length.
+    """
     attrs: dict[str, Any] = {
         "alpha": float(alpha),
         "beta": float(beta),
@@ -196,7 +223,20 @@ def momentum(
     mode: str = "standard",
     norm_coefficient: float = 0.0,
 ) -> list[Tensor]:
-    """One momentum-SGD step: returns the new tensors followed by the new velocities."""
+    """One momentum-SGD step (ai.onnx.preview.training Momentum) on several tensors at once.
+
+    :param r: the learning rate.
+    :param t: the number of updates done so far (the first, 0, takes the gradient as it is).
+    :param xs: the tensors to update.
+    :param gs: their gradients, one per tensor.
+    :param vs: their velocities, one per tensor.
+    :param alpha: the decay of the velocity.
+    :param beta: the gradient's coefficient (1 on the first update).
+    :param mode: ``"standard"`` or ``"nesterov"``.
+    :param norm_coefficient: the L2 regularisation coefficient.
+    :returns: the new tensors followed by the new velocities.
+    :raises BadInputError: the three lists differ in length.
+    """
     attrs: dict[str, Any] = {
         "alpha": float(alpha),
         "beta": float(beta),
