@@ -398,3 +398,9 @@ def test_sequential_append_takes_only_layers() -> None:
     with pytest.raises(TypeError, match="received Tensor"):
         seq.append(t(randn(2, 2)))
     assert len(seq) == 1
+
+
+@pytest.mark.parametrize("approximate", ["exact", "erf", None, "Tanh"])
+def test_gelu_takes_only_onnx_approximations(approximate) -> None:
+    with pytest.raises(BadInputError, match=rf"GELU: approximate must be one of .*{approximate!r}"):
+        layer.GELU(approximate=approximate)
