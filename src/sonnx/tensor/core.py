@@ -453,5 +453,6 @@ class Tensor:
     def __repr__(self) -> str:
         label = f" name={self.name!r}" if self.name else ""
         made = f" creator={self.creator.op_type}" if self.creator is not None else ""
-        return f"Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device}{label}{made})"
+        dtype = dtypes.dtype_name(self.dtype)  # ONNX's names (float32), not torch.float32
+        return f"Tensor(shape={self.shape}, dtype={dtype}, device={self.device}{label}{made})"
 
