@@ -61,6 +61,10 @@ def _to_torch(data: Any, device: Device, dtype: torch.dtype | None) -> torch.Ten
 
 
 def check_shape(shape: Sequence[int] | int) -> tuple[int, ...]:
+    """The shape of a zero-filled tensor as a tuple of ints (an int is a 1-D shape).
+
+    :raises BadInputError: not a sequence of non-negative integers.
+    """
     if isinstance(shape, int):
         shape = (shape,)
     try:
