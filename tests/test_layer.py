@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import sonnx.autograd as autograd
 from sonnx import layer
-from sonnx.errors import BadInputError
+from sonnx.errors import BadInputError, WrongTypeError
 from sonnx.tensor import Tensor
 from tests.helpers import check_grad
 
@@ -388,3 +388,19 @@ def test_sequential():
         BadInputError, match="Linear: input must be a sonnx Tensor, received ndarray"
     ):
         layer.Linear(2)(np.zeros((2, 2)))
+
+
+def test_sequential_append_takes_only_layers() -> None:
+    seq = layer.Sequential(layer.ReLU())
+    message = r"Sequential\.append must be a Layer, received function"
+    with pytest.raises(WrongTypeError, match=message):
+        seq.append(F.relu)
+    with pytest.raises(TypeError, match="received Tensor"):
+        seq.append(t(randn(2, 2)))
+    assert len(seq) == 1
+
+
+@pytest.mark.parametrize("approximate", ["exact", "erf", None, "Tanh"])
+def test_gelu_takes_only_onnx_approximations(approximate) -> None:
+    with pytest.raises(BadInputError, match=rf"GELU: approximate must be one of .*{approximate!r}"):
+        layer.GELU(approximate=approximate)

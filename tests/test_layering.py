@@ -44,7 +44,7 @@ APPLICATION = len(LAYERS)
 
 #: (importer, imported module prefix) -> why this import goes upward.
 UPWARD = {
-    ("sonnx.tensor", "sonnx.operators"): (
+    ("sonnx.tensor.core", "sonnx.operators"): (
         "SINGA's Tensor arithmetic (t + u, t @ u, t.reshape) records operators"
     ),
 }

@@ -103,6 +103,26 @@ def test_transfer_learning_trains_only_unfrozen_parameters(cnn_onnx) -> None:
         model.freeze("no_such_prefix")
 
 
+def test_after_a_cut_only_the_kept_graphs_weights_are_parameters_and_train(cnn_onnx) -> None:
+    model = Transfer(cnn_onnx)  # last_layers=-2: the last Gemm and its weights are cut away
+    model.set_optimizer(opt.SGD(lr=0.05, momentum=0.9, weight_decay=0.01))
+    model.compile([tensor.PlaceHolder((32, 1, 28, 28))], is_train=True)
+    last_gemm = [n for n in cnn_onnx.graph.node if n.op_type == "Gemm"][-1]
+    cut = set(last_gemm.input[1:])
+    imported = {i.name for i in cnn_onnx.graph.initializer}
+    assert cut < imported
+    assert set(model.get_params()) == (imported - cut) | {"linear.W", "linear.b"}
+    assert cut <= set(model.get_states())  # the checkpoint still holds the whole model
+    before = {n: to_numpy(model.rep.constants[n]).copy() for n in imported}
+    for x, y in _batches(2):
+        model(x, y)
+    for name in imported:
+        changed = not np.array_equal(to_numpy(model.rep.constants[name]), before[name])
+        assert changed == (name not in cut), name
+    sonnx.SONNXModel.forward(model, next(_batches(1))[0])  # the whole graph again
+    assert cut <= set(model.get_params())
+
+
 def test_imported_batchnorm_follows_train_and_eval_mode() -> None:
     torch.manual_seed(0)
     net = tm.SmallCNN()

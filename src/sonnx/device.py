@@ -22,11 +22,17 @@ class Device:
 
     :param torch_device: a torch device or its name (``"cpu"``, ``"cuda:0"``; a bare
         ``"cuda"`` means the current GPU).
-    :raises RuntimeError: torch cannot parse the name.
+    :raises BadInputError: the name is not a device torch knows (``"tpu"``), or is malformed.
     """
 
     def __init__(self, torch_device: torch.device | str) -> None:
-        dev = torch.device(torch_device)
+        try:
+            dev = torch.device(torch_device)
+        except RuntimeError as e:
+            raise BadInputError(
+                "device: expected 'cpu', 'cuda' or 'cuda:N' (N a GPU ordinal), received "
+                f"{torch_device!r}"
+            ) from e
         if dev.type == "cuda" and dev.index is None:
             # torch puts a tensor sent to "cuda" on "cuda:N" (the current GPU), and the two
             # compare unequal: a bare "cuda" is resolved here, so a model prepared on it

@@ -27,6 +27,14 @@ class BadInputError(SonnxError, ValueError):
     """
 
 
+class WrongTypeError(BadInputError, TypeError):
+    """A value given to sonnx is of the wrong Python type (a layer that is not a ``Layer``).
+
+    A :class:`BadInputError` that is also a ``TypeError``, so code catching either keeps
+    working; the message names the type that was received.
+    """
+
+
 class BadModelError(SonnxError, ValueError):
     """An ONNX model, or a file given as one, is malformed or inconsistent.
 

@@ -4,8 +4,9 @@ Subclass it as SINGA's examples do: call ``super().forward(*x)`` (optionally wit
 ``last_layers`` or ``output`` to cut the graph), append your own layers, override
 ``train_one_batch``, ``set_optimizer`` and ``compile``. Every imported float weight is a
 registered parameter under its initializer name, so ``get_params``, ``get_states``,
-``save_states`` and ``load_states`` include them, and :meth:`SONNXModel.freeze` /
-:meth:`SONNXModel.unfreeze` choose which of them train.
+``save_states`` and ``load_states`` include them (``get_params`` after a cut only those the
+kept graph reads), and :meth:`SONNXModel.freeze` / :meth:`SONNXModel.unfreeze` choose which of
+them train.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class SONNXModel(Model):
     def __init__(self, onnx_model: ModelSource, device: Device | None = None) -> None:
         super().__init__()
         self._rep = prepare(onnx_model, device=device)
+        # The imported weights the last forward's cut reads (None: it ran the whole graph).
+        self._kept_weights: frozenset[str] | None = None
 
     @property
     def rep(self) -> SingaRep:
@@ -73,7 +76,28 @@ class SONNXModel(Model):
         :raises BadInputError: inputs that do not match the graph's, or a cut naming no layer or
             tensor.
         """
-        return self._rep.run(list(x), last_layers=last_layers, output=output)
+        outputs = self._rep.run(list(x), last_layers=last_layers, output=output)
+        if last_layers == -1 and output is None:
+            self._kept_weights = None
+        else:
+            names = tuple(t.name for t in outputs if isinstance(t, Tensor))
+            self._kept_weights = frozenset(self._rep.source.slice(names).initializers)
+        return outputs
+
+    def get_params(self) -> dict[str, Tensor]:
+        """The trainable parameters by name: the user's layers' and the imported weights, or
+        after a cut (the last ``forward`` with ``last_layers`` or ``output``) only the
+        imported weights the kept graph reads, which are the ones training updates.
+
+        :returns: the parameters by name.
+        """
+        params = super().get_params()
+        if self._kept_weights is None:
+            return params
+        cut = {
+            id(self._rep.constants[n]) for n in self._weight_names if n not in self._kept_weights
+        }
+        return {name: t for name, t in params.items() if id(t) not in cut}
 
     def train_one_batch(
         self, x: Tensor, y: Tensor, dist_option: str = "fp32", spars: float | None = None

@@ -272,3 +272,9 @@ def test_truncated_files_and_cycles_are_bad_models(tmp_path) -> None:
     )
     with pytest.raises(BadModelError, match="cycle"):
         sonnx.prepare(cycle)
+
+
+def test_prepare_on_a_device_torch_does_not_know_names_it_and_the_devices_accepted() -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])])
+    with pytest.raises(BadInputError, match=r"expected 'cpu', 'cuda' or 'cuda:N'.*received 'tpu'"):
+        sonnx.prepare(model, device="tpu")

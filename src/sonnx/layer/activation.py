@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sonnx.autograd as autograd
+from sonnx.errors import BadInputError
 from sonnx.layer.base import Layer
+from sonnx.operators.activation.functions import GELU_APPROXIMATIONS
 from sonnx.tensor import Tensor
 
 __all__ = [
@@ -90,11 +92,17 @@ class LogSoftMax(SoftMax):
 class GELU(Layer):
     """Gaussian error linear unit; ``approximate="tanh"`` uses the tanh approximation.
 
-    :param approximate: ``"none"`` (the exact erf form) or ``"tanh"``.
+    :param approximate: ``"none"`` (the exact erf form) or ``"tanh"``, ONNX Gelu's values.
+    :raises BadInputError: any other ``approximate``.
     """
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
+        if approximate not in GELU_APPROXIMATIONS:
+            raise BadInputError(
+                f"GELU: approximate must be one of {GELU_APPROXIMATIONS} (ONNX Gelu's values), "
+                f"received {approximate!r}"
+            )
         self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:

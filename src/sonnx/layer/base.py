@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
-from sonnx.errors import BadInputError
+from sonnx.errors import BadInputError, WrongTypeError
 from sonnx.precision import autocast_mixes
 from sonnx.tensor import Tensor
 
@@ -180,16 +180,13 @@ class Sequential(Layer):
     """Applies its layers in order; their states are named by position (``0.W``, ``1.b``).
 
     :param layers: the layers, first to last.
-    :raises BadInputError: an argument is not a Layer.
+    :raises WrongTypeError: an argument is not a Layer.
     """
 
     def __init__(self, *layers: Layer) -> None:
         super().__init__()
         for i, layer in enumerate(layers):
-            if not isinstance(layer, Layer):
-                raise BadInputError(
-                    f"Sequential: argument {i} must be a Layer, received {type(layer).__name__}"
-                )
+            _check_layer(layer, f"Sequential: argument {i}")
         self._layers = list(layers)
 
     def _children(self) -> Iterator[tuple[str, Layer | Tensor]]:
@@ -200,7 +197,9 @@ class Sequential(Layer):
         """Add a layer after the last one.
 
         :param layer: the layer to run last.
+        :raises WrongTypeError: ``layer`` is not a Layer.
         """
+        _check_layer(layer, "Sequential.append")
         self._layers.append(layer)
 
     def __len__(self) -> int:
@@ -217,6 +216,11 @@ class Sequential(Layer):
     def __repr__(self) -> str:
         inner = ", ".join(repr(layer) for layer in self._layers)
         return f"Sequential({inner})"
+
+
+def _check_layer(layer: Any, where: str) -> None:
+    if not isinstance(layer, Layer):
+        raise WrongTypeError(f"{where} must be a Layer, received {type(layer).__name__}")
 
 
 # ---- helpers shared by the layer families ---------------------------------------------------

@@ -54,7 +54,7 @@ class GraphNames:
             if name not in ranks:
                 raise ExportError(
                     f"to_onnx: dynamic_axes names {name!r}, which is none of the inputs' or "
-                    f"outputs' names {sorted(n for n in ranks if n)}"
+                    f"outputs' names: {_describe(given_in, given_out, inputs, outputs)}"
                 )
             pairs = (
                 spec.items()
@@ -122,3 +122,23 @@ def _names(what: str, names: Sequence[str] | None, count: int) -> list[str] | No
     if len(set(names)) != len(names):
         raise ExportError(f"to_onnx: {what} must be distinct, received {names!r}")
     return names
+
+
+def _describe(
+    given_in: list[str] | None,
+    given_out: list[str] | None,
+    inputs: Sequence[Tensor],
+    outputs: Sequence[Tensor],
+) -> str:
+    """The names ``dynamic_axes`` may use, input by input and output by output; an unnamed
+    tensor is shown by its position, with how to name it."""
+    parts, unnamed = [], False
+    for kind, names, tensors in (("inputs", given_in, inputs), ("outputs", given_out, outputs)):
+        shown = []
+        for i, t in enumerate(tensors):
+            name = names[i] if names else t.name
+            unnamed = unnamed or not name
+            shown.append(repr(name) if name else f"{kind}[{i}] (unnamed)")
+        parts.append(f"{kind} [{', '.join(shown)}]")
+    hint = "; name a tensor with input_names or output_names to give it dynamic axes"
+    return ", ".join(parts) + (hint if unnamed else "")

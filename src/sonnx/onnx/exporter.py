@@ -22,22 +22,25 @@ from onnx import helper
 from sonnx import dtypes
 from sonnx.engine.operator import Operator
 from sonnx.errors import ExportError, OpsetTooOldError
+from sonnx.onnx.export_checks import (
+    PROTOBUF_LIMIT,
+    check_connected,
+    check_nodes_exist,
+    check_with_onnx,
+)
 from sonnx.onnx.export_names import DynamicAxes, GraphNames
 from sonnx.onnx.float16 import to_float16
 from sonnx.onnx.model_loading import opset_versions
-from sonnx.onnx.registry import REGISTRY
-from sonnx.proto.graph_builder import GraphBuilder, first_opset, tensor_proto
+from sonnx.proto.graph_builder import GraphBuilder, tensor_proto
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:  # an imported run (sonnx.runtime) exports its kept graph
     from sonnx.runtime.imported_graph import GraphSource, ImportedExport
 
-# Below 2 GiB protobuf can hold the whole model; above it, weights go to external data.
-_PROTOBUF_LIMIT = 2**31 - 1
 _EXPORT_DTYPES = ("float32", "float16")
 #: ``save`` writes the weights to a ``<name>.data`` file beside the model when the model's
 #: serialized size reaches this many bytes (a module constant so tests can lower it).
-EXTERNAL_DATA_THRESHOLD = _PROTOBUF_LIMIT
+EXTERNAL_DATA_THRESHOLD = PROTOBUF_LIMIT
 #: Initializers smaller than this stay inside the model file even when saving externally.
 EXTERNAL_TENSOR_MIN_BYTES = 1024
 OLDEST_EXPORT_OPSET = 11
@@ -223,11 +226,7 @@ def to_onnx(
             target = e.needed
     if opset is None and not sources:
         _lower_opset(model, target)
-    try:
-        light = model if model.ByteSize() < _PROTOBUF_LIMIT else _stub(model)
-        onnx.checker.check_model(_checkable(light))
-    except onnx.checker.ValidationError as e:
-        raise ExportError(f"to_onnx produced a model the ONNX checker rejects: {e}") from e
+    check_with_onnx(model)
     return to_float16(model) if dtype == "float16" else model
 
 
@@ -311,7 +310,7 @@ def _export(
         namer.by_leaf[id(t)] = name
         graph_inputs.append(names.input_info(name, t, declared, dynamic_batch))
     _name_leaves(ops, outputs, namer, g)
-    _check_connected(outputs, inputs)
+    check_connected(outputs, inputs)
     for op in ops:
         ins = ["" if x is None else namer.of(x) for x in op.inputs]
         first = len(g.nodes)
@@ -319,7 +318,7 @@ def _export(
             plans[id(op)].write(g, ins)
         else:
             op.export(g, ins, namer.outputs_of(op, produced))
-        _check_nodes_exist(g, first, op)
+        check_nodes_exist(g, first, op)
     graph_outputs, declared_outputs = [], []
     for i, t in enumerate(outputs):
         name = namer.of(t) if t.creator is not None else namer.by_leaf[id(t)]
@@ -390,7 +389,7 @@ def _type_outputs(
     it is not copied; dims that inference cannot tell stay unnamed (any size), rank is kept.
     """
     inferred: dict[str, onnx.ValueInfoProto] = {}
-    if model.ByteSize() < _PROTOBUF_LIMIT:
+    if model.ByteSize() < PROTOBUF_LIMIT:
         try:
             done = onnx.shape_inference.infer_shapes(model)
             inferred = {o.name: o for o in done.graph.output}
@@ -448,121 +447,6 @@ def _name_leaves(ops, outputs, namer: _Namer, g: GraphBuilder) -> None:
             )
         hint = t.name or ("param" if t.stores_grad else "const")
         namer.by_leaf[id(t)] = g.add_initializer(t.data, hint)
-
-
-def _check_connected(outputs: Sequence[Tensor], inputs: Sequence[Tensor]) -> None:
-    """Each output computed by an operator must depend on at least one graph input."""
-    wanted = {id(t) for t in inputs}
-    for i, out in enumerate(outputs):
-        if out.creator is None:
-            if id(out) not in wanted:
-                raise ExportError(
-                    f"to_onnx: outputs[{i}] ({out.name or 'unnamed'}, shape {out.shape}) is not "
-                    "connected to the inputs: it is a leaf tensor, not computed from them"
-                )
-            continue
-        if not inputs:
-            continue
-        stack, seen, hit = [out], set(), False
-        while stack and not hit:
-            t = stack.pop()
-            if id(t) in seen:
-                continue
-            seen.add(id(t))
-            hit = id(t) in wanted
-            if t.creator is not None:
-                stack.extend(x for x in t.creator.inputs if x is not None)
-        if not hit:
-            raise ExportError(
-                f"to_onnx: outputs[{i}] ({out.name or out.creator.op_type}, shape {out.shape}) is "
-                "not connected to any of the given inputs"
-            )
-
-
-#: Where :func:`_checkable` puts the default-domain operators that onnx does not know.
-_UNCHECKED_DOMAIN = "sonnx.unchecked"
-
-
-def _outside_onnx(op_type: str) -> bool:
-    """An operator sonnx runs in the default domain that onnx has no schema for (onnxruntime's
-    SimplifiedLayerNormalization): written as it came, not held to a schema."""
-    return not onnx.defs.has(op_type) and bool(REGISTRY.versions(op_type))
-
-
-def _check_nodes_exist(g: GraphBuilder, first: int, op: Operator) -> None:
-    for node in g.nodes[first:]:
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        if _outside_onnx(node.op_type):
-            continue
-        try:
-            schema = onnx.defs.get_schema(node.op_type, g.opset, "")
-        except onnx.defs.SchemaError:
-            raise OpsetTooOldError(
-                f"to_onnx: {op.op_type} exports as ONNX {node.op_type}, which does not exist at "
-                f"opset {g.opset}; choose a newer opset",
-                first_opset(node.op_type),
-            ) from None
-        if schema.deprecated:
-            raise ExportError(
-                f"to_onnx: {op.op_type} exports as ONNX {node.op_type}, deprecated at opset "
-                f"{g.opset}"
-            )
-        if node.op_type == op.op_type and not _takes_strings(schema, op.inputs):
-            raise OpsetTooOldError(
-                f"to_onnx: {op.op_type} reads strings, which its ONNX schema allows only from "
-                "a newer opset",
-                _first_opset_taking_strings(op.op_type, g.opset, op.inputs),
-            )
-
-
-def _takes_strings(schema: onnx.defs.OpSchema, inputs: Sequence[Tensor | None]) -> bool:
-    """False when a string input sits where ``schema``'s type constraints allow no strings
-    (Equal takes strings from opset 19 only)."""
-    strings = [i for i, t in enumerate(inputs) if t is not None and t.dtype is dtypes.STRING]
-    formal = schema.inputs
-    if not strings or not formal:  # the common case: nothing to look up
-        return True
-    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
-    for i in strings:
-        type_str = formal[min(i, len(formal) - 1)].type_str
-        if "tensor(string)" not in allowed.get(type_str, {type_str}):
-            return False
-    return True
-
-
-def _first_opset_taking_strings(op_type: str, opset: int, inputs: Sequence[Tensor | None]) -> int:
-    for version in range(opset + 1, onnx.defs.onnx_opset_version() + 1):
-        if _takes_strings(onnx.defs.get_schema(op_type, version, ""), inputs):
-            return version
-    return opset  # no opset takes them: the checker reports the type error
-
-
-def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model as the ONNX checker can read it: the operators :func:`_outside_onnx` moved to
-    a domain of their own that the checker does not hold to schemas."""
-    unknown = [
-        i
-        for i, node in enumerate(model.graph.node)
-        if node.domain in ("", "ai.onnx") and _outside_onnx(node.op_type)
-    ]
-    if not unknown:
-        return model
-    checked = onnx.ModelProto()
-    checked.CopyFrom(model)
-    for i in unknown:
-        checked.graph.node[i].domain = _UNCHECKED_DOMAIN
-    checked.opset_import.append(helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
-    return checked
-
-
-def _stub(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model without initializer data, for checking a model too large for protobuf."""
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    for init in light.graph.initializer:
-        init.ClearField("raw_data")
-    return light
 
 
 def save(model: onnx.ModelProto, path: str | os.PathLike) -> Path:

@@ -348,6 +348,10 @@ class ThresholdedRelu(_Activation):
         g.add_node("Mul", [inputs[0], mask], outputs)
 
 
+#: The values of ONNX Gelu's ``approximate`` attribute.
+GELU_APPROXIMATIONS = ("none", "tanh")
+
+
 class Gelu(_Activation):
     """``x * Phi(x)``; ``approximate="tanh"`` uses the tanh formula."""
 
@@ -357,7 +361,7 @@ class Gelu(_Activation):
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         approximate = self.attr("approximate")
-        if approximate not in ("none", "tanh"):
+        if approximate not in GELU_APPROXIMATIONS:
             raise BadInputError(
                 f"Gelu: attribute approximate must be 'none' or 'tanh', received {approximate!r}"
             )

@@ -1,4 +1,6 @@
-"""``Tensor``: a torch tensor plus the operation that created it.
+"""``Tensor``: a torch tensor plus the operation that created it (the class itself; the other
+kinds of tensor are in :mod:`sonnx.tensor.kinds`, making and reading them in
+:mod:`sonnx.tensor.creation`).
 
 The wrapped ``torch.Tensor`` lives in ``.data`` and does all the math; the wrapper adds what
 sonnx needs on top: ``creator`` (the :class:`~sonnx.engine.operator.Operator` that produced
@@ -19,8 +21,7 @@ from sonnx import dtypes
 from sonnx.device import Device, as_device
 from sonnx.dims import Dim
 from sonnx.errors import BadInputError
-from sonnx.strings import StringArray, as_string_array, is_string_array
-from sonnx.symbolic_sizes import SymbolicInts
+from sonnx.strings import StringArray, is_string_array
 
 if TYPE_CHECKING:
     from sonnx.engine.operator import Operator
@@ -36,7 +37,8 @@ int64 = torch.int64
 uint8 = torch.uint8
 bool_ = torch.bool
 
-_UNSET: Any = object()
+#: ``dtype`` not given (None is a valid value: the data's own dtype).
+UNSET: Any = object()
 _STRING_NAMES = (dtypes.STRING, "string", str)
 
 
@@ -55,6 +57,23 @@ def _to_torch(data: Any, device: Device, dtype: torch.dtype | None) -> torch.Ten
     if t.device != device.torch_device:
         t = t.to(device.torch_device)
     return t
+
+
+
+def check_shape(shape: Sequence[int] | int) -> tuple[int, ...]:
+    """The shape of a zero-filled tensor as a tuple of ints (an int is a 1-D shape).
+
+    :raises BadInputError: not a sequence of non-negative integers.
+    """
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise BadInputError(f"a shape must be a sequence of integers, received {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise BadInputError(f"a shape must have non-negative dimensions, received {dims}")
+    return dims
 
 
 class Tensor:
@@ -87,7 +106,11 @@ class Tensor:
         if cls is Tensor and (args or kwargs):
             data = kwargs.get("data", args[3] if len(args) > 3 else None)
             dtype = kwargs.get("dtype", args[2] if len(args) > 2 else None)
-            if is_string_array(data) or isinstance(data, StringTensor) or dtype in _STRING_NAMES:
+            strings = isinstance(data, Tensor) and isinstance(data.data, StringArray)
+            if strings or is_string_array(data) or dtype in _STRING_NAMES:
+                # the subclass lives beside this module and imports it
+                from sonnx.tensor.kinds import StringTensor
+
                 return object.__new__(StringTensor)
         return object.__new__(cls)
 
@@ -95,17 +118,17 @@ class Tensor:
         self,
         shape: Sequence[int] = (),
         device: Device | None = None,
-        dtype: Any = _UNSET,
+        dtype: Any = UNSET,
         data: Any = None,
         requires_grad: bool = True,
         stores_grad: bool = False,
         creator: Operator | None = None,
         name: str | None = None,
     ) -> None:
-        torch_dtype = None if dtype is _UNSET or dtype is None else dtypes.as_torch_dtype(dtype)
+        torch_dtype = None if dtype is UNSET or dtype is None else dtypes.as_torch_dtype(dtype)
         if data is None:
             dev = as_device(device)
-            shape = _check_shape(shape)
+            shape = check_shape(shape)
             t = torch.zeros(shape, dtype=torch_dtype or torch.float32, device=dev.torch_device)
         else:
             if device is None and isinstance(data, (Tensor, torch.Tensor)):
@@ -322,6 +345,9 @@ class Tensor:
 
         :returns: the array.
         """
+        # the conversions live beside this module and import it
+        from sonnx.tensor.creation import to_numpy
+
         return to_numpy(self)
 
     def torch(self) -> torch.Tensor:
@@ -431,249 +457,6 @@ class Tensor:
     def __repr__(self) -> str:
         label = f" name={self.name!r}" if self.name else ""
         made = f" creator={self.creator.op_type}" if self.creator is not None else ""
-        return f"Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device}{label}{made})"
+        dtype = dtypes.dtype_name(self.dtype)  # ONNX's names (float32), not torch.float32
+        return f"Tensor(shape={self.shape}, dtype={dtype}, device={self.device}{label}{made})"
 
-
-class StringTensor(Tensor):
-    """A tensor of strings: ``data`` is a :class:`~sonnx.strings.StringArray` on the host,
-    ``dtype`` is :data:`~sonnx.dtypes.STRING`, and no gradient flows through it."""
-
-    def __init__(
-        self,
-        shape: Sequence[int] = (),
-        device: Device | None = None,
-        dtype: Any = _UNSET,
-        data: Any = None,
-        requires_grad: bool = False,
-        stores_grad: bool = False,
-        creator: Operator | None = None,
-        name: str | None = None,
-    ) -> None:
-        if data is None:
-            values = np.full(_check_shape(shape), "", dtype=object)
-        elif isinstance(data, Tensor):
-            values = data.data.array
-        elif isinstance(data, StringArray):
-            values = data.array
-        else:
-            values = as_string_array(data, name or "a string tensor")
-        self.data: StringArray = StringArray(values)
-        self.creator = creator
-        self.output_index = 0
-        self.name = name
-        self._requires_grad = False
-        self._stores_grad = False
-
-    def _sync_torch_grad(self) -> None:
-        """Strings carry no gradient."""
-
-    def to_type(self, dtype: Any) -> Tensor:
-        raise BadInputError("a string tensor cannot change its element type in place; use Cast")
-
-    def clone(self) -> Tensor:
-        return StringTensor(data=self.data.array.copy(), name=self.name)
-
-    def item(self) -> str:
-        return self.data.array.item()
-
-
-def string_tensor(data: StringArray, creator: Operator | None = None, index: int = 0) -> Tensor:
-    """An operator's string output: ``data`` wrapped, with its creator recorded."""
-    out = object.__new__(StringTensor)
-    out.data = data
-    out.creator = creator
-    out.output_index = index
-    out.name = None
-    out._requires_grad = False
-    out._stores_grad = False
-    return out
-
-
-class SymbolicTensor(Tensor):
-    """A shape value while graph mode traces with symbolic sizes: ``data`` is a
-    :class:`~sonnx.symbolic_sizes.SymbolicInts`, whose elements may be torch symbols."""
-
-
-def symbolic_tensor(data: SymbolicInts, creator: Operator | None = None, index: int = 0) -> Tensor:
-    """An operator's symbolic shape value: ``data`` wrapped, with its creator recorded."""
-    out = object.__new__(SymbolicTensor)
-    out.data = data
-    out.creator = creator
-    out.output_index = index
-    out.name = None
-    out._requires_grad = False
-    out._stores_grad = False
-    return out
-
-
-def computed_tensor(data: torch.Tensor, name: str | None = None) -> Tensor:
-    """A value computed inside an imported run: ``data`` wrapped without a creator (the run
-    is recorded as one node, not each value), the fast way: no checks or conversions."""
-    out = object.__new__(Tensor)
-    out.data = data
-    out.creator = None
-    out.output_index = 0
-    out.name = name
-    out._requires_grad = data.requires_grad
-    out._stores_grad = False
-    return out
-
-
-class PlaceHolder(Tensor):
-    """A tensor that stands for a model input whose values arrive later (used by ``compile``)."""
-
-    def __init__(
-        self,
-        shape: Sequence[int],
-        device: Device | None = None,
-        dtype: Any = float32,
-        name: str | None = None,
-    ) -> None:
-        super().__init__(shape=shape, device=device, dtype=dtype, requires_grad=False, name=name)
-
-
-class RecordedTensor(Tensor):
-    """What the graph keeps of a computed tensor that an operator read: where it came from
-    (``creator``, ``output_index``), its name, shape, dtype and device — not its values.
-
-    Operators hold their inputs so that :func:`sonnx.to_onnx` and ``backward`` can walk the
-    graph. Were those the full tensors, every activation of a training step would stay alive
-    until the step's last tensor is dropped, while torch frees each one during backward as
-    soon as its gradient is done: training would need more memory than plain torch and, on the
-    CPU, fault in fresh pages for the next step's buffers. Reading the values of a record is an
-    error that says so; the tensor the operator returned still has them.
-    """
-
-    def __init__(self, source: Tensor) -> None:
-        self.creator = source.creator
-        self.output_index = source.output_index
-        self.name = source.name
-        self._requires_grad = source._requires_grad
-        self._stores_grad = False
-        self._shape = source.data.shape
-        self._dtype = source.data.dtype
-        self._device = source.data.device
-
-    @property
-    def data(self) -> torch.Tensor:  # type: ignore[override]
-        op = self.creator.op_type if self.creator is not None else "?"
-        raise BadInputError(
-            f"the values of tensor {self.name or ''!r} (output {self.output_index} of {op}, "
-            f"shape {tuple(self._shape)}, {dtypes.dtype_name(self._dtype)}) are not kept by the "
-            "recorded graph; read them from the tensor the operator returned"
-        )
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self._shape)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._dtype
-
-    @property
-    def device(self) -> Device:
-        return Device(self._device)
-
-    def ndim(self) -> int:
-        return len(self._shape)
-
-    def size(self) -> int:
-        return self._shape.numel()
-
-    def is_empty(self) -> bool:
-        return self._shape.numel() == 0
-
-
-def _check_shape(shape: Sequence[int] | int) -> tuple[int, ...]:
-    if isinstance(shape, int):
-        shape = (shape,)
-    try:
-        dims = tuple(int(d) for d in shape)
-    except (TypeError, ValueError):
-        raise BadInputError(f"a shape must be a sequence of integers, received {shape!r}") from None
-    if any(d < 0 for d in dims):
-        raise BadInputError(f"a shape must have non-negative dimensions, received {dims}")
-    return dims
-
-
-def from_numpy(array: np.ndarray, dev: Device | None = None) -> Tensor:
-    """A tensor holding ``array``'s values with its dtype (zero-copy on the CPU).
-
-    :param array: the values.
-    :param dev: the device (None: the default device).
-    :returns: a tensor that does not require gradients.
-    :raises BadInputError: ``array`` is not a NumPy array.
-    """
-    if not isinstance(array, np.ndarray):
-        raise BadInputError(f"from_numpy expects a NumPy array, received {type(array).__name__}")
-    return Tensor(data=array, device=dev, requires_grad=False)
-
-
-def from_torch(t: torch.Tensor, requires_grad: bool = False) -> Tensor:
-    """Wrap a torch tensor without copying it.
-
-    :param t: the torch tensor; the sonnx tensor lives on its device.
-    :param requires_grad: whether gradients may flow through it.
-    :returns: the sonnx tensor.
-    """
-    return Tensor(data=t, device=Device(t.device), requires_grad=requires_grad)
-
-
-def to_numpy(t: Tensor) -> np.ndarray:
-    """The tensor's values as a NumPy array on the host, of exactly the same element type.
-
-    bfloat16 and float8 come back as ml_dtypes arrays (NumPy itself has no such types);
-    strings as a NumPy ``object`` array of ``str``, as onnxruntime returns them.
-
-    :param t: the tensor.
-    :returns: the values on the host (for a CPU tensor of a NumPy type, an array sharing its
-        memory).
-    """
-    if isinstance(t.data, StringArray):
-        return t.data.array
-    return dtypes.torch_to_array(t.data.detach().cpu())
-
-
-def to_host(t: Tensor) -> Tensor:
-    """A copy of ``t`` on the CPU, with its name, outside the graph.
-
-    :param t: the tensor.
-    :returns: the host tensor (``t`` itself is left where it is).
-    """
-    return Tensor(data=t.data.detach().cpu(), requires_grad=False, name=t.name)
-
-
-def zeros(shape: Sequence[int], dev: Device | None = None, dtype: Any = float32) -> Tensor:
-    """A tensor of zeros that does not require gradients.
-
-    :param shape: its shape.
-    :param dev: its device (None: the default device).
-    :param dtype: its element type.
-    :returns: the tensor.
-    :raises BadInputError: a bad shape or an unknown dtype.
-    """
-    return Tensor(shape=shape, device=dev, dtype=dtype, requires_grad=False)
-
-
-def ones(shape: Sequence[int], dev: Device | None = None, dtype: Any = float32) -> Tensor:
-    """A tensor of ones that does not require gradients.
-
-    :param shape: its shape.
-    :param dev: its device (None: the default device).
-    :param dtype: its element type.
-    :returns: the tensor.
-    :raises BadInputError: a bad shape or an unknown dtype.
-    """
-    return zeros(shape, dev, dtype).set_value(1)
-
-
-def random(shape: Sequence[int], dev: Device | None = None) -> Tensor:
-    """Uniform samples from [0, 1).
-
-    :param shape: its shape.
-    :param dev: its device (None: the default device).
-    :returns: a float32 tensor that does not require gradients.
-    :raises BadInputError: a bad shape.
-    """
-    return zeros(shape, dev).uniform(0.0, 1.0)
