@@ -19,7 +19,7 @@ from sonnx.operators.indexing.gather_scatter import OneHot
 from sonnx.operators.randomness.generators import RandomNormal
 from sonnx.operators.shape.create import ConstantOfShape, Range
 from sonnx.operators.shape.layout import Expand, Tile
-from sonnx.operators.shape.slicing import Pad
+from sonnx.operators.shape.padding import Pad
 
 TB = 1 << 40
 

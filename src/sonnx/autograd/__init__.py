@@ -20,6 +20,7 @@ from sonnx.engine.operator import Operator
 
 # ruff: noqa: F403
 from sonnx.operators.activation.functions import *
+from sonnx.operators.activation.gated import *
 from sonnx.operators.activation.softmax import *
 from sonnx.operators.attention.attention import *
 from sonnx.operators.conv.conv import *

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sonnx.autograd as autograd
 from sonnx.errors import BadInputError
 from sonnx.layer.base import Layer
-from sonnx.operators.activation.functions import GELU_APPROXIMATIONS
+from sonnx.operators.activation.gated import GELU_APPROXIMATIONS
 from sonnx.tensor import Tensor
 
 __all__ = [

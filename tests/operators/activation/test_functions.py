@@ -11,8 +11,10 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import sonnx.autograd as autograd
+from sonnx.engine.operator import Operator
 from sonnx.errors import BadInputError, ExportError
 from sonnx.operators.activation import functions as act
+from sonnx.operators.activation import gated
 from sonnx.operators.activation import softmax as sm
 from sonnx.proto.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
@@ -40,7 +42,7 @@ def _reference(op_type: str, inputs: list[np.ndarray], opset: int, **attrs) -> n
     return ReferenceEvaluator(model).run(None, dict(zip(names, inputs, strict=True)))[0]
 
 
-def _run_exported(op: act.Operator, inputs: list[np.ndarray], opset: int) -> np.ndarray:
+def _run_exported(op: Operator, inputs: list[np.ndarray], opset: int) -> np.ndarray:
     """Export ``op`` (already called) at ``opset`` into a model and run it with onnxruntime.
 
     onnxruntime, unlike onnx.reference, implements the pre-13 softmax family's 2-D coercion.
@@ -78,15 +80,15 @@ UNARY = [
     (act.Celu, {"alpha": 2.0}, 12),
     (act.Sigmoid, {}, 13),
     (act.HardSigmoid, {"alpha": 0.3, "beta": 0.4}, 22),
-    (act.HardSwish, {}, 22),
+    (gated.HardSwish, {}, 22),
     (act.Tanh, {}, 13),
     (act.Softplus, {}, 22),
     (act.Softsign, {}, 22),
     (act.ThresholdedRelu, {"alpha": 0.5}, 22),
-    (act.Gelu, {}, 20),
-    (act.Gelu, {"approximate": "tanh"}, 20),
-    (act.Mish, {}, 22),
-    (act.Swish, {"alpha": 1.5}, 24),
+    (gated.Gelu, {}, 20),
+    (gated.Gelu, {"approximate": "tanh"}, 20),
+    (gated.Mish, {}, 22),
+    (gated.Swish, {"alpha": 1.5}, 24),
     (act.Shrink, {"bias": 0.5, "lambd": 1.0}, 9),
 ]
 
@@ -128,9 +130,9 @@ def test_prelu_broadcast_forward_and_gradients():
 
 def test_swiglu_forward_and_gradients():
     a, b = X, RNG.standard_normal(X.shape).astype(np.float32)
-    got = act.swiglu(_tensor(a), _tensor(b), alpha=1.7).numpy()
+    got = gated.swiglu(_tensor(a), _tensor(b), alpha=1.7).numpy()
     np.testing.assert_allclose(got, _reference("SwiGLU", [a, b], 28, alpha=1.7), rtol=1e-5)
-    check_grad(lambda p, q: act.swiglu(p, q, 0.8), [a.astype(np.float64), b.astype(np.float64)])
+    check_grad(lambda p, q: gated.swiglu(p, q, 0.8), [a.astype(np.float64), b.astype(np.float64)])
 
 
 def test_singa_function_defaults_equal_onnx():
@@ -187,11 +189,11 @@ def test_hardmax_has_no_gradient_and_picks_first_maximum():
 @pytest.mark.parametrize(
     ("cls", "attrs", "opset"),
     [
-        (act.Gelu, {}, 13),
-        (act.Gelu, {"approximate": "tanh"}, 13),
-        (act.Mish, {}, 13),
-        (act.HardSwish, {}, 13),
-        (act.Swish, {"alpha": 2.0}, 13),
+        (gated.Gelu, {}, 13),
+        (gated.Gelu, {"approximate": "tanh"}, 13),
+        (gated.Mish, {}, 13),
+        (gated.HardSwish, {}, 13),
+        (gated.Swish, {"alpha": 2.0}, 13),
         (act.Celu, {"alpha": 1.5}, 11),
         (act.ThresholdedRelu, {"alpha": 0.2}, 9),
     ],
@@ -204,7 +206,7 @@ def test_late_activations_decompose_for_old_opsets(cls, attrs, opset):
 
 def test_swiglu_decomposes_for_old_opsets():
     b = RNG.standard_normal(X.shape).astype(np.float32)
-    op = act.SwiGLU(alpha=0.5)
+    op = gated.SwiGLU(alpha=0.5)
     expected = op(_tensor(X), _tensor(b)).numpy()
     np.testing.assert_allclose(_run_exported(op, [X, b], 18), expected, rtol=1e-5, atol=1e-6)
 
@@ -232,16 +234,16 @@ def test_bad_inputs():
     with pytest.raises(BadInputError, match="Softmax: attribute axis"):
         sm.softmax(_tensor(X), axis=2)
     with pytest.raises(BadInputError, match="SwiGLU: inputs A and B"):
-        act.swiglu(_tensor(X), _tensor(X[:2]))
+        gated.swiglu(_tensor(X), _tensor(X[:2]))
     with pytest.raises(BadInputError, match="Gelu: attribute approximate"):
-        act.gelu(_tensor(X), approximate="erf")
+        gated.gelu(_tensor(X), approximate="erf")
     with pytest.raises(BadInputError, match="Relu: input X must be a signed"):
         act.relu(_tensor(np.array([1], dtype=np.uint8)))
 
 
 def test_half_precision_runs():
     x = torch.linspace(-3, 3, 7, dtype=torch.bfloat16)
-    y = act.gelu(Tensor(data=x, requires_grad=False))
+    y = gated.gelu(Tensor(data=x, requires_grad=False))
     assert y.dtype == torch.bfloat16
 
 

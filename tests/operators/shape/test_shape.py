@@ -198,7 +198,7 @@ def test_reflect_and_edge_pads_match_numpy_on_every_path(mode, dtype, shape, pad
 
 @pytest.mark.parametrize("mode", ["reflect", "edge"])
 def test_reflect_and_edge_pads_by_torchs_kernel_give_correct_gradients(mode):
-    from sonnx.operators.shape.slicing import _torch_pad
+    from sonnx.operators.shape.padding import _torch_pad
 
     assert _torch_pad(torch.zeros(2, 3, 6), [0, 0, 2], [0, 0, 3], mode) is not None
     assert _torch_pad(torch.zeros(2, 3, 6), [0, 1, 2], [0, 0, 3], mode) is not None
@@ -208,7 +208,7 @@ def test_reflect_and_edge_pads_by_torchs_kernel_give_correct_gradients(mode):
 
 def test_pad_positions_are_made_once_per_geometry_outside_tracing():
     from sonnx.engine.tracing import tracing
-    from sonnx.operators.shape.slicing import _pad_index
+    from sonnx.operators.shape.padding import _pad_index
 
     cpu = torch.device("cpu")
     first = _pad_index(5, 2, 7, "reflect", cpu)

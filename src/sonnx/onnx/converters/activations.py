@@ -1,4 +1,5 @@
-"""Importer registrations for activations: see sonnx.operators.activation.functions.
+"""Importer registrations for activations: see sonnx.operators.activation.functions and
+sonnx.operators.activation.gated.
 
 Version 1 of several activations carried a ``consumed_inputs`` attribute (legacy memory
 bookkeeping); the Operator classes accept and ignore it, and never export it.
@@ -8,11 +9,8 @@ from sonnx.onnx.registry import register_operators
 from sonnx.operators.activation.functions import (
     Celu,
     Elu,
-    Gelu,
     HardSigmoid,
-    HardSwish,
     LeakyRelu,
-    Mish,
     PRelu,
     Relu,
     Selu,
@@ -20,11 +18,10 @@ from sonnx.operators.activation.functions import (
     Sigmoid,
     Softplus,
     Softsign,
-    SwiGLU,
-    Swish,
     Tanh,
     ThresholdedRelu,
 )
+from sonnx.operators.activation.gated import Gelu, HardSwish, Mish, SwiGLU, Swish
 from sonnx.operators.activation.softmax import Hardmax, LogSoftmax, Softmax
 
 register_operators(

@@ -14,7 +14,7 @@ import torch
 from sonnx import dtypes
 from sonnx.engine.operator import OutputShape, host_ints
 from sonnx.errors import BadInputError
-from sonnx.operators.activation.functions import StrictExport
+from sonnx.operators.activation.base import StrictExport
 from sonnx.operators.elementwise.base import broadcast_shapes
 from sonnx.precision import autocast_mixes
 from sonnx.tensor import Tensor

@@ -16,7 +16,7 @@ import torch
 from sonnx import dtypes
 from sonnx.engine.operator import OutputShape
 from sonnx.errors import BadInputError, OpsetTooOldError
-from sonnx.operators.activation.functions import StrictExport
+from sonnx.operators.activation.base import StrictExport
 from sonnx.operators.elementwise.cast import (
     FLOAT4,
     SUB_BYTE,

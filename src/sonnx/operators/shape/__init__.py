@@ -2,8 +2,9 @@
 Expand, Pad, Shape, Size, Constant, ConstantOfShape, Range, Identity, EyeLike, Trilu,
 DepthToSpace, SpaceToDepth, CenterCropPad, ReverseSequence.
 
-The operators live in three parts (``shape_layout``: views and copies, ``shape_slicing``: cut,
-join and fill, ``shape_create``: new tensors); this module gathers their public names.
+The operators live in four parts (``layout``: views and copies, ``slicing``: cut, join and
+pick, ``padding``: grow or crop to a size, ``create``: new tensors); this module gathers their
+public names.
 """
 
 # ruff: noqa: F403
@@ -11,7 +12,9 @@ from sonnx.operators.shape.create import *
 from sonnx.operators.shape.create import __all__ as _create_all
 from sonnx.operators.shape.layout import *
 from sonnx.operators.shape.layout import __all__ as _layout_all
+from sonnx.operators.shape.padding import *
+from sonnx.operators.shape.padding import __all__ as _padding_all
 from sonnx.operators.shape.slicing import *
 from sonnx.operators.shape.slicing import __all__ as _slicing_all
 
-__all__ = [*_create_all, *_layout_all, *_slicing_all]
+__all__ = [*_create_all, *_layout_all, *_padding_all, *_slicing_all]
