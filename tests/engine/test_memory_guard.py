@@ -15,7 +15,7 @@ import sonnx
 from sonnx.engine import memory_guard
 from sonnx.errors import BadInputError, BadModelError, ResourceLimitError
 from sonnx.operators.image.resize import Resize
-from sonnx.operators.indexing.gather_scatter import OneHot
+from sonnx.operators.indexing.masks import OneHot
 from sonnx.operators.randomness.generators import RandomNormal
 from sonnx.operators.shape.create import ConstantOfShape, Range
 from sonnx.operators.shape.layout import Expand, Tile

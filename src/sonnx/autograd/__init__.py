@@ -29,6 +29,7 @@ from sonnx.operators.elementwise.cast import *
 from sonnx.operators.image.decode import *
 from sonnx.operators.image.resize import *
 from sonnx.operators.indexing.gather_scatter import *
+from sonnx.operators.indexing.masks import *
 from sonnx.operators.linalg.products import *
 from sonnx.operators.loss import *
 from sonnx.operators.ml.transforms import *

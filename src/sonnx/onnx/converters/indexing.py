@@ -1,4 +1,5 @@
-"""Importer registrations for indexing: see sonnx.operators.indexing.gather_scatter.
+"""Importer registrations for indexing: see sonnx.operators.indexing.gather_scatter, .masks
+and .select.
 
 Scatter (deprecated in opset 11) and TopK-1 (``k`` as an attribute) are converted to their
 modern forms, ScatterElements and TopK with a constant ``K`` input.
@@ -14,19 +15,17 @@ from sonnx.onnx.registry import NodeInfo, converter, register_operators
 from sonnx.operators.indexing.gather_scatter import (
     ArgMax,
     ArgMin,
-    Compress,
     Gather,
     GatherElements,
     GatherND,
     NonMaxSuppression,
-    NonZero,
-    OneHot,
     ScatterElements,
     ScatterND,
     TensorScatter,
     TopK,
     Unique,
 )
+from sonnx.operators.indexing.masks import Compress, NonZero, OneHot
 from sonnx.tensor import Tensor
 
 register_operators(

@@ -1,5 +1,6 @@
-"""Helpers shared by the indexing and reduction operators: axis and index checks, and the
-handling of the unsigned types (uint16/32/64) for which torch has few CPU kernels.
+"""Helpers shared by the indexing and reduction operators: axis and index checks, the
+handling of the unsigned types (uint16/32/64) for which torch has few CPU kernels, and the
+int64 index inputs the SINGA-style functions make of Python ints and lists.
 
 torch implements gather/scatter/sum/argmax/... for the signed integer types but not for
 uint16/32/64. Data movement and wrap-around arithmetic (+, *) are bit-identical between an
@@ -9,18 +10,19 @@ run on an order-preserving key (the signed view with its sign bit flipped).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from sonnx.dtypes import dtype_name
 from sonnx.engine.tracing import defer_check, defers_checks_on, value_checks
 from sonnx.errors import BadInputError, ExportError
+from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.proto.graph_builder import GraphBuilder
-    from sonnx.tensor import Tensor
 
 SIGNED_TWIN = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
 
@@ -34,6 +36,18 @@ def signed_bits(x: torch.Tensor) -> torch.Tensor:
 def restore_bits(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Undo :func:`signed_bits`: view ``y`` back as ``dtype`` when that was reinterpreted."""
     return y.view(dtype) if dtype in SIGNED_TWIN else y
+
+
+def moved(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """Run a pure data-movement ``fn`` on ``x``, via the signed twin for unsigned types."""
+    return restore_bits(fn(signed_bits(x)), x.dtype)
+
+
+def moved_pair(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], a: torch.Tensor, b: torch.Tensor
+) -> torch.Tensor:
+    """:func:`moved` for a ``fn`` of two tensors; ``b`` is first cast to ``a``'s dtype."""
+    return restore_bits(fn(signed_bits(a), signed_bits(b.to(a.dtype))), a.dtype)
 
 
 def order_key(x: torch.Tensor) -> torch.Tensor:
@@ -136,3 +150,10 @@ def constant_ints(op: str, t: Tensor | None, what: str, opset: int) -> list[int]
             "constant attribute"
         )
     return [int(v) for v in t.data.reshape(-1).tolist()]
+
+
+def index_tensor(value: Any, like: Tensor) -> Tensor:
+    """An index input: tensors pass through, Python ints/lists become int64 constants."""
+    if isinstance(value, Tensor):
+        return value
+    return Tensor(data=np.asarray(value, dtype=np.int64), device=like.device, requires_grad=False)

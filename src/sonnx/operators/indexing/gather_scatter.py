@@ -1,6 +1,7 @@
-"""Indexing and data-dependent ops: Gather, GatherElements, GatherND, ScatterElements (which
-also serves the deprecated Scatter), ScatterND, TensorScatter, OneHot, NonZero, Compress; TopK,
-Unique, ArgMax, ArgMin and NonMaxSuppression live in :mod:`sonnx.operators.indexing.select`.
+"""Indexing ops: Gather, GatherElements, GatherND, ScatterElements (which also serves the
+deprecated Scatter), ScatterND, TensorScatter; OneHot, NonZero and Compress live in
+:mod:`sonnx.operators.indexing.masks`, TopK, Unique, ArgMax, ArgMin and NonMaxSuppression in
+:mod:`sonnx.operators.indexing.select`.
 
 Gathers and scatters are differentiable with respect to the tensors they move (data, updates);
 their index inputs are integers and carry no gradient.
@@ -13,16 +14,16 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
-from sonnx.engine.host_values import host
-from sonnx.engine.memory_guard import check_shape
 from sonnx.engine.operator import Operator, OutputShape
 from sonnx.engine.tracing import defers_checks_on, value_checks
 from sonnx.errors import BadInputError
 from sonnx.operators.indexing.common import (
     from_order_key,
+    index_tensor,
+    moved,
+    moved_pair,
     norm_axis,
     norm_indices,
     order_key,
@@ -51,13 +52,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ArgMax",
     "ArgMin",
-    "Compress",
     "Gather",
     "GatherElements",
     "GatherND",
     "NonMaxSuppression",
-    "NonZero",
-    "OneHot",
     "ScatterElements",
     "ScatterND",
     "TensorScatter",
@@ -65,13 +63,10 @@ __all__ = [
     "Unique",
     "argmax",
     "argmin",
-    "compress",
     "gather",
     "gather_elements",
     "gather_nd",
     "non_max_suppression",
-    "nonzero",
-    "onehot",
     "scatter_elements",
     "scatter_nd",
     "tensor_scatter",
@@ -83,11 +78,6 @@ __all__ = [
 #: At most this many indices are kept by :meth:`Gather._wrap` (larger ones are rarely
 #: constants, and keeping them would hold a caller's input after its run).
 _KEPT_INDICES = 1024
-
-
-def _moved(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """Run a pure data-movement ``fn`` on ``x``, via the signed twin for unsigned types."""
-    return restore_bits(fn(signed_bits(x)), x.dtype)
 
 
 class Gather(Operator):
@@ -109,7 +99,7 @@ class Gather(Operator):
         axis = norm_axis(self.op_type, self.attr("axis"), data.dim())
         idx = self._wrap(indices, data.shape[axis])
         shape = data.shape[:axis] + idx.shape + data.shape[axis + 1 :]
-        return _moved(lambda d: torch.index_select(d, axis, idx.reshape(-1)), data).reshape(shape)
+        return moved(lambda d: torch.index_select(d, axis, idx.reshape(-1)), data).reshape(shape)
 
     def _wrap(self, indices: torch.Tensor, size: int) -> torch.Tensor:
         """``indices`` range-checked, negatives wrapped; kept for the same unchanged tensor
@@ -148,7 +138,7 @@ class GatherElements(Operator):
         _same_rank(self.op_type, data, indices)
         axis = norm_axis(self.op_type, self.attr("axis"), data.dim())
         idx = norm_indices(self.op_type, "indices", indices, data.shape[axis])
-        return _moved(lambda d: torch.gather(d, axis, idx), data)
+        return moved(lambda d: torch.gather(d, axis, idx), data)
 
 
 def _same_rank(op: str, data: torch.Tensor, indices: torch.Tensor) -> None:
@@ -199,7 +189,7 @@ class GatherND(Operator):
         rest = data.shape[b + k :]
         flat = data.reshape(batch, math.prod(data.shape[b : b + k]), *rest)
         rows = torch.arange(batch, device=data.device).view(-1, 1)
-        picked = _moved(lambda d: d[rows, linear.reshape(batch, -1)], flat)
+        picked = moved(lambda d: d[rows, linear.reshape(batch, -1)], flat)
         return picked.reshape(*indices.shape[:-1], *rest)
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
@@ -371,96 +361,11 @@ class TensorScatter(Operator):
                 f"[0, {capacity}) in linear mode, received positions up to {int(pos.max())}"
             )
         index = pos.expand(update.shape)
-        return _moved_pair(lambda p, u: p.scatter(axis, index, u), past_cache, update)
-
-
-def _moved_pair(
-    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], a: torch.Tensor, b: torch.Tensor
-) -> torch.Tensor:
-    return restore_bits(fn(signed_bits(a), signed_bits(b.to(a.dtype))), a.dtype)
-
-
-class OneHot(Operator):
-    """``values[1]`` where ``indices`` (negatives wrapped by ``depth``) hits the new ``axis``
-    position and ``values[0]`` elsewhere; out-of-range indices give an all-off row."""
-
-    op_type = "OneHot"
-    since_versions = (9, 11, 28)
-    output_shape = OutputShape.FROM_SHAPES
-    shape_inputs = frozenset({1})
-    # depth, and the (off, on) values.
-    parameterising_inputs = frozenset({1, 2})
-
-    def forward(
-        self, indices: torch.Tensor, depth: torch.Tensor, values: torch.Tensor
-    ) -> torch.Tensor:
-        if depth.numel() != 1 or values.numel() != 2:
-            raise BadInputError(
-                f"OneHot: depth must be a scalar and values a pair [off, on], received depth "
-                f"shape {tuple(depth.shape)} and values shape {tuple(values.shape)}"
-            )
-        n = int(host(depth).reshape(-1)[0].item())
-        if n < 1:
-            raise BadInputError(f"OneHot: depth must be positive, received {n}")
-        axis = norm_axis(self.op_type, self.attr("axis"), indices.dim() + 1)
-        out = [*indices.shape[:axis], n, *indices.shape[axis:]]
-        check_shape("OneHot: output", out, values.dtype, indices.device)
-        idx = indices.to(torch.int64)
-        idx = torch.where(idx < 0, idx + n, idx).unsqueeze(axis)
-        classes = torch.arange(n, device=indices.device).view(n, *[1] * (indices.dim() - axis))
-        off, on = values.reshape(2)
-        return _moved_pair(lambda a, b: torch.where(idx == classes, b, a), off, on)
-
-
-class NonZero(Operator):
-    """The indices of the non-zero elements, as an int64 ``(rank, count)`` tensor."""
-
-    op_type = "NonZero"
-    since_versions = (9, 13)
-    output_shape = OutputShape.VALUE_SIZED
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # A 0-d input is treated as 1-D, as numpy.nonzero (ONNX's reference) does.
-        x = signed_bits(x).reshape(1) if x.dim() == 0 else signed_bits(x)
-        return torch.nonzero(x).T.contiguous()
-
-
-class Compress(Operator):
-    """The slices along ``axis`` (of the flattened input when axis is unset) where the 1-D
-    ``condition`` is true (``numpy.compress``: a shorter condition selects a prefix)."""
-
-    op_type = "Compress"
-    since_versions = (9, 11, 28)
-    output_shape = OutputShape.VALUE_SIZED
-    moves_elements_only = True
-
-    def forward(self, x: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
-        axis = self.attr("axis")
-        if axis is None:
-            x, axis = x.reshape(-1), 0
-        else:
-            axis = norm_axis(self.op_type, axis, x.dim())
-        if condition.dim() != 1:
-            raise BadInputError(
-                f"Compress: input condition must be 1-D, received shape {tuple(condition.shape)}"
-            )
-        keep = torch.nonzero(condition.to(torch.bool)).reshape(-1)
-        if keep.numel() and int(keep[-1]) >= x.shape[axis]:
-            raise BadInputError(
-                f"Compress: input condition selects index {int(keep[-1])} beyond the size "
-                f"{x.shape[axis]} of axis {axis}"
-            )
-        return _moved(lambda d: torch.index_select(d, axis, keep), x)
+        return moved_pair(lambda p, u: p.scatter(axis, index, u), past_cache, update)
 
 
 # ---- SINGA-style functions --------------------------------------------------------------------
 
-
-def _index_tensor(value: Any, like: Tensor) -> Tensor:
-    """An index input: tensors pass through, Python ints/lists become int64 constants."""
-    if isinstance(value, Tensor):
-        return value
-    return Tensor(data=np.asarray(value, dtype=np.int64), device=like.device, requires_grad=False)
 
 
 def gather(x: Tensor, axis: int, indices: Tensor | Sequence[int] | int) -> Tensor:
@@ -472,7 +377,7 @@ def gather(x: Tensor, axis: int, indices: Tensor | Sequence[int] | int) -> Tenso
     :returns: ``x`` with ``axis`` replaced by ``indices``' dims.
     :raises BadInputError: ``axis`` or an index is out of range.
     """
-    return Gather(axis=axis)(x, _index_tensor(indices, x))
+    return Gather(axis=axis)(x, index_tensor(indices, x))
 
 
 def gather_elements(x: Tensor, indices: Tensor | Sequence[Any], axis: int = 0) -> Tensor:
@@ -484,7 +389,7 @@ def gather_elements(x: Tensor, indices: Tensor | Sequence[Any], axis: int = 0) -
     :returns: a tensor of ``indices``' shape and ``x``'s dtype.
     :raises BadInputError: the ranks differ, or ``axis`` or an index is out of range.
     """
-    return GatherElements(axis=axis)(x, _index_tensor(indices, x))
+    return GatherElements(axis=axis)(x, index_tensor(indices, x))
 
 
 def gather_nd(x: Tensor, indices: Tensor | Sequence[Any], batch_dims: int = 0) -> Tensor:
@@ -497,7 +402,7 @@ def gather_nd(x: Tensor, indices: Tensor | Sequence[Any], batch_dims: int = 0) -
     :raises BadInputError: the batch dims differ, the tuples are too long, or an index is out of
         range.
     """
-    return GatherND(batch_dims=batch_dims)(x, _index_tensor(indices, x))
+    return GatherND(batch_dims=batch_dims)(x, index_tensor(indices, x))
 
 
 def scatter_elements(
@@ -519,7 +424,7 @@ def scatter_elements(
     :raises BadInputError: ``updates``' shape differs from ``indices``', ``reduction`` is unknown,
         or an index is out of range.
     """
-    return ScatterElements(axis=axis, reduction=reduction)(x, _index_tensor(indices, x), updates)
+    return ScatterElements(axis=axis, reduction=reduction)(x, index_tensor(indices, x), updates)
 
 
 def scatter_nd(
@@ -535,7 +440,7 @@ def scatter_nd(
     :raises BadInputError: ``indices`` is 0-D, ``updates`` has the wrong shape, ``reduction`` is
         unknown, or an index is out of range.
     """
-    return ScatterND(reduction=reduction)(x, _index_tensor(indices, x), updates)
+    return ScatterND(reduction=reduction)(x, index_tensor(indices, x), updates)
 
 
 def tensor_scatter(
@@ -555,57 +460,5 @@ def tensor_scatter(
     :returns: a tensor of ``past_cache``'s shape and dtype.
     :raises BadInputError: ``axis`` is 0, the ranks differ, or a linear write runs past the end.
     """
-    wi = None if write_indices is None else _index_tensor(write_indices, past_cache)
+    wi = None if write_indices is None else index_tensor(write_indices, past_cache)
     return TensorScatter(axis=axis, mode=mode)(past_cache, update, wi)
-
-
-def onehot(
-    axis: int,
-    indices: Tensor,
-    depth: int | Tensor,
-    values: Sequence[Any] | Tensor,
-) -> Tensor:
-    """One-hot encode ``indices`` with ``depth`` classes along a new ``axis``; ``values`` is
-    ``[off_value, on_value]`` (SINGA's argument order); Python floats give float32 values.
-
-    :param axis: where the new class axis goes (-1: last).
-    :param indices: the class of each entry (negatives wrap by ``depth``; out of range gives an
-        all-off row).
-    :param depth: the number of classes: an int or a scalar tensor.
-    :param values: ``[off_value, on_value]``, a pair or a 2-element tensor.
-    :returns: a tensor of ``indices``' shape with the class axis inserted, ``values``' dtype.
-    :raises BadInputError: ``depth`` is not a positive scalar or ``values`` is not a pair.
-    """
-    if not isinstance(depth, Tensor):
-        depth = _index_tensor(depth, indices)
-    if not isinstance(values, Tensor):
-        array = np.asarray(values)
-        if array.dtype == np.float64:  # Python floats: sonnx's default float type, as Tensor()
-            array = array.astype(np.float32)
-        values = Tensor(data=array, device=indices.device, requires_grad=False)
-    return OneHot(axis=axis)(indices, depth, values)
-
-
-def nonzero(x: Tensor) -> Tensor:
-    """The indices of the non-zero elements of ``x``, shape ``(rank, count)`` (ONNX NonZero).
-
-    :param x: any tensor.
-    :returns: an int64 (rank, count) tensor.
-    """
-    return NonZero()(x)
-
-
-def compress(x: Tensor, condition: Tensor | Sequence[bool], axis: int | None = None) -> Tensor:
-    """The slices of ``x`` along ``axis`` where ``condition`` holds (ONNX Compress).
-
-    :param x: the tensor to select from.
-    :param condition: a 1-D bool tensor or sequence (a shorter one selects from a prefix).
-    :param axis: the axis to select along; None for the flattened ``x``.
-    :returns: the selected slices.
-    :raises BadInputError: ``condition`` is not 1-D or selects beyond the axis' size.
-    """
-    if not isinstance(condition, Tensor):
-        condition = Tensor(
-            data=np.asarray(condition, dtype=bool), device=x.device, requires_grad=False
-        )
-    return Compress(axis=axis)(x, condition)
