@@ -1,4 +1,6 @@
-"""One-input element-wise operators: math functions, rounding, sign, NaN/Inf tests, Not."""
+"""One-input element-wise operators: math functions, rounding, sign, NaN/Inf tests, Not; the
+trigonometric and hyperbolic functions are in :mod:`sonnx.operators.elementwise.trigonometric`.
+"""
 
 from __future__ import annotations
 
@@ -21,16 +23,8 @@ from sonnx.tensor import Tensor
 
 __all__ = [
     "Abs",
-    "Acos",
-    "Acosh",
-    "Asin",
-    "Asinh",
-    "Atan",
-    "Atanh",
     "BitwiseNot",
     "Ceil",
-    "Cos",
-    "Cosh",
     "Erf",
     "Exp",
     "Floor",
@@ -42,22 +36,11 @@ __all__ = [
     "Reciprocal",
     "Round",
     "Sign",
-    "Sin",
-    "Sinh",
     "Sqrt",
-    "Tan",
     "_not",
     "abs",
-    "acos",
-    "acosh",
-    "asin",
-    "asinh",
-    "atan",
-    "atanh",
     "bitwise_not",
     "ceil",
-    "cos",
-    "cosh",
     "erf",
     "exp",
     "floor",
@@ -69,10 +52,7 @@ __all__ = [
     "reciprocal",
     "round",
     "sign",
-    "sin",
-    "sinh",
     "sqrt",
-    "tan",
 ]
 
 
@@ -150,94 +130,6 @@ class Erf(FloatUnary):
     op_type = "Erf"
     since_versions = (9, 13)
     fn = staticmethod(torch.erf)
-
-
-class Sin(FloatUnary):
-    """ONNX ``Sin``: the sine element-wise, for floating-point tensors."""
-
-    op_type = "Sin"
-    since_versions = (7, 22)
-    fn = staticmethod(torch.sin)
-
-
-class Cos(FloatUnary):
-    """ONNX ``Cos``: the cosine element-wise, for floating-point tensors."""
-
-    op_type = "Cos"
-    since_versions = (7, 22)
-    fn = staticmethod(torch.cos)
-
-
-class Tan(FloatUnary):
-    """ONNX ``Tan``: the tangent element-wise, for floating-point tensors."""
-
-    op_type = "Tan"
-    since_versions = (7, 22)
-    fn = staticmethod(torch.tan)
-
-
-class Asin(FloatUnary):
-    """ONNX ``Asin``: the arcsine element-wise, for floating-point tensors."""
-
-    op_type = "Asin"
-    since_versions = (7, 22)
-    fn = staticmethod(torch.asin)
-
-
-class Acos(FloatUnary):
-    """ONNX ``Acos``: the arccosine element-wise, for floating-point tensors."""
-
-    op_type = "Acos"
-    since_versions = (7, 22)
-    fn = staticmethod(torch.acos)
-
-
-class Atan(FloatUnary):
-    """ONNX ``Atan``: the arctangent element-wise, for floating-point tensors."""
-
-    op_type = "Atan"
-    since_versions = (7, 22)
-    fn = staticmethod(torch.atan)
-
-
-class Sinh(FloatUnary):
-    """ONNX ``Sinh``: the hyperbolic sine element-wise, for floating-point tensors."""
-
-    op_type = "Sinh"
-    since_versions = (9, 22)
-    fn = staticmethod(torch.sinh)
-
-
-class Cosh(FloatUnary):
-    """ONNX ``Cosh``: the hyperbolic cosine element-wise, for floating-point tensors."""
-
-    op_type = "Cosh"
-    since_versions = (9, 22)
-    fn = staticmethod(torch.cosh)
-
-
-class Asinh(FloatUnary):
-    """ONNX ``Asinh``: the inverse hyperbolic sine element-wise, for floating-point tensors."""
-
-    op_type = "Asinh"
-    since_versions = (9, 22)
-    fn = staticmethod(torch.asinh)
-
-
-class Acosh(FloatUnary):
-    """ONNX ``Acosh``: the inverse hyperbolic cosine element-wise, for floating-point tensors."""
-
-    op_type = "Acosh"
-    since_versions = (9, 22)
-    fn = staticmethod(torch.acosh)
-
-
-class Atanh(FloatUnary):
-    """ONNX ``Atanh``: the inverse hyperbolic tangent element-wise, for floating-point tensors."""
-
-    op_type = "Atanh"
-    since_versions = (9, 22)
-    fn = staticmethod(torch.atanh)
 
 
 def _float_for_test(op: str, x: torch.Tensor) -> torch.Tensor:
@@ -418,116 +310,6 @@ def erf(x: Tensor) -> Tensor:
     :raises BadInputError: ``x`` is not floating-point.
     """
     return Erf()(x)
-
-
-def sin(x: Tensor) -> Tensor:
-    """The sine element-wise (ONNX ``Sin``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Sin()(x)
-
-
-def cos(x: Tensor) -> Tensor:
-    """The cosine element-wise (ONNX ``Cos``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Cos()(x)
-
-
-def tan(x: Tensor) -> Tensor:
-    """The tangent element-wise (ONNX ``Tan``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Tan()(x)
-
-
-def asin(x: Tensor) -> Tensor:
-    """The arcsine element-wise (ONNX ``Asin``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Asin()(x)
-
-
-def acos(x: Tensor) -> Tensor:
-    """The arccosine element-wise (ONNX ``Acos``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Acos()(x)
-
-
-def atan(x: Tensor) -> Tensor:
-    """The arctangent element-wise (ONNX ``Atan``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Atan()(x)
-
-
-def sinh(x: Tensor) -> Tensor:
-    """The hyperbolic sine element-wise (ONNX ``Sinh``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Sinh()(x)
-
-
-def cosh(x: Tensor) -> Tensor:
-    """The hyperbolic cosine element-wise (ONNX ``Cosh``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Cosh()(x)
-
-
-def asinh(x: Tensor) -> Tensor:
-    """The inverse hyperbolic sine element-wise (ONNX ``Asinh``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Asinh()(x)
-
-
-def acosh(x: Tensor) -> Tensor:
-    """The inverse hyperbolic cosine element-wise (ONNX ``Acosh``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Acosh()(x)
-
-
-def atanh(x: Tensor) -> Tensor:
-    """The inverse hyperbolic tangent element-wise (ONNX ``Atanh``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Atanh()(x)
 
 
 def isnan(x: Tensor) -> Tensor:
