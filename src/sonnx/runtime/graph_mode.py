@@ -44,6 +44,7 @@ from sonnx.engine.operator import Randomness
 from sonnx.engine.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.errors import BadInputError
 from sonnx.onnx.registry import operator_class
+from sonnx.run_state import CACHES_IN_PLACE
 from sonnx.runtime.compile_notes import compiling, describe_inputs
 from sonnx.runtime.compiled_graphs import CompiledGraph
 from sonnx.runtime.program import GraphProgram
@@ -71,6 +72,13 @@ _VERSION = operator.attrgetter("_version")
 #: How many input signatures a segment remembers its graph for (a server fed every sequence
 #: length would otherwise grow the memo without bound); past it, the memo starts afresh.
 RECENT_SIGNATURES = 64
+
+
+def signature(datas: list[torch.Tensor]) -> tuple[Any, ...]:
+    """The key of a segment's choices: its inputs' layouts, and whether this run lets caches
+    be written in place (:data:`~sonnx.run_state.CACHES_IN_PLACE`), which a graph traced
+    with it does to its inputs and one traced without it never does."""
+    return (CACHES_IN_PLACE.get(), *map(layout, datas))
 
 
 def layout(t: torch.Tensor) -> tuple[Any, ...]:
@@ -311,7 +319,7 @@ class GraphRunner:
             return None
         segment, positions = self._whole
         datas = [inputs[n] for n in segment.inputs]
-        choice = segment.recent.get(tuple(map(layout, datas)))
+        choice = segment.recent.get(signature(datas))
         entry = None if choice is None else choice.graphs.get(_baked_values(datas, choice.baked))
         if entry is None:
             return None
@@ -322,7 +330,7 @@ class GraphRunner:
     def _chosen_outputs(segment: Segment, datas: list[torch.Tensor]) -> list[Any] | None:
         """The segment's outputs from the graph chosen before for inputs of these layouts and
         baked values; None if none was (the general path then chooses one)."""
-        choice = segment.recent.get(tuple(map(layout, datas)))
+        choice = segment.recent.get(signature(datas))
         if choice is None or not choice.traced:
             return None
         entry = choice.graphs.get(_baked_values(datas, choice.baked))
@@ -365,7 +373,7 @@ class GraphRunner:
         # are: a graph per value would compile at every new input.
         if segment.bake_tests is None:
             segment.bake_tests = [self._bake_test(n) for n in segment.inputs]
-        layouts = tuple(map(layout, datas))
+        layouts = signature(datas)
         choice = segment.recent.get(layouts)
         if choice is None:
             tests = zip(segment.bake_tests, datas, strict=True)
@@ -406,10 +414,10 @@ class GraphRunner:
         """The segment's graph whose guards admit ``traced``: compiled before, loaded from the
         store or compiled now. When inductor cannot compile the segment, it is split (see
         :meth:`_split`) and the run starts over."""
-        key = tuple(
+        key = (CACHES_IN_PLACE.get(), *(
             (_kind(a.data), _values(a.data)) if bake else _kind(a.data)
             for a, bake in zip(args, baked, strict=True)
-        )
+        ))  # fmt: skip
         graphs = segment.compiled.setdefault(key, [])
         graphs[:] = [g for g in graphs if g.versions == versions]
         entry = next((g for g in graphs if g.fits(traced)), None)
