@@ -17,6 +17,11 @@ must therefore stay with that run, not leak into every thread of the process:
   counts host reads with the CPU standing in for a GPU (:mod:`sonnx.testing.host_reads`).
 - :data:`HOST_ORIGINALS`: for the operator call in progress, the host originals of inputs
   copied to the device (:mod:`sonnx.engine.host_values`).
+- :data:`CACHES_IN_PLACE`: a decode loop owns the past KV buffers it feeds and lets
+  GroupQueryAttention write the new keys and values into them (onnxruntime-genai's
+  ``past_present_share_buffer``) instead of copying each into a new present; off, a run never
+  changes its inputs (see :mod:`sonnx.generation.decoder`). Graph mode compiles a graph for
+  each setting.
 - :data:`RUN_DEVICE`: the graph's device while its run creates tensors that have no input
   to take a device from (:func:`sonnx.device.default_device_for_run`); the default device a
   user sets with ``set_default_device`` stays process-wide.
@@ -47,6 +52,7 @@ if TYPE_CHECKING:
     from sonnx.device import Device
 
 __all__ = [
+    "CACHES_IN_PLACE",
     "CPU_AS_DEVICE",
     "DEFERRED_CHECKS",
     "HOST_ORIGINALS",
@@ -68,3 +74,4 @@ HOST_ORIGINALS: ContextVar[dict[int, Any] | None] = ContextVar(
     "sonnx.host_originals", default=None
 )
 RUN_DEVICE: ContextVar[Device | None] = ContextVar("sonnx.run_device", default=None)
+CACHES_IN_PLACE: ContextVar[bool] = ContextVar("sonnx.caches_in_place", default=False)

@@ -83,3 +83,13 @@ def test_backward_through_records_reaches_every_parameter() -> None:
         torch.testing.assert_close(grad.data, reference)
     finally:
         autograd.training = previous
+
+
+def test_host_ints_reads_a_scalar_shape_value() -> None:
+    """A scalar (GroupQueryAttention's total_sequence_length computed from a shape) gives a
+    one-element list, from a tensor and from a symbolic shape value alike."""
+    from sonnx.engine.operator import host_ints
+    from sonnx.symbolic_sizes import SymbolicInts
+
+    assert host_ints(torch.tensor(7)) == [7]
+    assert host_ints(SymbolicInts(np.array(7, dtype=object), torch.int64)) == [7]

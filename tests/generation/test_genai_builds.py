@@ -1,9 +1,10 @@
 """Greedy decoding of onnxruntime-genai's own builds equals its Generator's tokens, exactly.
 
-The builds (:mod:`tests.genai_builds`) are tiny random-weight llama, qwen2 and phi3 models
-written by onnxruntime-genai's builder in float32 and int4 (MatMulNBits at accuracy level 4,
-GroupQueryAttention with a shared past/present buffer): their directories are what a user
-downloads, so ``sonnx.generate`` reads them as they are.
+The builds (:mod:`tests.genai_builds`) are tiny random-weight llama, qwen2, phi3 and mistral
+models written by onnxruntime-genai's builder in float32 and int4 (MatMulNBits at accuracy
+level 4, GroupQueryAttention with a shared past/present buffer, which sonnx writes in place):
+their directories are what a user downloads, so ``sonnx.generate`` reads them as they are.
+The first prompt (24 tokens) and its 32 new ones cross mistral's 48-token sliding window.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def genai_greedy(model_dir: Path, prompt: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int4"])
-@pytest.mark.parametrize("family", ["llama", "qwen2", "phi3"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "phi3", "mistral"])
 def test_greedy_equals_onnxruntime_genai(family: str, precision: str) -> None:
     model_dir = build(family, precision)
     model = load_decoder(model_dir)

@@ -17,7 +17,8 @@ from onnx import TensorProto, helper
 
 import sonnx
 from sonnx import autograd
-from sonnx.runtime.graph_mode import RECENT_SIGNATURES, Segment
+from sonnx.runtime.graph_keys import RECENT_SIGNATURES
+from sonnx.runtime.graph_mode import Segment
 from sonnx.runtime.imported_graph import ImportedGraph
 from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm

@@ -296,6 +296,7 @@ def host_ints(x: torch.Tensor | SymbolicInts | None) -> list[int] | None:
         return None
     value = host(x)
     if type(value) is SymbolicInts:
-        return [v if isinstance(v, SYMBOLIC_TYPES) else int(v) for v in value.tolist()]
+        flat = value.array.reshape(-1).tolist()
+        return [v if isinstance(v, SYMBOLIC_TYPES) else int(v) for v in flat]
     values = value.tolist() if value.dim() == 1 else value.reshape(-1).tolist()
     return [int(v) for v in values]

@@ -7,10 +7,14 @@ logits of each sequence's last position are handed back.
 
 Preallocation: where the graph writes the present into a past buffer of the full length
 (genai's ``past_present_share_buffer``, GroupQueryAttention graphs), the past starts as one
-buffer of ``max_length`` rows per layer and the present (of that same size) is fed back, so
-every decode step has the same shapes. Graphs that ``Concat`` the past and the new rows (every
-optimum export, genai's CPU builds) make a new present each step whatever is fed, so there is
-nothing to preallocate: the past starts empty and grows by one row per step.
+buffer of ``max_length`` rows per layer, and each step runs with
+:data:`~sonnx.run_state.CACHES_IN_PLACE` on: GroupQueryAttention writes the new rows into that
+buffer, which is the present, so no step copies a cache and every decode step has the same
+shapes. The buffers are the decoder's own (never a caller's arrays): a :class:`Cache` fed to
+:meth:`Decoder.step` of such a layout is spent, and the returned one takes its place. Graphs
+that ``Concat`` the past and the new rows (every optimum export) make a new present each step
+whatever is fed, so there is nothing to preallocate: the past starts empty and grows by one
+row per step.
 
 Callers pad on the left (0s in the attention mask before a sequence's tokens). For a graph
 that takes padding on the right (GroupQueryAttention: see
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from sonnx.generation.cache_layout import CacheLayout
+from sonnx.run_state import CACHES_IN_PLACE
 from sonnx.tensor import Tensor, computed_tensor
 
 if TYPE_CHECKING:
@@ -84,7 +89,8 @@ class Decoder:
         """The float32 logits of each row's last position (batch, vocab) and the new cache.
 
         ``input_ids`` and ``position_ids`` are (batch, new tokens); ``attention_mask`` is
-        (batch, past + new tokens), 0 on left padding.
+        (batch, past + new tokens), 0 on left padding. With a shared buffer
+        (``layout.share_buffer``) the new rows are written into ``cache``'s tensors.
         """
         lay = self.layout
         last = None
@@ -104,8 +110,12 @@ class Decoder:
             )
         for names, tensors in ((lay.past_keys, cache.keys), (lay.past_values, cache.values)):
             feed.update({n: computed_tensor(t) for n, t in zip(names, tensors, strict=True)})
-        with torch.no_grad():
-            out = self.rep.run(feed)
+        token = CACHES_IN_PLACE.set(lay.share_buffer)
+        try:
+            with torch.no_grad():
+                out = self.rep.run(feed)
+        finally:
+            CACHES_IN_PLACE.reset(token)
         by_name = dict(zip(self.rep.outputs, out, strict=True))
         logits = by_name[lay.logits].data
         if logits.dim() == 3:

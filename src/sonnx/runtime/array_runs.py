@@ -13,6 +13,8 @@ whose library takes ~0.1 ms, the general path's bookkeeping cost about as much a
 Anything else (a first shape, other types, a strided array, a changed weight) returns None,
 and :meth:`SingaRep.run <sonnx.runtime.rep.SingaRep.run>` takes the general path, which
 owns every check and error message; after it, :meth:`ArrayRuns.remember` keeps its choice.
+A run that lets caches be written in place (:data:`~sonnx.run_state.CACHES_IN_PLACE`) always
+takes the general path: a user's arrays are never given to a graph that writes into them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from sonnx.runtime.graph_mode import RECENT_SIGNATURES, Choice, GraphRunner, layout
+from sonnx.run_state import CACHES_IN_PLACE
+from sonnx.runtime.graph_keys import RECENT_SIGNATURES, signature
+from sonnx.runtime.graph_mode import Choice, GraphRunner
 from sonnx.tensor import Tensor, computed_tensor
 
 
@@ -66,7 +70,7 @@ class ArrayRuns:
         if found is None:
             return None
         choice, inputs, outputs = found
-        # A baked value as the general path's key has it (``graph_mode._baked_values``): the
+        # A baked value as the general path's key has it (``graph_keys.baked_values``): the
         # elements in order, as Python numbers, read here from NumPy (a tenth of torch's cost).
         baked = tuple(tuple(arrays[inputs[i]].ravel().tolist()) for i in choice.baked)
         entry = choice.graphs.get(baked)
@@ -90,7 +94,7 @@ class ArrayRuns:
             data = bound[name].data
             if data.data_ptr() != a.ctypes.data or tuple(data.shape) != a.shape:
                 return  # bound otherwise than as the array itself (a scalar reshaped)
-        choice = segment.recent.get(tuple(layout(bound[n].data) for n in segment.inputs))
+        choice = segment.recent.get(signature([bound[n].data for n in segment.inputs]))
         if choice is None:
             return
         if len(self._choices) >= RECENT_SIGNATURES:
@@ -110,7 +114,7 @@ class ArrayRuns:
     def _key(self, arrays: list[Any] | None) -> tuple[Any, ...] | None:
         """The arrays' sizes and strides, if each is a C-ordered writable NumPy array of its
         input's declared type; None otherwise."""
-        if arrays is None:
+        if arrays is None or CACHES_IN_PLACE.get():
             return None
         if not all(map(is_plain_array, arrays, self.dtypes)):
             return None

@@ -39,13 +39,20 @@ from typing import Any
 import torch
 
 from sonnx.compiler_warnings import torch_deprecations_ignored
-from sonnx.engine.host_values import HOST_CONSTANT_SIZE, is_host_value
 from sonnx.engine.operator import Randomness
 from sonnx.engine.tracing import NotTraceableError, ValueFlow, tracing
 from sonnx.errors import BadInputError
 from sonnx.onnx.registry import operator_class
 from sonnx.runtime.compile_notes import compiling, describe_inputs
 from sonnx.runtime.compiled_graphs import CompiledGraph
+from sonnx.runtime.graph_keys import (
+    RECENT_SIGNATURES,
+    baked_values,
+    compiled_key,
+    is_control_value,
+    is_shape_value,
+    signature,
+)
 from sonnx.runtime.program import GraphProgram
 from sonnx.runtime.segments import (
     Choice,
@@ -59,56 +66,8 @@ from sonnx.runtime.store import GraphStore, WeightDigests, digest
 from sonnx.symbolic_sizes import SymbolicInts, materialize, viewable
 from sonnx.tensor import Tensor, computed_tensor
 
-
-def _kind(t: torch.Tensor) -> tuple[Any, ...]:
-    """What a compiled graph is specialised on whatever its guards say: rank, dtype, device."""
-    return (t.dim(), t.dtype, t.device)
-
-
 _DATA = operator.attrgetter("data")
 _VERSION = operator.attrgetter("_version")
-
-#: How many input signatures a segment remembers its graph for (a server fed every sequence
-#: length would otherwise grow the memo without bound); past it, the memo starts afresh.
-RECENT_SIGNATURES = 64
-
-
-def layout(t: torch.Tensor) -> tuple[Any, ...]:
-    """All a traced input's graph depends on: dtype, device, sizes, strides and offset (all its
-    guards can read). Whether an input is baked in follows from its layout too (see
-    :meth:`GraphRunner._bake_test`); a baked input's graph depends on its values as well."""
-    return (t.dtype, t.device, t.shape, t.stride(), t.storage_offset())
-
-
-def _values(t: torch.Tensor) -> tuple[Any, ...]:
-    """A baked value's elements, flat (``tolist`` is cheap, ``reshape`` a dispatched op)."""
-    if t.dim() == 0:
-        return (t.item(),)
-    return tuple(t.tolist() if t.dim() == 1 else t.reshape(-1).tolist())
-
-
-def _baked_values(datas: list[torch.Tensor], positions: tuple[int, ...]) -> tuple[Any, ...]:
-    """The values of the inputs at ``positions`` (the baked ones), as a graph's key."""
-    return tuple(_values(datas[i]) for i in positions)
-
-
-def _is_shape_value(t: torch.Tensor) -> bool:
-    """A small integer tensor on the host: a shape value, baked into a segment's graph."""
-    return is_host_value(t) and t.numel() <= HOST_CONSTANT_SIZE
-
-
-def _is_control_value(t: torch.Tensor) -> bool:
-    """One integer or boolean on the host: a switch (a sample rate, a mode flag) that can
-    select an ``If`` branch, baked into a segment's graph. On a GPU, one integer or boolean on
-    the device too: choosing the graph then reads the one value back, as the ``If`` run eagerly
-    would, and the rest compiles as one graph (an H100 ran the voice-activity stand-in's ``If``
-    eagerly while only host values were baked). A CPU tensor that is not a host value (a
-    computed one-element index) is not baked: it would cost a compile per value."""
-    if t.numel() != 1:
-        return False
-    if is_host_value(t):
-        return True
-    return t.device.type != "cpu" and not (t.is_floating_point() or t.is_complex())
 
 
 class _ReplanError(Exception):
@@ -311,8 +270,8 @@ class GraphRunner:
             return None
         segment, positions = self._whole
         datas = [inputs[n] for n in segment.inputs]
-        choice = segment.recent.get(tuple(map(layout, datas)))
-        entry = None if choice is None else choice.graphs.get(_baked_values(datas, choice.baked))
+        choice = segment.recent.get(signature(datas))
+        entry = None if choice is None else choice.graphs.get(baked_values(datas, choice.baked))
         if entry is None:
             return None
         names = [[segment.inputs[i] for i in which] for which in (choice.traced, choice.baked)]
@@ -322,10 +281,10 @@ class GraphRunner:
     def _chosen_outputs(segment: Segment, datas: list[torch.Tensor]) -> list[Any] | None:
         """The segment's outputs from the graph chosen before for inputs of these layouts and
         baked values; None if none was (the general path then chooses one)."""
-        choice = segment.recent.get(tuple(map(layout, datas)))
+        choice = segment.recent.get(signature(datas))
         if choice is None or not choice.traced:
             return None
-        entry = choice.graphs.get(_baked_values(datas, choice.baked))
+        entry = choice.graphs.get(baked_values(datas, choice.baked))
         if entry is None:
             return None
         return entry.run(*[datas[i] for i in choice.traced])
@@ -365,7 +324,7 @@ class GraphRunner:
         # are: a graph per value would compile at every new input.
         if segment.bake_tests is None:
             segment.bake_tests = [self._bake_test(n) for n in segment.inputs]
-        layouts = tuple(map(layout, datas))
+        layouts = signature(datas)
         choice = segment.recent.get(layouts)
         if choice is None:
             tests = zip(segment.bake_tests, datas, strict=True)
@@ -383,7 +342,7 @@ class GraphRunner:
         traced = [datas[i] for i in choice.traced]
         with torch.no_grad():
             entry = self._graph_for(segment, args, baked, traced, versions)
-        key = _baked_values(datas, choice.baked)
+        key = baked_values(datas, choice.baked)
         if len(choice.graphs) >= RECENT_SIGNATURES:
             choice.graphs.clear()
         choice.graphs[key] = entry
@@ -406,10 +365,7 @@ class GraphRunner:
         """The segment's graph whose guards admit ``traced``: compiled before, loaded from the
         store or compiled now. When inductor cannot compile the segment, it is split (see
         :meth:`_split`) and the run starts over."""
-        key = tuple(
-            (_kind(a.data), _values(a.data)) if bake else _kind(a.data)
-            for a, bake in zip(args, baked, strict=True)
-        )
+        key = compiled_key([a.data for a in args], baked)
         graphs = segment.compiled.setdefault(key, [])
         graphs[:] = [g for g in graphs if g.versions == versions]
         entry = next((g for g in graphs if g.fits(traced)), None)
@@ -437,8 +393,8 @@ class GraphRunner:
         """How to tell whether input ``name`` of a segment is baked in: a shape value's
         name, if small integers; a switch input's, if one value (which is a shape value too)."""
         if name in self._shape_value_names:
-            return _is_shape_value
-        return _is_control_value if name in self._switch_inputs else None
+            return is_shape_value
+        return is_control_value if name in self._switch_inputs else None
 
     @cached_property
     def _shape_value_names(self) -> set[str]:

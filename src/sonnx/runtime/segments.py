@@ -37,7 +37,7 @@ class Segment:
     outputs: list[str]
     compiled: dict[tuple[Any, ...], list[CompiledGraph]] = field(default_factory=dict)
     #: The choices made for each exact set of input layouts seen under the current weight
-    #: versions (see :func:`sonnx.runtime.graph_mode.layout`): a repeated shape skips the bake
+    #: versions (see :func:`sonnx.runtime.graph_keys.layout`): a repeated shape skips the bake
     #: tests, key and guards.
     recent: dict[tuple[Any, ...], Choice] = field(default_factory=dict)
     #: For each input, the test saying whether its value is baked in (None: never is).

@@ -15,6 +15,7 @@ from sonnx.engine.tracing import ValueFlow, tracing
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 from sonnx.onnx.exporter import to_onnx
 from sonnx.operators.attention.contrib_gqa import GroupQueryAttention, RotaryEmbedding
+from sonnx.run_state import CACHES_IN_PLACE
 from sonnx.tensor import Tensor, to_numpy
 from tests.helpers import check_grad
 from tests.operators.attention.contrib_helpers import RNG, close, contrib_model, randn, run_both
@@ -174,6 +175,30 @@ def test_group_query_attention_over_a_preallocated_cache() -> None:
         return [None, randn(2, 4, seq, int(seqlens_k.max()) + 1)]
 
     _gqa_steps([5, 3], False, 4, 2, 16, 8, {"local_window_size": 3}, buffer=12, extra=bias)
+
+
+@pytest.mark.parametrize("seq, seqlens", [(3, [2, 1]), (1, [3, 2])], ids=["prompt", "decode"])
+def test_group_query_attention_writes_a_shared_buffer_in_place_when_allowed(seq, seqlens) -> None:
+    """A past of the buffer's full length (6 rows for a total of 4) is written in place, and
+    is the present, only under CACHES_IN_PLACE; the outputs are those of a copied present
+    and, without the switch, the past is left as it was."""
+    op = GroupQueryAttention(num_heads=4, kv_num_heads=2, local_window_size=2)
+    q, k, v = (torch.from_numpy(randn(2, seq, n)) for n in (32, 16, 16))
+    lengths = torch.tensor(seqlens, dtype=torch.int32)
+    total = torch.tensor(max(seqlens) + 1, dtype=torch.int32)
+    past = [torch.from_numpy(randn(2, 2, 6, 8)) for _ in range(2)]
+    kept = [p.clone() for p in past]
+    copied = op.forward(q, k, v, *past, lengths, total)
+    assert all(torch.equal(p, c) for p, c in zip(past, kept, strict=True))
+    assert all(c.data_ptr() != p.data_ptr() for c, p in zip(copied[1:], past, strict=True))
+    token = CACHES_IN_PLACE.set(True)
+    try:
+        in_place = op.forward(q, k, v, *past, lengths, total)
+    finally:
+        CACHES_IN_PLACE.reset(token)
+    assert all(c is p for c, p in zip(in_place[1:], past, strict=True))
+    for got, expected in zip(in_place, copied, strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
 def test_group_query_attention_gradient_matches_finite_differences() -> None:

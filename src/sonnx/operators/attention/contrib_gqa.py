@@ -18,6 +18,11 @@ What onnxruntime's CPU kernels do where the text leaves it open, and these class
 - Query row ``s`` sees cache rows up to its own, and with ``local_window_size = w`` only the
   last ``w`` of them (its own included); ``attention_bias`` is added after ``softcap``; a
   ``head_sink`` logit per head (or a zero one with ``smooth_softmax``) joins each softmax.
+- A past as long as the present (a buffer of the maximum length, genai's
+  ``past_present_share_buffer``) is the present when the caller lets caches be written in
+  place (:data:`sonnx.run_state.CACHES_IN_PLACE`, set by the decode loop): the new rows are
+  written into it, as onnxruntime's kernel does when past and present share a buffer, and no
+  cache is copied. Otherwise the present is a new tensor and the inputs stay as they were.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import torch
 from sonnx.engine.operator import OutputShape, host_ints
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 from sonnx.operators.contrib import ContribOperator
+from sonnx.run_state import CACHES_IN_PLACE
+from sonnx.symbolic_sizes import has_symbols
 
 __all__ = ["GroupQueryAttention", "RotaryEmbedding"]
 
@@ -181,9 +188,13 @@ class GroupQueryAttention(ContribOperator):
             elif position_ids is not None:
                 positions = position_ids.long().reshape(batch, seq)
             q, k = self._rotary(q, k, positions, cos_cache, sin_cache)
-        present_length = max(total_length, past_length)
-        present_k = _write_cache(past_key, k, start, present_length)
-        present_v = _write_cache(past_value, v, start, present_length)
+        if past_length >= total_length and past_value is not None and CACHES_IN_PLACE.get():
+            present_k = _write_in_place(past_key, k, start)
+            present_v = _write_in_place(past_value, v, start)
+        else:
+            present_length = max(total_length, past_length)
+            present_k = _write_cache(past_key, k, start, present_length)
+            present_v = _write_cache(past_value, v, start, present_length)
         out = self._attend(q, present_k, present_v, start, attention_bias, head_sink)
         return out.transpose(1, 2).reshape(batch, seq, -1), present_k, present_v
 
@@ -272,7 +283,10 @@ class GroupQueryAttention(ContribOperator):
         if window > 0:
             allowed = allowed & (col > row - window)
         softcap = float(self.attr("softcap"))
-        if softcap == 0 and head_sink is None and int(self.attr("smooth_softmax")) <= 0:
+        plain = softcap == 0 and head_sink is None and int(self.attr("smooth_softmax")) <= 0
+        # inductor (torch 2.13) fails an assertion on the query's layout when it lowers the
+        # fused kernel under symbolic sizes; a graph traced with them takes the explicit path.
+        if plain and not has_symbols(q.shape):
             # Plain softmax attention: torch's fused kernel (forward and backward, as LoRA
             # training needs), sharing the KV heads without repeating them.
             mask = allowed
@@ -320,14 +334,32 @@ def _write_cache(
     b, n, s, d = new.shape
     if past is None:
         past = new.new_zeros(b, n, 0, d)
-    if past.shape[0] != b or past.shape[1] != n or past.shape[3] != d:
-        raise BadInputError(
-            f"GroupQueryAttention: past_key/past_value must be (batch {b}, kv heads {n}, past "
-            f"length, head size {d}) in BNSH layout, received {tuple(past.shape)}"
-        )
+    _check_past(past, new)
     base = torch.nn.functional.pad(past, (0, 0, 0, length - past.shape[2]))
     offset = torch.arange(length, device=new.device) - start.reshape(-1, 1)  # (batch, length)
     inside = (offset >= 0) & (offset < s)
     index = offset.clamp(0, s - 1).reshape(b, 1, length, 1).expand(b, n, length, d)
     written = torch.gather(new, 2, index)
     return torch.where(inside.reshape(b, 1, length, 1), written, base)
+
+
+def _write_in_place(past: torch.Tensor, new: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """``past`` with ``new``'s rows written into it from row ``start[b]`` on: the present of
+    a shared buffer (both (batch, kv heads, rows, size)). One ``index_put_``, which inductor
+    keeps in place on the graph's input rather than copying the buffer."""
+    _check_past(past, new)
+    b, n, s, _ = new.shape
+    device = new.device
+    rows = start.reshape(b, 1, 1) + torch.arange(s, device=device).reshape(1, 1, s)
+    batch = torch.arange(b, device=device).reshape(b, 1, 1)
+    heads = torch.arange(n, device=device).reshape(1, n, 1)
+    return past.index_put_((batch, heads, rows), new)
+
+
+def _check_past(past: torch.Tensor, new: torch.Tensor) -> None:
+    b, n, _, d = new.shape
+    if past.dim() != 4 or past.shape[0] != b or past.shape[1] != n or past.shape[3] != d:
+        raise BadInputError(
+            f"GroupQueryAttention: past_key/past_value must be (batch {b}, kv heads {n}, past "
+            f"length, head size {d}) in BNSH layout, received {tuple(past.shape)}"
+        )
