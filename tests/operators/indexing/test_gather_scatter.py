@@ -8,7 +8,6 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
 
 import sonnx
 import sonnx.autograd as autograd
@@ -16,21 +15,9 @@ from sonnx.errors import BadInputError, ExportError
 from sonnx.onnx.exporter import to_onnx
 from sonnx.tensor import Tensor
 from tests.helpers import check_grad
+from tests.operators.indexing.helpers import reference, t
 
 RNG = np.random.default_rng(1)
-
-
-def t(a) -> Tensor:
-    return Tensor(data=np.asarray(a), requires_grad=False)
-
-
-def reference(op_type: str, inputs: list, n_out: int = 1, **attrs) -> list[np.ndarray]:
-    """The outputs of one ONNX node run by onnx.reference (``None`` marks an absent input)."""
-    names = ["" if x is None else f"i{k}" for k, x in enumerate(inputs)]
-    outs = [f"o{k}" for k in range(n_out)]
-    node = helper.make_node(op_type, names, outs, **attrs)
-    feeds = {n: x for n, x in zip(names, inputs, strict=True) if n}
-    return ReferenceEvaluator(node).run(None, feeds)
 
 
 def run_ort(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -152,29 +139,6 @@ def test_tensor_scatter_matches_reference_and_grad(mode):
     check_grad(lambda p, u: autograd.tensor_scatter(p, u, wi, axis=2, mode=mode), [past, upd])
 
 
-# ---- one-hot, nonzero, compress -----------------------------------------------------------
-
-
-@pytest.mark.parametrize("axis", [-1, 0, 1, -2])
-def test_onehot_matches_reference(axis):
-    idx = np.array([[1, -1, 9], [0, 12, -13]], dtype=np.int64)
-    values = np.array([2.0, 5.0], dtype=np.float32)
-    out = autograd.onehot(axis, t(idx), 10, values)
-    (expected,) = reference("OneHot", [idx, np.array(10.0, np.float32), values], axis=axis)
-    np.testing.assert_array_equal(out.numpy(), expected)
-    assert out.dtype == torch.float32
-
-
-def test_nonzero_and_compress():
-    x = np.array([[0, 2, 0], [3, 0, 4]], dtype=np.uint32)
-    np.testing.assert_array_equal(autograd.nonzero(t(x)).numpy(), np.array(np.nonzero(x)))
-    y = RNG.standard_normal((3, 4))
-    for axis in (None, 0, -1):
-        out = autograd.compress(t(y), [True, False, True], axis=axis)
-        np.testing.assert_array_equal(out.numpy(), np.compress([1, 0, 1], y, axis=axis))
-    check_grad(lambda a: autograd.compress(a, [False, True, True], axis=1), [y])
-
-
 # ---- selections ----------------------------------------------------------------------------
 
 
@@ -278,7 +242,6 @@ def test_integer_paths_carry_no_gradient_in_training():
             lambda: autograd.scatter_nd(t(np.zeros((3, 2))), [[0]], t(np.zeros(3))),
             "ScatterND: input updates",
         ),
-        (lambda: autograd.compress(t(np.zeros(2)), [False, False, True]), "Compress"),
         (lambda: autograd.argmax(t(np.zeros((2, 0))), axis=1), "ArgMax: axis 1"),
         (
             lambda: autograd.scatter_elements(t(np.zeros(3)), [0], t(np.zeros(1)), 0, "avg"),

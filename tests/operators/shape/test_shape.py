@@ -1,5 +1,6 @@
 """Shape manipulation ops: forward against NumPy / onnx.reference, gradients against central
-differences, bad inputs, old-version converters and exports at old opsets."""
+differences, bad inputs, old-version converters and exports at old opsets (Pad and
+CenterCropPad on their own: test_padding.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
 
 import sonnx
 import sonnx.autograd as autograd
@@ -19,55 +19,7 @@ from sonnx.onnx.exporter import to_onnx
 from sonnx.proto.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
 from tests.helpers import check_grad
-
-RNG = np.random.default_rng(0)
-
-
-def t(a, requires_grad=False) -> Tensor:
-    return Tensor(data=np.asarray(a), requires_grad=requires_grad)
-
-
-def ints(values) -> Tensor:
-    return Tensor(data=torch.tensor(values, dtype=torch.int64), requires_grad=False)
-
-
-def randn(*shape) -> np.ndarray:
-    return RNG.standard_normal(shape)
-
-
-def one_node_model(op_type, inputs, opset, n_outputs=1, **attrs):
-    """A model of one node whose inputs in0, in1, ... take ``inputs``; also the feeds."""
-    names = [f"in{i}" if a is not None else "" for i, a in enumerate(inputs)]
-    outs = [f"out{i}" for i in range(n_outputs)]
-    node = helper.make_node(op_type, names, outs, **attrs)
-    feeds = {n: a for n, a in zip(names, inputs, strict=True) if n}
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-            for n, a in feeds.items()
-        ],
-        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model, feeds
-
-
-def run_node(op_type, inputs, opset, n_outputs=1, **attrs):
-    """Run one ONNX node through sonnx.prepare and the ONNX reference; return both results."""
-    model, feeds = one_node_model(op_type, inputs, opset, n_outputs, **attrs)
-    expected = ReferenceEvaluator(model).run(None, feeds)
-    got = sonnx.prepare(model).run(feeds)
-    return [g.numpy() for g in got], expected
-
-
-def assert_same(got, expected):
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected, strict=True):
-        assert g.dtype == e.dtype and g.shape == e.shape
-        np.testing.assert_allclose(g, e, rtol=1e-6)
+from tests.operators.shape.helpers import assert_same, ints, one_node_model, randn, run_node, t
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
@@ -166,74 +118,6 @@ def test_tile_expand():
     np.testing.assert_array_equal(y.numpy(), np.broadcast_to(np.arange(3)[:, None], (2, 3, 4)))
 
 
-@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
-@pytest.mark.parametrize("dtype", [np.float32, np.int32])
-def test_pad_modes_match_numpy(mode, dtype):
-    x = (np.arange(12).reshape(3, 4) * 3 % 7).astype(dtype)
-    pads = [2, 0, 1, 5]
-    y = autograd.pad(t(x), mode, pads, constant=1.5 if dtype == np.float32 else 0)
-    kwargs = {"constant_values": 1.5} if mode == "constant" and dtype == np.float32 else {}
-    np.testing.assert_array_equal(y.numpy(), np.pad(x, [(2, 1), (0, 5)], mode=mode, **kwargs))
-
-
-@pytest.mark.parametrize("mode", ["reflect", "edge"])
-@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
-@pytest.mark.parametrize(
-    ("shape", "pads"),
-    [
-        ((2, 3, 7), [0, 0, 3, 0, 0, 2]),  # the last axis: torch's own kernel
-        ((1, 2, 5, 6), [0, 0, 1, 4, 0, 0, 2, 1]),  # the last two
-        ((2, 4, 5), [0, 1, 2, 0, 3, 4]),  # two of three axes
-        ((2, 3, 4), [0, 0, 6, 0, 0, 5]),  # reflect past the axis' length: ONNX's own way
-        ((3, 4), [1, 2, 1, 1]),  # every axis of a 2-D input
-    ],
-)
-def test_reflect_and_edge_pads_match_numpy_on_every_path(mode, dtype, shape, pads):
-    x = (np.arange(np.prod(shape)).reshape(shape) * 7 % 11).astype(dtype)
-    half = len(pads) // 2
-    widths = list(zip(pads[:half], pads[half:], strict=True))
-    y = autograd.pad(t(x), mode, pads)
-    np.testing.assert_array_equal(y.numpy(), np.pad(x, widths, mode=mode))
-
-
-@pytest.mark.parametrize("mode", ["reflect", "edge"])
-def test_reflect_and_edge_pads_by_torchs_kernel_give_correct_gradients(mode):
-    from sonnx.operators.shape.padding import _torch_pad
-
-    assert _torch_pad(torch.zeros(2, 3, 6), [0, 0, 2], [0, 0, 3], mode) is not None
-    assert _torch_pad(torch.zeros(2, 3, 6), [0, 1, 2], [0, 0, 3], mode) is not None
-    assert _torch_pad(torch.zeros(2, 3, 6), [1, 0, 2], [0, 0, 3], mode) is None
-    check_grad(lambda a: autograd.pad(a, mode, [0, 0, 2, 0, 0, 3]), [randn(2, 3, 6)])
-
-
-def test_pad_positions_are_made_once_per_geometry_outside_tracing():
-    from sonnx.engine.tracing import tracing
-    from sonnx.operators.shape.padding import _pad_index
-
-    cpu = torch.device("cpu")
-    first = _pad_index(5, 2, 7, "reflect", cpu)
-    assert _pad_index(5, 2, 7, "reflect", cpu) is first
-    assert _pad_index(5, 2, 7, "edge", cpu) is not first
-    with tracing():  # a traced graph gets its own positions, never a tensor kept from a run
-        traced = _pad_index(5, 2, 7, "reflect", cpu)
-    assert traced is not first
-    np.testing.assert_array_equal(traced.numpy(), first.numpy())
-    x = randn(5)  # a kept index serves later runs, and their gradients
-    np.testing.assert_array_equal(
-        autograd.pad(t(x), "reflect", [2, 7]).numpy(), np.pad(x, (2, 7), mode="reflect")
-    )
-    check_grad(lambda a: autograd.pad(a, "reflect", [2, 7]), [x])
-
-
-def test_pad_negative_crops_and_axes_input():
-    x = np.arange(20.0).reshape(4, 5)
-    y = autograd.Pad()(t(x), ints([-1, 2, 1, -2]), t(np.array(9.0)))
-    ref = np.pad(x[1:, :3], [(0, 1), (2, 0)], constant_values=9.0)
-    np.testing.assert_array_equal(y.numpy(), ref)
-    y = autograd.Pad(mode="edge")(t(x), ints([1, 2]), None, ints([-1]))
-    np.testing.assert_array_equal(y.numpy(), np.pad(x, [(0, 0), (1, 2)], mode="edge"))
-
-
 def test_shape_size():
     x = t(np.zeros((2, 3, 4)))
     assert autograd.shape(x).numpy().tolist() == [2, 3, 4]
@@ -324,15 +208,10 @@ GRAD_CASES = {
     "unsqueeze": (lambda x: autograd.unsqueeze(x, [0, 2]), [randn(2, 3)]),
     "tile": (lambda x: autograd.tile(x, [2, 3]), [randn(2, 2)]),
     "expand": (lambda x: autograd.expand(x, [2, 3, 4]), [randn(3, 1)]),
-    "pad_constant": (lambda x: autograd.pad(x, "constant", [1, -1, 2, 1], 0.5), [randn(3, 3)]),
-    "pad_reflect": (lambda x: autograd.pad(x, "reflect", [2, 1, 3, 2]), [randn(3, 3)]),
-    "pad_edge": (lambda x: autograd.pad(x, "edge", [2, 1, 1, 2]), [randn(2, 3)]),
-    "pad_wrap": (lambda x: autograd.pad(x, "wrap", [4, 1, 1, 2]), [randn(2, 3)]),
     "depth_to_space": (lambda x: autograd.depth_to_space(x, 2, "CRD"), [randn(1, 4, 2, 2)]),
     "space_to_depth": (lambda x: autograd.space_to_depth(x, 2), [randn(1, 2, 2, 4)]),
     "trilu": (lambda x: autograd.trilu(x, 1, upper=False), [randn(3, 4)]),
     "identity": (autograd.identity, [randn(3)]),
-    "center_crop_pad": (lambda x: autograd.center_crop_pad(x, [2, 5]), [randn(4, 3)]),
     "reverse_sequence": (lambda x: autograd.reverse_sequence(x, [2, 3, 1]), [randn(3, 3, 2)]),
 }
 
@@ -364,9 +243,6 @@ def test_gradients(name):
         (lambda: autograd.tile(t(np.zeros(2)), [1, 2]), "at most 1"),
         (lambda: autograd.Tile()(t(np.zeros(2)), ints([1, 2])), "Tile: repeats must hold 1"),
         (lambda: autograd.expand(t(np.zeros(3)), [2, 4]), "cannot be broadcast"),
-        (lambda: autograd.pad(t(np.zeros(3)), "constant", [1]), "pads must hold 2"),
-        (lambda: autograd.pad(t(np.zeros(3)), "mirror", [1, 1]), "mode must be one of"),
-        (lambda: autograd.Pad(version=18, mode="wrap")(t(np.zeros(3)), ints([1, 1])), "mode"),
         (lambda: autograd.depth_to_space(t(np.zeros((1, 3, 2, 2))), 2), "multiple of"),
         (lambda: autograd.space_to_depth(t(np.zeros((1, 3, 2))), 2), "must be 4-D"),
         (lambda: autograd.depth_to_space(t(np.zeros((1, 4, 2, 2))), 2, "XYZ"), "mode must be"),
@@ -376,7 +252,6 @@ def test_gradients(name):
         (lambda: autograd.Constant()(), "exactly one"),
         (lambda: autograd.constant_of_shape([2, -1]), "non-negative"),
         (lambda: autograd.reverse_sequence(t(np.zeros((3, 2))), [4, 1]), r"in \[0, 3\]"),
-        (lambda: autograd.center_crop_pad(t(np.zeros((3, 2))), [1]), "one non-negative size"),
     ],
 )
 def test_bad_inputs(call, match):
@@ -398,8 +273,6 @@ def test_bad_inputs(call, match):
         ("Squeeze", [randn(1, 3, 1)], 1, 1, {"axes": [2]}),
         ("Squeeze", [randn(1, 3, 1)], 11, 1, {}),
         ("Unsqueeze", [randn(3)], 11, 1, {"axes": [-1, 0]}),
-        ("Pad", [randn(2, 3)], 2, 1, {"pads": [0, 1, 1, 0], "mode": "reflect"}),
-        ("Pad", [randn(2, 3)], 2, 1, {"pads": [1, 1, 1, 1], "value": 2.0}),
         ("DepthToSpace", [randn(1, 8, 2, 2)], 1, 1, {"blocksize": 2}),
         ("SpaceToDepth", [randn(1, 2, 4, 4)], 1, 1, {"blocksize": 2}),
         ("Flatten", [randn(2, 3, 4)], 1, 1, {"axis": 2}),

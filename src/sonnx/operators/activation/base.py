@@ -1,6 +1,6 @@
 """What every activation shares: the single-node export checked against the target opset's
 schema (:class:`StrictExport`, also the base of the linear-algebra and quantization operators),
-the floating-point input check, 0-d constants for decompositions, and ``_Activation``, the base
+0-d constants for decompositions, and ``_Activation``, the base
 of the element-wise activations in :mod:`sonnx.operators.activation.functions` and
 :mod:`sonnx.operators.activation.gated`.
 """
@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import onnx.defs
 import torch
 
-from sonnx import dtypes
 from sonnx.engine.operator import Operator, OutputShape
-from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
+from sonnx.errors import ExportError, OpsetTooOldError
+from sonnx.operators.elementwise.base import require_float
 from sonnx.proto.attributes import schema_defaults
 from sonnx.proto.graph_builder import first_opset
 
@@ -60,14 +60,6 @@ def scalar_constant(g: GraphBuilder, value: float, like: Tensor, hint: str = "c"
 
 
 _UNSIGNED = frozenset({torch.uint8, torch.uint16, torch.uint32, torch.uint64})
-
-
-def require_float(op: str, name: str, x: torch.Tensor) -> None:
-    if not dtypes.is_float(x.dtype):
-        raise BadInputError(
-            f"{op}: input {name} must be a floating-point tensor, received dtype "
-            f"{dtypes.dtype_name(x.dtype)}"
-        )
 
 
 class StrictExport(Operator):

@@ -16,7 +16,8 @@ from torch.nn import functional as F
 from sonnx import dtypes
 from sonnx.engine.operator import Operator
 from sonnx.errors import BadInputError
-from sonnx.operators.activation.base import _Activation, require_float, scalar_constant
+from sonnx.operators.activation.base import _Activation, scalar_constant
+from sonnx.operators.elementwise.base import require_float
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import torch
 
 from sonnx.engine.operator import Operator, OutputShape
 from sonnx.errors import BadInputError
-from sonnx.operators.activation.base import require_float
+from sonnx.operators.elementwise.base import require_float
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:

@@ -84,6 +84,8 @@ def logical_shift_right(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 
 
 def require_float(op: str, name: str, x: torch.Tensor) -> None:
+    """Refuse input ``name`` of node ``op`` unless it is floating-point (the element-wise and
+    activation families' one check)."""
     if not dtypes.is_float(x.dtype):
         raise BadInputError(
             f"{op}: input {name} must be a floating-point tensor (float16, bfloat16, float32, "
