@@ -55,12 +55,9 @@ class InputSpec:
     :attr:`SingaRep.input_specs` lists one per input to feed.
 
     :param name: the input's name in the graph.
-    :param dtype: its element type as a torch dtype (a map's value type; None: not declared,
-        or another kind of input).
-    :param shape: its declared dims, an int for a fixed size and None or a name for a free one
-        (None: no shape declared, or not a tensor input).
-    :param kind: ONNX's type kind: ``"tensor_type"``, ``"sequence_type"``, ``"map_type"``,
-        ``"optional_type"`` ...
+    :param dtype: its element type, a torch dtype (a map's value type; None: not declared).
+    :param shape: its dims: an int when fixed, None or a name when free (None: no shape).
+    :param kind: ONNX's type kind (``"tensor_type"``, ``"sequence_type"``, ``"map_type"``, ...).
     """
 
     name: str
@@ -99,8 +96,7 @@ class InputSpec:
     def describe(self) -> str:
         """The type in ONNX's words, as error messages and ``sonnx info`` print it.
 
-        :returns: e.g. ``"float32 (batch, 1, 28, 28)"`` (``?`` for a free dim without a name,
-            or for no shape).
+        :returns: e.g. ``"float32 (batch, 1, 28, 28)"``; ``?`` for an unnamed dim or no shape.
         """
         dims = (
             "?"
@@ -118,9 +114,8 @@ class SingaRep:
     nodes, whose values were computed once by :func:`prepare` and live in :attr:`constants`
     with the initializers. ``tensor_map`` holds the model's weights only (trainable float
     initializers), so SINGA's idiom of setting ``requires_grad``/``stores_grad`` on every
-    tensor in it never makes an exponent, an epsilon or a shape trainable.
-
-    :func:`prepare` makes one; its fields are:
+    tensor in it never makes an exponent, an epsilon or a shape trainable. :func:`prepare`
+    makes one; its fields are:
 
     :param model: the ONNX model, as loaded.
     :param device: the device it runs on.
@@ -130,7 +125,8 @@ class SingaRep:
     :param program: the compiled graph: its steps and constants.
     :param source: what :func:`sonnx.to_onnx` writes back for the graph.
     :param graph_runner: the graph-mode runner (``prepare(..., use_graph=True)``), else None.
-    :param array_runs: graph-mode runs of plain NumPy arrays on the CPU, else None.
+    :param array_runs: graph-mode runs of plain NumPy arrays on the CPU (see
+        :mod:`sonnx.runtime.array_runs`), else None.
     """
 
     model: onnx.ModelProto
@@ -141,7 +137,6 @@ class SingaRep:
     program: GraphProgram
     source: GraphSource
     graph_runner: GraphRunner | None = None
-    #: Graph-mode runs of plain NumPy arrays (see :mod:`sonnx.runtime.array_runs`).
     array_runs: ArrayRuns | None = None
 
     @property
