@@ -105,8 +105,9 @@ class _ConvNd(Layer):
         self.bias = bool(bias)
 
     def initialize(self, x: Tensor) -> None:
-        """Create the kernel ``W`` (drawn from N(0, 2 / fan)) and, with ``bias``, ``b``
-        (zeros) for ``x``'s channels.
+        """Create the kernel ``W``, drawn from N(0, 2 / fan) with ``fan = C *
+        prod(kernel_size) + nb_kernels``, and, with ``bias``, ``b`` (zeros) for ``x``'s ``C``
+        channels.
 
         :param x: the first input, ``(N, C, *spatial)``.
         :raises BadInputError: ``x`` has another rank, or its channels are not ``in_channels``

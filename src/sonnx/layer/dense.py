@@ -46,8 +46,8 @@ class Linear(Layer):
         self.bias = bool(bias)
 
     def initialize(self, x: Tensor) -> None:
-        """Create ``W`` (drawn from N(0, 2 / fan)) and ``b`` (zeros) for ``x``'s last axis, in
-        ``x``'s float dtype (float32 otherwise) and on its device.
+        """Create ``W``, drawn from N(0, 2 / (in_features + out_features)), and ``b`` (zeros)
+        for ``x``'s last axis, in ``x``'s float dtype (float32 otherwise) and on its device.
 
         :param x: the first input, of shape ``(..., in_features)``.
         :raises BadInputError: ``x`` is not a Tensor, or its last axis is not ``in_features``.

@@ -25,7 +25,7 @@ class StringTensor(Tensor):
     """A tensor of strings: ``data`` is a :class:`~sonnx.strings.StringArray` on the host,
     ``dtype`` is :data:`~sonnx.dtypes.STRING`, and no gradient flows through it.
 
-    ``Tensor(data=...)`` with strings (or ``dtype="string"``) makes one; its constructor takes
+    ``Tensor(data=...)`` with a string array (or ``dtype="string"``) makes one; it takes
     ``Tensor``'s arguments.
 
     :param shape: the shape of a tensor of empty strings (ignored when ``data`` is given).
