@@ -75,6 +75,9 @@ class OpsetTooOldError(ExportError):
 
     ``needed`` is the first opset that can write it; the exporter raises its default target to
     that opset, while an opset the user asked for stays an error.
+
+    :param message: what cannot be written, naming the node and the opset asked for.
+    :param needed: the first opset that can write it (kept as ``needed``).
     """
 
     def __init__(self, message: str, needed: int) -> None:

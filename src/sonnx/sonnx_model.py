@@ -180,7 +180,15 @@ def apply_update(
     optimizer: Any, loss: Tensor, dist_option: str = "fp32", spars: float | None = None
 ) -> None:
     """Backward and update with SINGA's ``dist_option`` names: ``fp32`` (plain all-reduce or
-    local), ``fp16``, ``partialUpdate``, ``sparseTopK``, ``sparseThreshold``."""
+    local), ``fp16``, ``partialUpdate``, ``sparseTopK``, ``sparseThreshold``.
+
+    :param optimizer: an :class:`~sonnx.opt.Optimizer`, or a :class:`~sonnx.opt.DistOpt` for
+        every option but ``fp32``.
+    :param loss: the loss, a scalar Tensor computed in training mode.
+    :param dist_option: the update mode, one of the names above.
+    :param spars: the sparse modes' ratio or threshold (None: DistOpt's default).
+    :raises BadInputError: an unknown ``dist_option``, or one that needs a DistOpt without one.
+    """
     if dist_option == "fp32":
         optimizer(loss)
         return

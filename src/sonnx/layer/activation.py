@@ -32,6 +32,11 @@ class ReLU(Layer):
     """``max(x, 0)``."""
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply it element-wise.
+
+        :param x: the input, any shape.
+        :returns: a tensor of ``x``'s shape and dtype.
+        """
         return autograd.relu(x)
 
 
@@ -39,11 +44,23 @@ class Sigmoid(Layer):
     """``1 / (1 + exp(-x))``."""
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply it element-wise.
+
+        :param x: the input, any shape.
+        :returns: a tensor of ``x``'s shape and dtype.
+        """
         return autograd.sigmoid(x)
 
 
 class Tanh(Layer):
+    """``tanh(x)``."""
+
     def forward(self, x: Tensor) -> Tensor:
+        """Apply it element-wise.
+
+        :param x: the input, any shape.
+        :returns: a tensor of ``x``'s shape and dtype.
+        """
         return autograd.tanh(x)
 
 
@@ -51,6 +68,11 @@ class SoftPlus(Layer):
     """``log(1 + exp(x))``."""
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply it element-wise.
+
+        :param x: the input, any shape.
+        :returns: a tensor of ``x``'s shape and dtype.
+        """
         return autograd.softplus(x)
 
 
@@ -58,6 +80,11 @@ class SoftSign(Layer):
     """``x / (1 + |x|)``."""
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply it element-wise.
+
+        :param x: the input, any shape.
+        :returns: a tensor of ``x``'s shape and dtype.
+        """
         return autograd.softsign(x)
 
 
@@ -65,6 +92,11 @@ class SeLU(Layer):
     """Scaled exponential linear unit with ONNX's default alpha and gamma."""
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply it element-wise.
+
+        :param x: the input, any shape.
+        :returns: a tensor of ``x``'s shape and dtype.
+        """
         return autograd.selu(x)
 
 
@@ -79,6 +111,11 @@ class SoftMax(Layer):
         self.axis = int(axis)
 
     def forward(self, x: Tensor) -> Tensor:
+        """The softmax of ``x`` along ``axis``.
+
+        :param x: the input, e.g. logits of shape ``(N, C)``.
+        :returns: probabilities of ``x``'s shape.
+        """
         return autograd.softmax(x, self.axis)
 
 
@@ -86,6 +123,11 @@ class LogSoftMax(SoftMax):
     """Log of the softmax along ``axis``."""
 
     def forward(self, x: Tensor) -> Tensor:
+        """The log of the softmax of ``x`` along ``axis``.
+
+        :param x: the input, e.g. logits of shape ``(N, C)``.
+        :returns: log-probabilities of ``x``'s shape.
+        """
         return autograd.log_softmax(x, self.axis)
 
 
@@ -106,6 +148,11 @@ class GELU(Layer):
         self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply it element-wise.
+
+        :param x: the input, any shape.
+        :returns: a tensor of ``x``'s shape and dtype.
+        """
         return autograd.gelu(x, self.approximate)
 
 
@@ -120,6 +167,11 @@ class LeakyReLU(Layer):
         self.a = float(a)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply it element-wise.
+
+        :param x: the input, any shape.
+        :returns: a tensor of ``x``'s shape and dtype.
+        """
         return autograd.leakyrelu(x, self.a)
 
 
@@ -134,6 +186,11 @@ class ELU(Layer):
         self.alpha = float(alpha)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply it element-wise.
+
+        :param x: the input, any shape.
+        :returns: a tensor of ``x``'s shape and dtype.
+        """
         return autograd.elu(x, self.alpha)
 
 
@@ -150,6 +207,11 @@ class HardSigmoid(Layer):
         self.gamma = float(gamma)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply it element-wise.
+
+        :param x: the input, any shape.
+        :returns: a tensor of ``x``'s shape and dtype.
+        """
         return autograd.hardsigmoid(x, self.alpha, self.gamma)
 
 
@@ -157,6 +219,14 @@ class SoftMaxCrossEntropy(Layer):
     """Mean cross-entropy of ``softmax(x)`` against targets ``t`` (class indices or one-hot)."""
 
     def forward(self, x: Tensor, t: Tensor) -> Tensor:
+        """The loss of logits ``x`` against targets ``t``.
+
+        :param x: logits of shape ``(N, C)``.
+        :param t: class indices of shape ``(N,)``, or one-hot or soft targets of ``x``'s shape
+            (a Tensor or an array).
+        :returns: the mean over the batch, shape ``(1,)``.
+        :raises BadInputError: ``x`` is 0-D.
+        """
         return autograd.softmax_cross_entropy(x, t)
 
 
@@ -164,6 +234,13 @@ class CrossEntropy(Layer):
     """Mean cross-entropy of probabilities ``y`` against targets ``t``."""
 
     def forward(self, y: Tensor, t: Tensor) -> Tensor:
+        """The loss of probabilities ``y`` against targets ``t``.
+
+        :param y: probabilities of shape ``(N, C)`` (a softmax's output).
+        :param t: the targets, of ``y``'s shape (a Tensor or an array).
+        :returns: ``-sum(t * log(y)) / N``, shape ``(1,)``.
+        :raises BadInputError: ``y`` is 0-D or ``t``'s shape differs from ``y``'s.
+        """
         return autograd.cross_entropy(y, t)
 
 
@@ -171,6 +248,13 @@ class BinaryCrossEntropy(Layer):
     """Mean binary cross-entropy of probabilities ``x`` against 0/1 targets ``t``."""
 
     def forward(self, x: Tensor, t: Tensor) -> Tensor:
+        """The loss of probabilities ``x`` against 0/1 targets ``t``.
+
+        :param x: probabilities in (0, 1) of shape ``(N, ...)`` (a sigmoid's output).
+        :param t: the 0/1 (or soft) targets, of ``x``'s shape (a Tensor or an array).
+        :returns: the loss summed and divided by N, shape ``(1,)``.
+        :raises BadInputError: ``x`` is 0-D or ``t``'s shape differs from ``x``'s.
+        """
         return autograd.binary_cross_entropy(x, t)
 
 
@@ -178,4 +262,11 @@ class MeanSquareError(Layer):
     """SINGA's mean squared error of ``x`` against ``t``."""
 
     def forward(self, x: Tensor, t: Tensor) -> Tensor:
+        """The loss of ``x`` against ``t``.
+
+        :param x: the predictions, of shape ``(N, ...)``.
+        :param t: the targets, of ``x``'s shape (a Tensor or an array).
+        :returns: ``sum((x - t)^2) / (2 N)``, shape ``(1,)``.
+        :raises BadInputError: ``x`` is 0-D or ``t``'s shape differs from ``x``'s.
+        """
         return autograd.mse_loss(x, t)

@@ -40,7 +40,13 @@ class Layer:
 
     # ---- the part a subclass writes -------------------------------------------------------
     def initialize(self, *inputs: Any) -> None:
-        """Create parameters from the first inputs' shapes (nothing to create by default)."""
+        """Create parameters from the first inputs' shapes (nothing to create by default).
+
+        ``layer(*inputs)`` calls it once, before the first :meth:`forward`, with the same
+        arguments; a subclass that owns parameters assigns them to attributes here.
+
+        :param inputs: the first call's arguments.
+        """
 
     def forward(self, *inputs: Any) -> Any:
         """The layer's computation; ``layer(*inputs)`` calls it after :meth:`initialize`.
@@ -80,14 +86,20 @@ class Layer:
                 yield full, value
 
     def named_states(self) -> Iterator[tuple[str, Tensor]]:
-        """Every state tensor with its dotted name; unnamed tensors take that name."""
+        """Every state tensor with its dotted name; unnamed tensors take that name.
+
+        :returns: ``(name, tensor)`` pairs, parameters and buffers alike, each tensor once.
+        """
         for name, t in self._walk("", set()):
             if t.name is None:
                 t.name = name
             yield name, t
 
     def layers(self) -> Iterator[Layer]:
-        """This layer and every sub-layer, depth first, each once."""
+        """This layer and every sub-layer, depth first, each once.
+
+        :returns: the layers, this one first.
+        """
         stack: list[Layer] = [self]
         seen = {id(self)}
         while stack:
@@ -209,6 +221,11 @@ class Sequential(Layer):
         return self._layers[index]
 
     def forward(self, x: Any) -> Any:
+        """Run the layers in order, each on the previous one's output.
+
+        :param x: the first layer's input.
+        :returns: the last layer's output (``x`` itself when there are no layers).
+        """
         for layer in self._layers:
             x = layer(x)
         return x

@@ -105,6 +105,14 @@ class _ConvNd(Layer):
         self.bias = bool(bias)
 
     def initialize(self, x: Tensor) -> None:
+        """Create the kernel ``W``, drawn from N(0, 2 / fan) with ``fan = C *
+        prod(kernel_size) + nb_kernels``, and, with ``bias``, ``b`` (zeros) for ``x``'s ``C``
+        channels.
+
+        :param x: the first input, ``(N, C, *spatial)``.
+        :raises BadInputError: ``x`` has another rank, or its channels are not ``in_channels``
+            or not divisible by ``group``.
+        """
         name = type(self).__name__
         check_input(self, x, (self.spatial + 2,), _LAYOUTS[self.spatial])
         channels = x.shape[1]
@@ -126,6 +134,13 @@ class _ConvNd(Layer):
             self.b = new_state((self.nb_kernels,), x)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Convolve ``x`` with ``W`` (ONNX Conv).
+
+        :param x: the input, ``(N, C, *spatial)``.
+        :returns: the output, ``(N, nb_kernels, *spatial_out)``.
+        :raises BadInputError: ``x`` has another rank or channel count, or its dtype or device
+            differs from ``W``'s.
+        """
         check_input(self, x, (self.spatial + 2,), _LAYOUTS[self.spatial], like=self.W)
         if x.shape[1] != self.in_channels:
             raise BadInputError(
@@ -200,6 +215,12 @@ class _PoolNd(Layer):
         self.ceil_mode = bool(ceil_mode)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Pool each window of ``x``.
+
+        :param x: the input, ``(N, C, *spatial)``.
+        :returns: the output, ``(N, C, *spatial_out)``.
+        :raises BadInputError: ``x`` has another rank.
+        """
         check_input(self, x, (self.spatial + 2,), _LAYOUTS[self.spatial])
         return self._pool(x)
 

@@ -46,6 +46,12 @@ class Linear(Layer):
         self.bias = bool(bias)
 
     def initialize(self, x: Tensor) -> None:
+        """Create ``W``, drawn from N(0, 2 / (in_features + out_features)), and ``b`` (zeros)
+        for ``x``'s last axis, in ``x``'s float dtype (float32 otherwise) and on its device.
+
+        :param x: the first input, of shape ``(..., in_features)``.
+        :raises BadInputError: ``x`` is not a Tensor, or its last axis is not ``in_features``.
+        """
         check_input(self, x, _ANY_RANK, "(..., in_features)")
         n_in = x.shape[-1]
         if self.in_features is not None and n_in != self.in_features:
@@ -59,6 +65,13 @@ class Linear(Layer):
             self.b = new_state((self.out_features,), x)
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x @ W + b`` (ONNX Gemm for a 2-D ``x``, MatMul and Add otherwise).
+
+        :param x: the input, of shape ``(..., in_features)``.
+        :returns: the output, of shape ``(..., out_features)``.
+        :raises BadInputError: ``x``'s last axis is not ``in_features``, or its dtype or device
+            differs from ``W``'s.
+        """
         check_input(self, x, _ANY_RANK, "(..., in_features)", like=self.W)
         if x.shape[-1] != self.in_features:
             raise BadInputError(
@@ -91,10 +104,21 @@ class Embedding(Layer):
         self.embedding_dim = positive_int("Embedding", "embedding_dim", embedding_dim)
 
     def initialize(self, x: Tensor) -> None:
+        """Create the table ``W`` on ``x``'s device.
+
+        :param x: the first indices.
+        :raises BadInputError: ``x`` is not a Tensor of integers.
+        """
         self._check(x)
         self.W = new_state((self.num_embeddings, self.embedding_dim), x).gaussian(0.0, 1.0)
 
     def forward(self, x: Tensor) -> Tensor:
+        """The rows of ``W`` that ``x`` names.
+
+        :param x: integer indices in ``[0, num_embeddings)``, any shape.
+        :returns: a tensor of shape ``x.shape + (embedding_dim,)``.
+        :raises BadInputError: ``x`` is not a Tensor of integers.
+        """
         self._check(x)
         return autograd.gather(self.W, 0, x)
 
@@ -121,6 +145,12 @@ class Flatten(Layer):
         self.axis = int(axis)
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x`` as a matrix (ONNX Flatten).
+
+        :param x: the input, any shape.
+        :returns: a 2-D tensor of the same values: ``(prod(x.shape[:axis]),
+            prod(x.shape[axis:]))``.
+        """
         return autograd.flatten(x, self.axis)
 
     def __repr__(self) -> str:

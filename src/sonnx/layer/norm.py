@@ -45,6 +45,12 @@ class _BatchNorm(Layer):
             raise BadInputError(f"{name}: epsilon must be > 0, received {epsilon!r}")
 
     def initialize(self, x: Tensor) -> None:
+        """Create ``scale`` (ones), ``bias`` (zeros), ``running_mean`` (zeros) and
+        ``running_var`` (ones), one value per channel of ``x``.
+
+        :param x: the first input, channels on axis 1.
+        :raises BadInputError: ``x`` has another rank, or not ``num_features`` channels.
+        """
         check_input(self, x, self.ranks, self.layout)
         channels = x.shape[1]
         if self.num_features is not None and channels != self.num_features:
@@ -59,6 +65,15 @@ class _BatchNorm(Layer):
         self.running_var = new_state((channels,), x, fill=1.0, trainable=False)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Normalize ``x`` per channel: with the batch's statistics while
+        ``sonnx.autograd.training`` is True (updating the running ones), else with the running
+        statistics.
+
+        :param x: the input, channels on axis 1.
+        :returns: a tensor of ``x``'s shape.
+        :raises BadInputError: ``x`` has another rank or channel count, or its dtype or device
+            differs from the parameters'.
+        """
         check_input(self, x, self.ranks, self.layout, like=self.scale)
         if x.shape[1] != self.num_features:
             raise BadInputError(
@@ -108,12 +123,24 @@ class LayerNorm(Layer):
             raise BadInputError(f"LayerNorm: epsilon must be > 0, received {epsilon!r}")
 
     def initialize(self, x: Tensor) -> None:
+        """Create ``scale`` (ones) and ``bias`` (zeros) of the normalized axes' shape.
+
+        :param x: the first input.
+        :raises BadInputError: ``x``'s rank is too low for ``axis``.
+        """
         rank = self._check(x)
         shape = x.shape[self.axis % rank :]
         self.scale = new_state(shape, x, fill=1.0)
         self.bias = new_state(shape, x)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Normalize ``x`` over the axes from ``axis`` on (ONNX LayerNormalization).
+
+        :param x: the input, ending in the normalized shape of the first input.
+        :returns: a tensor of ``x``'s shape.
+        :raises BadInputError: ``x`` ends in another shape, or its dtype or device differs from
+            the parameters'.
+        """
         rank = self._check(x, like=self.scale)
         if x.shape[self.axis % rank :] != self.scale.shape:
             raise BadInputError(
@@ -144,6 +171,11 @@ class Dropout(Layer):
         self.ratio = in_unit_interval("Dropout", "ratio", ratio)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Drop elements while ``sonnx.autograd.training`` is True (ONNX Dropout).
+
+        :param x: the input, any shape.
+        :returns: a tensor of ``x``'s shape and dtype (``x``'s values when not training).
+        """
         return autograd.dropout(x, self.ratio)
 
     def __repr__(self) -> str:

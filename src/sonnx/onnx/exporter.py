@@ -53,13 +53,24 @@ DEFAULT_EXPORT_OPSET = 18
 
 
 def default_opset() -> int:
-    """The opset :func:`to_onnx` targets when none is given (:data:`DEFAULT_EXPORT_OPSET`)."""
+    """The opset :func:`to_onnx` targets when none is given (:data:`DEFAULT_EXPORT_OPSET`).
+
+    :returns: the default-domain opset version.
+    """
     return DEFAULT_EXPORT_OPSET
 
 
 def needed_opset(graph: onnx.GraphProto, target: int) -> int:
     """The lowest default-domain opset under which every node of ``graph`` (subgraphs included)
-    keeps the schema it has at ``target``: the newest since-version among them."""
+    keeps the schema it has at ``target``: the newest since-version among them. Given no opset,
+    :func:`to_onnx` writes this one (not below :data:`OLDEST_EXPORT_OPSET`), so a model of old
+    operators loads in older runtimes too.
+
+    :param graph: the graph to look at; nodes of other domains are skipped.
+    :param target: the opset whose schemas the nodes follow.
+    :returns: the opset version, at least 1.
+    :raises onnx.defs.SchemaError: a default-domain node's operator has no schema at ``target``.
+    """
     needed = 1
     for node in graph.node:
         if node.domain in ("", "ai.onnx"):

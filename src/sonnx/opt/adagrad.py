@@ -34,6 +34,11 @@ class AdaGrad(Optimizer):
         super().__init__(lr, epsilon=epsilon, weight_decay=weight_decay)
 
     def validate(self, hp: dict[str, Any]) -> None:
+        """Check the ranges of the class's parameters.
+
+        :param hp: every hyper-parameter by name (see :meth:`Optimizer.validate`).
+        :raises BadInputError: a value outside its range.
+        """
         name = type(self).__name__
         non_negative(name, "epsilon", hp["epsilon"])
         non_negative(name, "weight_decay", hp["weight_decay"])
@@ -41,6 +46,15 @@ class AdaGrad(Optimizer):
     def update_tensor(
         self, p: torch.Tensor, g: torch.Tensor, state: State, lr: float, hp: Mapping[str, Any]
     ) -> None:
+        """One AdaGrad step on ``p`` (see the class); ``state`` holds ``sum``, the running sum
+        of squared gradients.
+
+        :param p: the parameter's torch tensor, updated in place.
+        :param g: its gradient.
+        :param state: its state, updated in place.
+        :param lr: the learning rate of this step.
+        :param hp: the hyper-parameters in force for it.
+        """
         if hp["weight_decay"] != 0:
             g = g.add(p, alpha=hp["weight_decay"])
         h = state.get("sum")

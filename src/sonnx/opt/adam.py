@@ -47,6 +47,11 @@ class Adam(Optimizer):
         )
 
     def validate(self, hp: dict[str, Any]) -> None:
+        """Check the ranges of the class's parameters.
+
+        :param hp: every hyper-parameter by name (see :meth:`Optimizer.validate`).
+        :raises BadInputError: a value outside its range.
+        """
         name = type(self).__name__
         in_unit_interval(name, "beta_1", hp["beta_1"])
         in_unit_interval(name, "beta_2", hp["beta_2"])
@@ -56,6 +61,15 @@ class Adam(Optimizer):
     def update_tensor(
         self, p: torch.Tensor, g: torch.Tensor, state: State, lr: float, hp: Mapping[str, Any]
     ) -> None:
+        """One Adam (or AdamW) step on ``p`` (see the class); ``state`` holds ``step`` (this
+        parameter's update count, for the bias corrections), ``m`` and ``v``.
+
+        :param p: the parameter's torch tensor, updated in place.
+        :param g: its gradient.
+        :param state: its state, updated in place.
+        :param lr: the learning rate of this step.
+        :param hp: the hyper-parameters in force for it.
+        """
         if not state:
             # host: read with .item() every update, which on the host costs no GPU sync
             state["step"] = torch.tensor(0, dtype=torch.int64)

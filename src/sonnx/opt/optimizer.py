@@ -59,13 +59,34 @@ class Optimizer:
 
     # ---- the part a subclass writes -------------------------------------------------------
     def validate(self, hp: dict[str, Any]) -> None:
-        """Raise :class:`BadInputError` for an invalid hyper-parameter combination."""
+        """Check the hyper-parameters (a subclass's first extension point; the base accepts any).
+
+        Called on construction, for every :meth:`add_param_group` and when :attr:`lr` is set,
+        so a bad value fails where it is given, not steps later.
+
+        :param hp: every hyper-parameter by name: the constructor's keyword arguments, and
+            ``"lr"`` already made a :class:`~sonnx.opt.DecayScheduler`.
+        :raises BadInputError: a value outside its range, or an invalid combination (the
+            message names the hyper-parameter and what it received).
+        """
 
     def update_tensor(
         self, p: torch.Tensor, g: torch.Tensor, state: State, lr: float, hp: Mapping[str, Any]
     ) -> None:
-        """Apply one update to ``p`` in place from gradient ``g``; ``state`` (initially empty)
-        holds this parameter's buffers and is updated in place. Uses nothing but its arguments.
+        """Apply one update to ``p`` in place from gradient ``g`` (a subclass's second extension
+        point, and the one it must write).
+
+        It runs under ``torch.no_grad()`` and uses nothing but its arguments, so a distributed
+        wrapper can call it with a reduced gradient. The slots of ``state`` are checkpointed by
+        :meth:`get_states` as ``"<param name>:<slot>"``.
+
+        :param p: the parameter's torch tensor, updated in place.
+        :param g: its gradient: same shape, device and dtype as ``p``.
+        :param state: this parameter's buffers by slot name, empty at its first update; create
+            and update them in place (torch tensors only).
+        :param lr: the learning rate of this step (the schedule already evaluated).
+        :param hp: the hyper-parameters in force for this parameter.
+        :raises NotImplementedError: a subclass that does not define it.
         """
         raise NotImplementedError(f"{type(self).__name__} does not define update_tensor()")
 
@@ -116,7 +137,12 @@ class Optimizer:
             self._groups[id(p)] = (p, chosen)
 
     def hyper_parameters(self, param: Tensor) -> dict[str, Any]:
-        """The hyper-parameters in force for ``param`` (defaults plus its group's overrides)."""
+        """The hyper-parameters in force for ``param`` (defaults plus its group's overrides).
+
+        :param param: a parameter.
+        :returns: the hyper-parameters by name, ``"lr"`` as a schedule (the defaults themselves
+            for a parameter without a group: do not modify it).
+        """
         entry = self._groups.get(id(param))
         if entry is None or entry[0] is not param:
             return self.defaults
@@ -166,8 +192,16 @@ class Optimizer:
         lr: float,
         hp: Mapping[str, Any],
     ) -> None:
-        """:meth:`update_tensor` for many parameters sharing hyper-parameters; a subclass may
-        override it with torch's multi-tensor (``_foreach``) kernels."""
+        """:meth:`update_tensor` for many parameters sharing hyper-parameters, as
+        :meth:`backward_and_update` calls it for the parameters without a param group of their
+        own; a subclass may override it with torch's multi-tensor (``_foreach``) kernels.
+
+        :param ps: the parameters' torch tensors, updated in place.
+        :param gs: their gradients, in the same order.
+        :param states: their states (see :meth:`update_tensor`), in the same order.
+        :param lr: the learning rate of this step.
+        :param hp: the hyper-parameters they share.
+        """
         for p, g, state in zip(ps, gs, states, strict=True):
             self.update_tensor(p, g, state, lr, hp)
 
@@ -180,13 +214,24 @@ class Optimizer:
         loss is scaled and a step whose gradients overflow changes nothing.
 
         :param loss: the loss, a scalar Tensor computed in training mode.
+        :raises BadInputError: ``loss`` carries no gradient graph (see :meth:`backward`).
         """
         params, grads = self.backward(loss)
         self.guarded_update(params, grads, lambda: self._update_all(params, grads))
 
     def backward(self, loss: Tensor) -> tuple[list[Tensor], list[torch.Tensor]]:
         """The parameters ``loss`` depends on and their gradients (of the scaled loss when
-        there is a :attr:`loss_scaler`: pass them to :meth:`guarded_update`)."""
+        there is a :attr:`loss_scaler`: pass them to :meth:`guarded_update`).
+
+        The first half of :meth:`backward_and_update`, for an update loop of one's own (as
+        :class:`~sonnx.opt.DistOpt` writes, reducing the gradients in between).
+
+        :param loss: the loss, a scalar Tensor computed in training mode.
+        :returns: the parameters (the trainable tensors ``loss`` depends on, unused ones left
+            out) and their gradients as torch tensors, in the same order.
+        :raises BadInputError: ``loss`` carries no gradient graph (not computed in training
+            mode, or by inference-only operators).
+        """
         from sonnx.engine.backward import parameter_gradients
 
         if self.loss_scaler is None:
@@ -197,7 +242,14 @@ class Optimizer:
         self, params: list[Tensor], grads: list[torch.Tensor], apply: Callable[[], None]
     ) -> None:
         """Run ``apply`` (an update from ``grads``, ending in :meth:`step`): directly, or, with a
-        :attr:`loss_scaler`, after unscaling ``grads`` in place and only if all are finite."""
+        :attr:`loss_scaler`, after unscaling ``grads`` in place and only if all are finite.
+
+        The second half of :meth:`backward_and_update`.
+
+        :param params: the parameters, as :meth:`backward` returned them.
+        :param grads: their gradients, as :meth:`backward` returned them.
+        :param apply: the update, called with no arguments (skipped for an overflowing step).
+        """
         if self.loss_scaler is None:
             apply()
         else:

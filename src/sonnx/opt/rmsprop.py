@@ -37,6 +37,11 @@ class RMSProp(Optimizer):
         super().__init__(lr, rho=rho, epsilon=epsilon, weight_decay=weight_decay)
 
     def validate(self, hp: dict[str, Any]) -> None:
+        """Check the ranges of the class's parameters.
+
+        :param hp: every hyper-parameter by name (see :meth:`Optimizer.validate`).
+        :raises BadInputError: a value outside its range.
+        """
         name = type(self).__name__
         in_unit_interval(name, "rho", hp["rho"])
         non_negative(name, "epsilon", hp["epsilon"])
@@ -45,6 +50,15 @@ class RMSProp(Optimizer):
     def update_tensor(
         self, p: torch.Tensor, g: torch.Tensor, state: State, lr: float, hp: Mapping[str, Any]
     ) -> None:
+        """One RMSProp step on ``p`` (see the class); ``state`` holds ``square_avg``, the
+        running average of squared gradients.
+
+        :param p: the parameter's torch tensor, updated in place.
+        :param g: its gradient.
+        :param state: its state, updated in place.
+        :param lr: the learning rate of this step.
+        :param hp: the hyper-parameters in force for it.
+        """
         if hp["weight_decay"] != 0:
             g = g.add(p, alpha=hp["weight_decay"])
         v = state.get("square_avg")

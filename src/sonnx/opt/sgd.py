@@ -48,6 +48,12 @@ class SGD(Optimizer):
         )
 
     def validate(self, hp: dict[str, Any]) -> None:
+        """Check the ranges of the class's parameters and Nesterov's needs.
+
+        :param hp: every hyper-parameter by name (see :meth:`Optimizer.validate`).
+        :raises BadInputError: a value outside its range, or ``nesterov`` not a bool or
+            without momentum.
+        """
         name = type(self).__name__
         in_unit_interval(name, "momentum", hp["momentum"])
         in_unit_interval(name, "dampening", hp["dampening"], closed=True)
@@ -63,6 +69,15 @@ class SGD(Optimizer):
     def update_tensor(
         self, p: torch.Tensor, g: torch.Tensor, state: State, lr: float, hp: Mapping[str, Any]
     ) -> None:
+        """One SGD step on ``p`` (see the class); ``state`` holds ``momentum_buffer`` once
+        ``momentum`` is used.
+
+        :param p: the parameter's torch tensor, updated in place.
+        :param g: its gradient.
+        :param state: its state, updated in place.
+        :param lr: the learning rate of this step.
+        :param hp: the hyper-parameters in force for it.
+        """
         if hp["weight_decay"] != 0:
             g = g.add(p, alpha=hp["weight_decay"])
         momentum = hp["momentum"]
@@ -84,7 +99,14 @@ class SGD(Optimizer):
         hp: Mapping[str, Any],
     ) -> None:
         """The same rule with torch's multi-tensor kernels: a few calls instead of a few per
-        parameter (what ``torch.optim.SGD(foreach=True)`` does)."""
+        parameter (what ``torch.optim.SGD(foreach=True)`` does).
+
+        :param ps: the parameters' torch tensors, updated in place.
+        :param gs: their gradients, in the same order.
+        :param states: their states, in the same order, updated in place.
+        :param lr: the learning rate of this step.
+        :param hp: the hyper-parameters they share.
+        """
         if hp["weight_decay"] != 0:
             gs = torch._foreach_add(gs, ps, alpha=hp["weight_decay"])
         momentum = hp["momentum"]

@@ -51,7 +51,14 @@ from sonnx.tensor import Tensor, computed_tensor
 
 @dataclass(frozen=True)
 class InputSpec:
-    """A graph input's declared element type and shape (None or a name for a free dim)."""
+    """A graph input's declared element type and shape (None or a name for a free dim):
+    :attr:`SingaRep.input_specs` lists one per input to feed.
+
+    :param name: the input's name in the graph.
+    :param dtype: its element type, a torch dtype (a map's value type; None: not declared).
+    :param shape: its dims: an int when fixed, None or a name when free (None: no shape).
+    :param kind: ONNX's type kind (``"tensor_type"``, ``"sequence_type"``, ``"map_type"``, ...).
+    """
 
     name: str
     dtype: Any
@@ -75,7 +82,11 @@ class InputSpec:
         return found
 
     def admits(self, sizes: Sequence[int]) -> bool:
-        """Whether a tensor of ``sizes`` has the declared rank and fixed sizes."""
+        """Whether a tensor of ``sizes`` has the declared rank and fixed sizes.
+
+        :param sizes: a tensor's shape.
+        :returns: True when it fits the declared shape (always, with no shape declared).
+        """
         if self.shape is None:
             return True
         if len(sizes) != len(self.shape):
@@ -83,6 +94,10 @@ class InputSpec:
         return all(sizes[i] == d for i, d in self._fixed_sizes)
 
     def describe(self) -> str:
+        """The type in ONNX's words, as error messages and ``sonnx info`` print it.
+
+        :returns: e.g. ``"float32 (batch, 1, 28, 28)"``; ``?`` for an unnamed dim or no shape.
+        """
         dims = (
             "?"
             if self.shape is None
@@ -99,7 +114,19 @@ class SingaRep:
     nodes, whose values were computed once by :func:`prepare` and live in :attr:`constants`
     with the initializers. ``tensor_map`` holds the model's weights only (trainable float
     initializers), so SINGA's idiom of setting ``requires_grad``/``stores_grad`` on every
-    tensor in it never makes an exponent, an epsilon or a shape trainable.
+    tensor in it never makes an exponent, an epsilon or a shape trainable. :func:`prepare`
+    makes one; its fields are:
+
+    :param model: the ONNX model, as loaded.
+    :param device: the device it runs on.
+    :param tensor_map: the trainable weights by name (float initializers).
+    :param input_specs: the inputs to feed, in the graph's order (initializers left out).
+    :param outputs: the graph's output names, what :meth:`run` returns by default.
+    :param program: the compiled graph: its steps and constants.
+    :param source: what :func:`sonnx.to_onnx` writes back for the graph.
+    :param graph_runner: the graph-mode runner (``prepare(..., use_graph=True)``), else None.
+    :param array_runs: graph-mode runs of plain NumPy arrays on the CPU (see
+        :mod:`sonnx.runtime.array_runs`), else None.
     """
 
     model: onnx.ModelProto
@@ -110,7 +137,6 @@ class SingaRep:
     program: GraphProgram
     source: GraphSource
     graph_runner: GraphRunner | None = None
-    #: Graph-mode runs of plain NumPy arrays (see :mod:`sonnx.runtime.array_runs`).
     array_runs: ArrayRuns | None = None
 
     @property

@@ -154,6 +154,7 @@ class Tensor:
 
     @property
     def requires_grad(self) -> bool:
+        """Whether gradients may flow through this tensor (settable)."""
         return self._requires_grad
 
     @requires_grad.setter
@@ -163,6 +164,7 @@ class Tensor:
 
     @property
     def stores_grad(self) -> bool:
+        """Whether this is a parameter whose gradient ``backward`` yields (settable)."""
         return self._stores_grad
 
     @stores_grad.setter
@@ -185,17 +187,27 @@ class Tensor:
 
     @property
     def dtype(self) -> torch.dtype:
+        """The element type, as a torch dtype (:func:`~sonnx.dtypes.dtype_name` gives ONNX's
+        name)."""
         return self.data.dtype
 
     @property
     def device(self) -> Device:
+        """The :class:`~sonnx.device.Device` the data lives on."""
         return Device(self.data.device)
 
     def ndim(self) -> int:
+        """The number of dimensions (SINGA's method, not a property).
+
+        :returns: the rank; 0 for a scalar.
+        """
         return self.data.dim()
 
     def size(self) -> int:
-        """The number of elements (SINGA's meaning of ``size``)."""
+        """The number of elements (SINGA's meaning of ``size``).
+
+        :returns: the product of the shape; 1 for a scalar.
+        """
         return self.data.numel()
 
     def __len__(self) -> int:
@@ -204,6 +216,10 @@ class Tensor:
         return self.data.shape[0]
 
     def is_empty(self) -> bool:
+        """Whether the tensor has no elements (a dimension of size 0).
+
+        :returns: True when :meth:`size` is 0.
+        """
         return self.data.numel() == 0
 
     # ---- moving and copying data ----------------------------------------------------------
@@ -351,7 +367,10 @@ class Tensor:
         return to_numpy(self)
 
     def torch(self) -> torch.Tensor:
-        """The wrapped torch tensor (shares memory)."""
+        """The wrapped torch tensor, ``data`` (shares memory; changing it changes this tensor).
+
+        :returns: the torch tensor.
+        """
         return self.data
 
     # ---- operators, all recorded so they can be exported ----------------------------------
@@ -452,6 +471,7 @@ class Tensor:
 
     @property
     def T(self) -> Tensor:
+        """The axes reversed: ``transpose()`` (recorded as an ONNX Transpose)."""
         return self.transpose()
 
     def __repr__(self) -> str:

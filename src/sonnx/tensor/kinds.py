@@ -23,7 +23,22 @@ if TYPE_CHECKING:
 
 class StringTensor(Tensor):
     """A tensor of strings: ``data`` is a :class:`~sonnx.strings.StringArray` on the host,
-    ``dtype`` is :data:`~sonnx.dtypes.STRING`, and no gradient flows through it."""
+    ``dtype`` is :data:`~sonnx.dtypes.STRING`, and no gradient flows through it.
+
+    ``Tensor(data=...)`` with a string array (or ``dtype="string"``) makes one; it takes
+    ``Tensor``'s arguments.
+
+    :param shape: the shape of a tensor of empty strings (ignored when ``data`` is given).
+    :param device: ignored: strings live on the host.
+    :param dtype: ignored: always :data:`~sonnx.dtypes.STRING`.
+    :param data: the strings: a NumPy ``str``/``bytes``/``object`` array, nested lists of
+        ``str``, a string tensor or a :class:`~sonnx.strings.StringArray`.
+    :param requires_grad: ignored: no gradient flows through strings.
+    :param stores_grad: ignored: a string tensor is never a parameter.
+    :param creator: the operator that made it (set by the operators, not by users).
+    :param name: the tensor's name.
+    :raises BadInputError: ``data`` holds something other than strings.
+    """
 
     def __init__(
         self,
@@ -55,12 +70,27 @@ class StringTensor(Tensor):
         """Strings carry no gradient."""
 
     def to_type(self, dtype: Any) -> Tensor:
+        """Not possible for strings: parse or format them with the ONNX ``Cast`` operator.
+
+        :param dtype: the element type asked for.
+        :returns: never.
+        :raises BadInputError: always.
+        """
         raise BadInputError("a string tensor cannot change its element type in place; use Cast")
 
     def clone(self) -> Tensor:
+        """A copy of the strings with the same name (no creator).
+
+        :returns: the copy.
+        """
         return StringTensor(data=self.data.array.copy(), name=self.name)
 
     def item(self) -> str:
+        """The string of a one-element tensor.
+
+        :returns: the string.
+        :raises ValueError: the tensor has more than one element (NumPy's error).
+        """
         return self.data.array.item()
 
 
@@ -107,7 +137,16 @@ def computed_tensor(data: torch.Tensor, name: str | None = None) -> Tensor:
 
 
 class PlaceHolder(Tensor):
-    """A tensor that stands for a model input whose values arrive later (used by ``compile``)."""
+    """A tensor that stands for a model input whose values arrive later: the inputs given to
+    :meth:`~sonnx.model.Model.compile`, which builds the layers' parameters from their shapes.
+
+    :param shape: the input's shape, batch size included.
+    :param device: where the values will live (None: the default device).
+    :param dtype: the element type (float32 unless given).
+    :param name: the input's name (a graph input's name in export).
+    :raises BadInputError: a shape that is not a sequence of non-negative ints, or an unknown
+        dtype.
+    """
 
     def __init__(
         self,
