@@ -187,6 +187,7 @@ WALKED = {
     "sonnx.model": True,
     "sonnx.onnx.exporter": True,
     "sonnx.opt": True,
+    "sonnx.runtime.input_specs": True,
     "sonnx.runtime.rep": True,
     "sonnx.serve.config": True,
     "sonnx.sonnx_model": True,
@@ -207,6 +208,9 @@ OFF_PAGE = {
     "sonnx.device.default_device_for_run",
     # DistOpt's wrapper of a torch.distributed call (a dead peer becomes a DistributedError)
     "sonnx.dist.run_collective",
+    # how prepare reads a graph input's declared type into an InputSpec
+    "sonnx.runtime.input_specs.declared_dims",
+    "sonnx.runtime.input_specs.input_spec",
     # the update step SONNXModel.train_one_batch shares with CausalLM and the walkthrough
     "sonnx.sonnx_model.apply_update",
     # the tensors an operator or a graph-mode trace makes, and their fast constructors

@@ -43,67 +43,11 @@ from sonnx.onnx.values import (
 from sonnx.runtime.array_runs import ArrayRuns, is_plain_array
 from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.runtime.imported_graph import GraphSource, ImportedGraph
+from sonnx.runtime.input_specs import InputSpec, declared_dims, input_spec
 from sonnx.runtime.program import GraphProgram, compile_graph
 from sonnx.runtime.run_paths import Path, choose_path, debugging, explain_run, report
 from sonnx.runtime.store import graph_digest
 from sonnx.tensor import Tensor, computed_tensor
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """A graph input's declared element type and shape (None or a name for a free dim):
-    :attr:`SingaRep.input_specs` lists one per input to feed.
-
-    :param name: the input's name in the graph.
-    :param dtype: its element type, a torch dtype (a map's value type; None: not declared).
-    :param shape: its dims: an int when fixed, None or a name when free (None: no shape).
-    :param kind: ONNX's type kind (``"tensor_type"``, ``"sequence_type"``, ``"map_type"``, ...).
-    """
-
-    name: str
-    dtype: Any
-    shape: tuple[int | str | None, ...] | None
-    kind: str = "tensor_type"
-
-    @cached_property
-    def _fixed_sizes(self) -> tuple[tuple[int, int], ...]:
-        """The declared sizes that are numbers, by dimension."""
-        return tuple((i, d) for i, d in enumerate(self.shape or ()) if isinstance(d, int))
-
-    @cached_property
-    def plain_array_dtype(self) -> np.dtype | None:
-        """The NumPy type of a plain numeric array this tensor input takes as it is (None:
-        not a tensor input of a NumPy-native number type)."""
-        if self.kind != "tensor_type" or self.dtype is None:
-            return None
-        found = dtypes.torch_to_numpy(self.dtype)
-        if found is None or found.kind not in "biufc" or found.type.__module__ != "numpy":
-            return None
-        return found
-
-    def admits(self, sizes: Sequence[int]) -> bool:
-        """Whether a tensor of ``sizes`` has the declared rank and fixed sizes.
-
-        :param sizes: a tensor's shape.
-        :returns: True when it fits the declared shape (always, with no shape declared).
-        """
-        if self.shape is None:
-            return True
-        if len(sizes) != len(self.shape):
-            return False
-        return all(sizes[i] == d for i, d in self._fixed_sizes)
-
-    def describe(self) -> str:
-        """The type in ONNX's words, as error messages and ``sonnx info`` print it.
-
-        :returns: e.g. ``"float32 (batch, 1, 28, 28)"``; ``?`` for an unnamed dim or no shape.
-        """
-        dims = (
-            "?"
-            if self.shape is None
-            else "(" + ", ".join("?" if d is None else str(d) for d in self.shape) + ")"
-        )
-        return f"{dtypes.dtype_name(self.dtype)} {dims}"
 
 
 @dataclass(repr=False)
@@ -503,7 +447,7 @@ def prepare(
     # Model-local functions run inlined; the export writes the original calls (GraphSource).
     graph = onnx.inliner.inline_local_functions(proto).graph if proto.functions else proto.graph
     initializer_names = {i.name for i in graph.initializer}
-    input_specs = [_input_spec(v) for v in graph.input if v.name not in initializer_names]
+    input_specs = [input_spec(v) for v in graph.input if v.name not in initializer_names]
     opsets = opset_versions(proto)
     program = compile_graph(graph, opsets, dev, [s.name for s in input_specs])
     weights = {
@@ -560,34 +504,6 @@ def _is_map_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
 
 
-def _dims(value: onnx.ValueInfoProto) -> tuple[int | str | None, ...] | None:
-    """A tensor value's declared dims (an int, a symbolic name, or None), or None if unknown."""
-    tt = value.type.tensor_type
-    if not tt.HasField("shape"):
-        return None
-    dims: list[int | str | None] = []
-    for d in tt.shape.dim:
-        if d.WhichOneof("value") == "dim_value" and d.dim_value > 0:
-            dims.append(d.dim_value)
-        else:
-            # A -1 or 0 dim_value (paddle2onnx writes -1) or a missing dim means any size, as
-            # in onnxruntime.
-            dims.append(d.dim_param or None)
-    return tuple(dims)
-
-
-def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
-    kind = value.type.WhichOneof("value")
-    if kind == "map_type":
-        values = value.type.map_type.value_type.tensor_type.elem_type
-        return InputSpec(value.name, dtypes.onnx_to_torch(values) if values else None, None, kind)
-    if kind != "tensor_type":
-        return InputSpec(value.name, None, None, kind or "tensor_type")
-    tt = value.type.tensor_type
-    dtype = dtypes.onnx_to_torch(tt.elem_type) if tt.elem_type else None
-    return InputSpec(value.name, dtype, _dims(value))
-
-
 def _inferred_shapes(model: onnx.ModelProto) -> dict[str, str]:
     """Output shapes by tensor name from ONNX shape inference, for :meth:`SingaRep.summary`."""
     try:
@@ -596,7 +512,7 @@ def _inferred_shapes(model: onnx.ModelProto) -> dict[str, str]:
         return {}
     shapes = {}
     for v in [*inferred.graph.value_info, *inferred.graph.output]:
-        dims = _dims(v) if v.type.WhichOneof("value") == "tensor_type" else None
+        dims = declared_dims(v) if v.type.WhichOneof("value") == "tensor_type" else None
         if dims is not None:
             shapes[v.name] = "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
     return shapes
