@@ -51,7 +51,14 @@ def _to_torch(data: Any, device: Device, dtype: torch.dtype | None) -> torch.Ten
     elif isinstance(data, (np.ndarray, np.generic)):
         t = dtypes.array_to_torch(np.asarray(data))
     else:
-        t = torch.as_tensor(data)
+        try:
+            t = torch.as_tensor(data)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise BadInputError(
+                f"Tensor data must be numbers (a NumPy array, a torch tensor or nested lists of "
+                f"numbers), received {type(data).__name__} that torch cannot read ({error}); "
+                "for strings pass a NumPy string array or dtype='string'"
+            ) from None
     if dtype is not None and t.dtype != dtype:
         t = t.to(dtype)
     if t.device != device.torch_device:
