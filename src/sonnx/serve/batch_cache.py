@@ -101,9 +101,8 @@ class SharedBatchBuffer:
         """Keep the rows marked in ``keep``: the rows in use become ``0 .. kept - 1``, each
         leaving row filled with a kept row from past that range. Returns which old row each
         row now holds."""
-        order = _kept_in_order(keep)
-        kept = len(order)
-        movers = [i for i in order if i >= kept]
+        kept = len(_kept_in_order(keep))
+        movers = [i for i in _kept_in_order(keep) if i >= kept]
         holes = [i for i in range(kept) if not keep[i]]
         for hole, mover in zip(holes, movers, strict=True):
             for buffer in self.keys + self.values:
