@@ -1,6 +1,7 @@
 """Batched prefills and decode steps give each request the tokens it gets alone, in every cache
 layout: optimum's concatenated past (left-padded in a batch) and GroupQueryAttention's
-(right-padded), with onnxruntime-genai's shared buffer or a growing past."""
+(right-padded), with onnxruntime-genai's shared buffer (one batch buffer written in place) or a
+growing past."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import queue
 
 import numpy as np
 import pytest
+import torch
 
 from sonnx.generation import load_decoder
+from sonnx.generation.decoder import Cache, Decoder
 from sonnx.generation.sampling import Sampling
+from sonnx.serve.batch_cache import Joining, SharedBatchBuffer
 from sonnx.serve.decode_scheduler import DecodeScheduler, GenerationRequest
 from sonnx.serve.errors import ModelUnavailableError
 from tests.genai_builds import build
@@ -35,27 +39,42 @@ def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     return model
 
 
-def run_all(model, requests: list[tuple[list[int], int, Sampling, int | None]]):
-    """Submit every request at once; their tokens and the sizes of the prefills and the
-    decode steps."""
+def run_all(
+    model,
+    requests: list[tuple[list[int], int, Sampling, int | None]],
+    waves: list[list[int]] | None = None,
+):
+    """Submit the requests, all at once or in ``waves`` (lists of indices, each submitted once
+    every request of the one before has its first token); their tokens and the sizes of the
+    prefills and the decode steps."""
     prefills: list[int] = []
     steps: list[int] = []
     scheduler = DecodeScheduler(
         model,
         on_step=lambda rows, s: steps.append(rows),
         on_prefill=lambda rows, s: prefills.append(rows),
-        gather_s=0.5,  # the submissions below are microseconds apart
+        gather_s=0.5 if waves is None else 0.0,  # all at once: microseconds apart
     )
     outputs = [queue.Queue() for _ in requests]
-    for (prompt, length, sampling, seed), out in zip(requests, outputs, strict=True):
-        scheduler.submit(GenerationRequest(prompt, length, sampling, seed, frozenset(), out.put))
-    tokens = []
-    for out in outputs:
-        got = []
-        while (event := out.get(timeout=60)) is not None:
-            assert not isinstance(event, BaseException), event
-            got.append(event)
-        tokens.append(got)
+    tokens: list[list[int]] = [[] for _ in requests]
+
+    def take(i: int) -> int | None:
+        event = outputs[i].get(timeout=60)
+        assert not isinstance(event, BaseException), event
+        if event is not None:
+            tokens[i].append(event)
+        return event
+
+    for wave in waves or [list(range(len(requests)))]:
+        for i in wave:
+            prompt, length, sampling, seed = requests[i]
+            request = GenerationRequest(prompt, length, sampling, seed, frozenset(), outputs[i].put)
+            scheduler.submit(request)
+        for i in wave:
+            take(i)
+    for i in range(len(requests)):
+        while take(i) is not None:
+            pass
     asyncio.run(scheduler.close())
     return tokens, prefills, steps
 
@@ -70,6 +89,20 @@ def test_eight_concurrent_requests_equal_each_alone_with_batched_prefill_and_ste
         np.testing.assert_array_equal(got, alone[len(prompt) :])
     assert prefills == [8]  # the eight prompts (lengths 2 to 7) in one left-padded pass
     assert max(steps) == 8 and sum(steps) == sum(LENGTHS) - len(LENGTHS)
+
+
+def test_requests_joining_and_leaving_at_different_times_equal_each_alone(model) -> None:
+    """Four waves, each submitted once the one before has its first tokens: sequences join a
+    running batch (with a shared buffer: into free rows, the buffer growing in rows and in
+    length) while others finish and leave (their rows filled from the end)."""
+    waves = [[1], [0, 2], [4, 5], [3, 6, 7]]  # the first sequence may reach 7 cache rows, later 17
+    requests = [(p, n, Sampling(), None) for p, n in zip(PROMPTS, LENGTHS, strict=True)]
+    tokens, prefills, steps = run_all(model, requests, waves)
+    for (prompt, length, _, _), got in zip(requests, tokens, strict=True):
+        alone = model.rep.generate(prompt, max_new_tokens=length, layout=model.layout)[0]
+        np.testing.assert_array_equal(got, alone[len(prompt) :])
+    assert sum(prefills) == 8 and len(prefills) >= len(waves)
+    assert sum(steps) == sum(LENGTHS) - len(LENGTHS) and len(set(steps)) > 2
 
 
 def test_seeded_sampling_in_a_batch_equals_it_alone(model) -> None:
@@ -113,3 +146,56 @@ def test_a_closed_scheduler_finishes_its_requests_and_refuses_new_ones(model) ->
     late = queue.Queue()
     scheduler.submit(GenerationRequest([1, 5], 2, Sampling(), None, frozenset(), late.put))
     assert isinstance(late.get(timeout=1), ModelUnavailableError)
+
+
+def test_a_shared_buffer_batch_steps_in_place_on_one_buffer() -> None:
+    """With genai's shared buffer, every decode step of a batch that nobody joins feeds views
+    of the same buffers (fewer rows as sequences finish) and the graph returns them as the
+    present: no step allocates or copies a cache."""
+    model = load_decoder(build("llama", "fp32"))
+    scheduler = DecodeScheduler(model, gather_s=0.5)
+    assert isinstance(scheduler.batch, SharedBatchBuffer)
+    decoder, fed = scheduler.decoder, []
+    step = decoder.step
+
+    def watched(ids, mask, positions, cache):
+        logits, present = step(ids, mask, positions, cache)
+        if mask.shape[1] > ids.shape[1]:  # a decode step (the prompts are 2 to 7 tokens)
+            pasts, presents = cache.keys + cache.values, present.keys + present.values
+            fed.append(([p.data_ptr() for p in pasts], [p.shape[0] for p in pasts]))
+            assert [p.data_ptr() for p in presents] == fed[-1][0]
+        return logits, present
+
+    decoder.step = watched
+    outputs = [queue.Queue() for _ in PROMPTS]
+    for prompt, length, out in zip(PROMPTS, LENGTHS, outputs, strict=True):
+        scheduler.submit(GenerationRequest(prompt, length, Sampling(), None, frozenset(), out.put))
+    for out in outputs:
+        while (event := out.get(timeout=60)) is not None:
+            assert not isinstance(event, BaseException), event
+    asyncio.run(scheduler.close())
+    assert len(fed) == max(LENGTHS) - 1
+    assert all(pointers == fed[0][0] for pointers, _ in fed)  # one buffer per layer throughout
+    assert len(set(fed[0][0])) == 2 * model.layout.layers
+    rows = [sizes[0] for _, sizes in fed]
+    assert rows[0] == 8 and rows[-1] == 3 and rows == sorted(rows, reverse=True)
+
+
+def test_leaving_rows_are_filled_from_the_end_of_the_shared_buffer() -> None:
+    model = load_decoder(build("llama", "fp32"))
+    batch = SharedBatchBuffer(Decoder(model.rep, model.layout), max_rows=4)
+    lay = model.layout
+
+    def cache(value: float, length: int) -> Cache:
+        rows = torch.full((1, lay.kv_heads, length, lay.head_size), value)
+        return Cache([rows] * lay.layers, [rows] * lay.layers)
+
+    batch.join([Joining(cache(1.0, 3), 3, 6)])
+    batch.join([Joining(cache(2.0, 2), 2, 9), Joining(cache(3.0, 4), 4, 5)])
+    assert batch.keys[0].shape[0] == 3 and batch.keys[0].shape[2] == 9  # grown to fit both
+    assert batch.retain([False, True, True]) == [2, 1]
+    kept = batch.cache()
+    assert kept.keys[0].shape[0] == 2 and batch.rows == 2
+    assert bool((kept.keys[1][0, :, :4] == 3.0).all())  # the last row moved to the first
+    assert bool((kept.values[0][1, :, :2] == 2.0).all())
+    assert batch.retain([False, False]) == [] and batch.keys == []  # memory given back

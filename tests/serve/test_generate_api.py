@@ -34,6 +34,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Concurrent requests' prompts arrive within this delay of each other: one prefill.
     (root / "llama" / "config.json").write_text(json.dumps({"max_queue_delay_ms": 300}))
     shutil.copytree(build("llama", "int4"), root / "genai" / "1")
+    (root / "genai" / "config.json").write_text(json.dumps({"max_queue_delay_ms": 300}))
     helpers.write_model(root, "identity", 1, helpers.identity_model())
     return root
 
@@ -83,19 +84,22 @@ def test_generate_and_stream_equal_rep_generate(port: int, repository: Path, nam
     assert "".join(e["text_output"] for e in streamed) == answer["text_output"]
 
 
-def test_eight_concurrent_requests_are_correct_and_batched(port: int, repository: Path) -> None:
-    model = load_decoder(repository / "llama" / "1")
+@pytest.mark.parametrize("name", ["llama", "genai"])  # genai's: one shared cache buffer
+def test_eight_concurrent_requests_are_correct_and_batched(
+    port: int, repository: Path, name: str
+) -> None:
+    model = load_decoder(repository / name / "1")
     prompts = [[1, 5 + i, 9, 3 * i + 4][: 2 + i % 3] for i in range(8)]  # 2 to 4 tokens
     expected = [model.generate(p, max_new_tokens=24)[0, len(p) :].tolist() for p in prompts]
     prefill = "sonnx_serve_prefill_batch_size"
-    prefills = helpers.metric(port, f"{prefill}_count", model="llama")
-    prompted = helpers.metric(port, f"{prefill}_sum", model="llama")
+    prefills = helpers.metric(port, f"{prefill}_count", model=name)
+    prompted = helpers.metric(port, f"{prefill}_sum", model=name)
 
     def ask(prompt: list[int]) -> list[int]:
         body = {"input_ids": prompt, "parameters": {"max_tokens": 24}}
-        status, data = post(port, "/v2/models/llama/generate_stream", body)
+        status, data = post(port, f"/v2/models/{name}/generate_stream", body)
         assert status == 200
-        return [e["output_ids"][0] for e in events(data)]
+        return [t for e in events(data) for t in e["output_ids"]]  # a last one: held-back text
 
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(ask, prompts)) == expected
@@ -105,11 +109,11 @@ def test_eight_concurrent_requests_are_correct_and_batched(port: int, repository
     def value(prefix: str) -> float:
         return sum(float(x.split()[-1]) for x in lines if x.startswith(prefix))
 
-    steps = value('sonnx_serve_decode_batch_size_count{model="llama"}')
-    rows = value('sonnx_serve_decode_batch_size_sum{model="llama"}')
+    steps = value(f'sonnx_serve_decode_batch_size_count{{model="{name}"}}')
+    rows = value(f'sonnx_serve_decode_batch_size_sum{{model="{name}"}}')
     assert rows > steps  # some steps ran several requests' sequences at once
-    assert value(f'{prefill}_sum{{model="llama"}}') - prompted == 8
-    assert value(f'{prefill}_count{{model="llama"}}') - prefills < 8  # prompts shared passes
+    assert value(f'{prefill}_sum{{model="{name}"}}') - prompted == 8
+    assert value(f'{prefill}_count{{model="{name}"}}') - prefills < 8  # prompts shared passes
 
 
 @pytest.mark.parametrize("route", ["generate", "generate_stream"])

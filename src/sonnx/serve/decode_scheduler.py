@@ -11,13 +11,10 @@ and go between steps, so a long generation never holds up a short one. Should a 
 prefill fail (a token id past the vocabulary), each of its prompts is run alone, so the error
 reaches the request that caused it only.
 
-The sequences of a step have caches of different lengths. Where the graph concatenates past
-and new rows (optimum's exports), each cache is padded with zero rows on the left to the
-longest, and the attention mask is 0 on the padding, so the rows are masked out as left
-padding is; afterwards each sequence keeps its own rows of the present. Where the graph takes
-padding on the right (GroupQueryAttention, whether or not its past is a shared buffer), each
-sequence's cache is padded on the right and the mask covers each sequence's own length: the
-graph reads a sequence's length from its mask, and rows past it are never attended to.
+The running sequences' caches are a :mod:`~sonnx.serve.batch_cache`: one buffer the graph
+writes in place where it shares past and present (onnxruntime-genai's GroupQueryAttention
+builds), so a decode step copies no cache; each sequence's own cache, padded and concatenated
+per step, otherwise. Row ``i`` of the batch cache is the ``i``-th running request.
 """
 
 from __future__ import annotations
@@ -33,6 +30,7 @@ import torch
 from sonnx.generation.decoder import Cache, Decoder
 from sonnx.generation.model_dir import DecoderModel
 from sonnx.generation.sampling import Sampling
+from sonnx.serve.batch_cache import Joining, batch_cache
 from sonnx.serve.errors import ModelUnavailableError
 
 #: What a request's queue receives: a token, ``None`` at the end, or the error that ended it.
@@ -56,7 +54,6 @@ class GenerationRequest:
 @dataclass
 class _Running:
     request: GenerationRequest
-    cache: Cache
     length: int  # rows of the cache in use
     last: int  # the token to feed next
     produced: int
@@ -81,6 +78,7 @@ class DecodeScheduler:
     ) -> None:
         self.decoder = Decoder(model.rep, model.layout)
         self.max_batch = max_batch
+        self.batch = batch_cache(self.decoder, max_batch)
         self.on_step = on_step
         self.on_prefill = on_prefill
         self.gather_s = gather_s
@@ -111,12 +109,25 @@ class DecodeScheduler:
         running: list[_Running] = []
         while (admitted := self._admit(len(running))) is not None:
             if admitted:
-                for started in self._prefill_each(admitted):
-                    if not self._advance(started):
-                        running.append(started)
-            running = [r for r in running if not r.request.cancelled.is_set()]
+                joining = [
+                    (started, cache)
+                    for started, cache in self._prefill_each(admitted)
+                    if not self._advance(started)
+                ]
+                if joining:
+                    self.batch.join([self._joining(r, cache) for r, cache in joining])
+                    running += [r for r, _ in joining]
+            running = self._retain(running, [not r.request.cancelled.is_set() for r in running])
             if running:
                 running = self._step(running)
+
+    def _retain(self, running: list[_Running], keep: list[bool]) -> list[_Running]:
+        """The running requests marked in ``keep``, in the order of their batch cache rows."""
+        return [running[i] for i in self.batch.retain(keep)]
+
+    @staticmethod
+    def _joining(r: _Running, cache: Cache) -> Joining:
+        return Joining(cache, r.length, len(r.request.prompt) + r.request.max_new_tokens)
 
     def _admit(self, busy: int) -> list[GenerationRequest] | None:
         """The waiting requests that join now, up to the free room (gathered for up to
@@ -137,7 +148,7 @@ class DecodeScheduler:
             admitted, self._waiting = self._waiting[:room], self._waiting[room:]
         return [r for r in admitted if not r.cancelled.is_set()]
 
-    def _prefill_each(self, requests: list[GenerationRequest]) -> list[_Running]:
+    def _prefill_each(self, requests: list[GenerationRequest]) -> list[tuple[_Running, Cache]]:
         """The requests' prompts prefilled as one batch; if that fails, each alone, so a
         request's failure ends that request only."""
         try:
@@ -148,7 +159,7 @@ class DecodeScheduler:
                 return []
         return [r for request in requests for r in self._prefill_each([request])]
 
-    def _prefill(self, requests: list[GenerationRequest]) -> list[_Running]:
+    def _prefill(self, requests: list[GenerationRequest]) -> list[tuple[_Running, Cache]]:
         """One pass over the prompts, left-padded to the longest: each request's first token
         and its own rows of the cache."""
         start = time.perf_counter()
@@ -161,16 +172,14 @@ class DecodeScheduler:
             mask[b, width - len(r.prompt) :] = 1
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        longest = max(r.max_new_tokens for r in requests)
-        cache = self.decoder.empty_cache(len(requests), width + longest)
+        # A shared buffer need only hold the prompts: their rows are copied into the batch's.
+        cache = self.decoder.empty_cache(len(requests), width)
         logits, present = self.decoder.step(ids, mask, positions, cache)
         started = []
         for b, r in enumerate(requests):
             size = len(r.prompt)
-            if not lay.right_padded:
-                rows = slice(width - size, None)
-            else:  # the decoder moved each prompt to the front; a shared buffer stays whole
-                rows = slice(None) if lay.share_buffer else slice(0, size)
+            # A right-padded graph has each prompt's rows at the front.
+            rows = slice(0, size) if lay.right_padded else slice(width - size, None)
             own = Cache(
                 [k[b : b + 1, :, rows] for k in present.keys],
                 [v[b : b + 1, :, rows] for v in present.values],
@@ -179,7 +188,7 @@ class DecodeScheduler:
             if r.sampling.do_sample and r.seed is not None:
                 generator = torch.Generator(device=device).manual_seed(r.seed)
             token = int(r.sampling.next_tokens(logits[b : b + 1], generator)[0])
-            started.append(_Running(r, own, size, token, 0, generator))
+            started.append((_Running(r, size, token, 0, generator), own))
         self.on_prefill(len(requests), time.perf_counter() - start)
         return started
 
@@ -195,73 +204,17 @@ class DecodeScheduler:
     def _step(self, running: list[_Running]) -> list[_Running]:
         """One decode step of every running sequence; those still running after it."""
         start = time.perf_counter()
-        device = self.decoder.device
-        ids = torch.tensor([[r.last] for r in running], device=device)
-        positions = torch.tensor([[r.length] for r in running], device=device)
+        ids = torch.tensor([[r.last] for r in running], device=self.decoder.device)
         try:
-            if self.decoder.layout.right_padded:
-                logits, present, rows = self._run_right_padded(running, ids, positions)
-            else:
-                logits, present, rows = self._run_left_padded(running, ids, positions)
+            logits = self.batch.step(ids, [r.length for r in running])
         except Exception as e:
             for r in running:
                 r.request.emit(e)
-            return []
-        still = []
+            return self._retain(running, [False] * len(running))
+        going = []
         for b, r in enumerate(running):
-            r.cache = Cache(
-                [k[b : b + 1, :, rows[b]] for k in present.keys],
-                [v[b : b + 1, :, rows[b]] for v in present.values],
-            )
             r.length += 1
             r.last = int(r.request.sampling.next_tokens(logits[b : b + 1], r.generator)[0])
-            if not self._advance(r):
-                still.append(r)
+            going.append(not self._advance(r))
         self.on_step(len(running), time.perf_counter() - start)
-        return still
-
-    def _run_left_padded(
-        self, running: list[_Running], ids: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, Cache, list[slice]]:
-        longest = max(r.length for r in running)
-        pads = [longest - r.length for r in running]
-        mask = torch.ones(len(running), longest + 1, dtype=torch.int64, device=ids.device)
-        for b, pad in enumerate(pads):
-            mask[b, :pad] = 0
-
-        def merged(caches: list[torch.Tensor]) -> torch.Tensor:
-            pairs = zip(caches, pads, strict=True)
-            return torch.cat([torch.nn.functional.pad(c, (0, 0, p, 0)) for c, p in pairs], 0)
-
-        layers = range(self.decoder.layout.layers)
-        cache = Cache(
-            [merged([r.cache.keys[i] for r in running]) for i in layers],
-            [merged([r.cache.values[i] for r in running]) for i in layers],
-        )
-        logits, present = self.decoder.step(ids, mask, positions, cache)
-        return logits, present, [slice(p, None) for p in pads]
-
-    def _run_right_padded(
-        self, running: list[_Running], ids: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, Cache, list[slice]]:
-        sizes = [r.cache.keys[0].shape[2] for r in running]
-        widest = max(sizes)
-        total = max(r.length for r in running) + 1
-        mask = torch.zeros(len(running), total, dtype=torch.int64, device=ids.device)
-        for b, r in enumerate(running):
-            mask[b, : r.length + 1] = 1
-
-        def merged(caches: list[torch.Tensor]) -> torch.Tensor:
-            return torch.cat(
-                [torch.nn.functional.pad(c, (0, 0, 0, widest - c.shape[2])) for c in caches], 0
-            )
-
-        layers = range(self.decoder.layout.layers)
-        cache = Cache(
-            [merged([r.cache.keys[i] for r in running]) for i in layers],
-            [merged([r.cache.values[i] for r in running]) for i in layers],
-        )
-        logits, present = self.decoder.step(ids, mask, positions, cache)
-        # A shared buffer keeps its size; a growing cache keeps its rows and the new one.
-        kept = [max(size, r.length + 1) for size, r in zip(sizes, running, strict=True)]
-        return logits, present, [slice(0, k) for k in kept]
+        return self._retain(running, going)
