@@ -34,7 +34,10 @@ def from_torch(t: torch.Tensor, requires_grad: bool = False) -> Tensor:
     :param t: the torch tensor; the sonnx tensor lives on its device.
     :param requires_grad: whether gradients may flow through it.
     :returns: the sonnx tensor.
+    :raises BadInputError: ``t`` is not a torch tensor.
     """
+    if not isinstance(t, torch.Tensor):
+        raise BadInputError(f"from_torch expects a torch tensor, received {type(t).__name__}")
     return Tensor(data=t, device=Device(t.device), requires_grad=requires_grad)
 
 
@@ -57,9 +60,12 @@ def to_host(t: Tensor) -> Tensor:
     """A copy of ``t`` on the CPU, with its name, outside the graph.
 
     :param t: the tensor.
-    :returns: the host tensor (``t`` itself is left where it is).
+    :returns: the host tensor, sharing no memory with ``t`` even when ``t`` is on the CPU
+        (``t`` itself is left where it is).
     """
-    return Tensor(data=t.data.detach().cpu(), requires_grad=False, name=t.name)
+    if isinstance(t.data, StringArray):
+        return t.clone()  # strings live on the host already
+    return Tensor(data=t.data.detach().to("cpu", copy=True), requires_grad=False, name=t.name)
 
 
 def zeros(shape: Sequence[int], dev: Device | None = None, dtype: Any = float32) -> Tensor:
@@ -81,9 +87,15 @@ def ones(shape: Sequence[int], dev: Device | None = None, dtype: Any = float32) 
     :param dev: its device (None: the default device).
     :param dtype: its element type.
     :returns: the tensor.
-    :raises BadInputError: a bad shape or an unknown dtype.
+    :raises BadInputError: a bad shape, an unknown dtype, or strings (which have no one).
     """
-    return zeros(shape, dev, dtype).set_value(1)
+    t = zeros(shape, dev, dtype)
+    if isinstance(t.data, StringArray):
+        raise BadInputError(
+            "ones: strings have no one, received dtype string; "
+            "zeros(shape, dtype='string') gives empty strings"
+        )
+    return t.set_value(1)
 
 
 def random(shape: Sequence[int], dev: Device | None = None) -> Tensor:
