@@ -72,7 +72,7 @@ def check_connected(outputs: Sequence[Tensor], inputs: Sequence[Tensor]) -> None
 _UNCHECKED_DOMAIN = "sonnx.unchecked"
 
 
-def _outside_onnx(op_type: str) -> bool:
+def outside_onnx(op_type: str) -> bool:
     """An operator sonnx runs in the default domain that onnx has no schema for (onnxruntime's
     SimplifiedLayerNormalization): written as it came, not held to a schema."""
     return not onnx.defs.has(op_type) and bool(REGISTRY.versions(op_type))
@@ -82,12 +82,13 @@ def check_nodes_exist(g: GraphBuilder, first: int, op: Operator) -> None:
     """The nodes ``op`` wrote into ``g`` (from node ``first`` on) exist at ``g``'s opset.
 
     :raises OpsetTooOldError: a node, or its string inputs, needs a newer opset (named).
-    :raises ExportError: a node is deprecated at that opset.
+    :raises ExportError: a node is deprecated at that opset, or reads strings that no opset
+        lets it take.
     """
     for node in g.nodes[first:]:
         if node.domain not in ("", "ai.onnx"):
             continue
-        if _outside_onnx(node.op_type):
+        if outside_onnx(node.op_type):
             continue
         try:
             schema = onnx.defs.get_schema(node.op_type, g.opset, "")
@@ -103,10 +104,16 @@ def check_nodes_exist(g: GraphBuilder, first: int, op: Operator) -> None:
                 f"{g.opset}"
             )
         if node.op_type == op.op_type and not _takes_strings(schema, op.inputs):
+            needed = _first_opset_taking_strings(op.op_type, g.opset, op.inputs)
+            if needed is None:
+                raise ExportError(
+                    f"to_onnx: {op.op_type} reads strings, which its ONNX schema allows at no "
+                    f"opset up to {onnx.defs.onnx_opset_version()}"
+                )
             raise OpsetTooOldError(
                 f"to_onnx: {op.op_type} reads strings, which its ONNX schema allows only from "
                 "a newer opset",
-                _first_opset_taking_strings(op.op_type, g.opset, op.inputs),
+                needed,
             )
 
 
@@ -125,20 +132,24 @@ def _takes_strings(schema: onnx.defs.OpSchema, inputs: Sequence[Tensor | None]) 
     return True
 
 
-def _first_opset_taking_strings(op_type: str, opset: int, inputs: Sequence[Tensor | None]) -> int:
+def _first_opset_taking_strings(
+    op_type: str, opset: int, inputs: Sequence[Tensor | None]
+) -> int | None:
+    """The first opset after ``opset`` whose schema of ``op_type`` takes these string inputs
+    (None: none up to the newest onnx knows)."""
     for version in range(opset + 1, onnx.defs.onnx_opset_version() + 1):
         if _takes_strings(onnx.defs.get_schema(op_type, version, ""), inputs):
             return version
-    return opset  # no opset takes them: the checker reports the type error
+    return None
 
 
 def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model as the ONNX checker can read it: the operators :func:`_outside_onnx` moved to
+    """The model as the ONNX checker can read it: the operators :func:`outside_onnx` moved to
     a domain of their own that the checker does not hold to schemas."""
     unknown = [
         i
         for i, node in enumerate(model.graph.node)
-        if node.domain in ("", "ai.onnx") and _outside_onnx(node.op_type)
+        if node.domain in ("", "ai.onnx") and outside_onnx(node.op_type)
     ]
     if not unknown:
         return model
@@ -151,9 +162,17 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _stub(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model without initializer data, for checking a model too large for protobuf."""
+    """The model without initializer data, for checking a model too large for protobuf.
+
+    The checker holds a tensor's data to its dims (a tensor of elements with no data is
+    rejected), so each emptied initializer gets the one shape that needs none, ``[0]``; it keeps
+    its name and element type, which is what the checker reads of it without shape inference.
+    """
     light = onnx.ModelProto()
     light.CopyFrom(model)
     for init in light.graph.initializer:
-        init.ClearField("raw_data")
+        if init.HasField("raw_data"):
+            init.ClearField("raw_data")
+            init.ClearField("dims")
+            init.dims.append(0)
     return light

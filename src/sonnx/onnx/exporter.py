@@ -27,6 +27,7 @@ from sonnx.onnx.export_checks import (
     check_connected,
     check_nodes_exist,
     check_with_onnx,
+    outside_onnx,
 )
 from sonnx.onnx.export_names import DynamicAxes, GraphNames
 from sonnx.onnx.float16 import to_float16
@@ -66,14 +67,16 @@ def needed_opset(graph: onnx.GraphProto, target: int) -> int:
     :func:`to_onnx` writes this one (not below :data:`OLDEST_EXPORT_OPSET`), so a model of old
     operators loads in older runtimes too.
 
-    :param graph: the graph to look at; nodes of other domains are skipped.
+    :param graph: the graph to look at; nodes of other domains, and the default-domain
+        operators onnx has no schema for (:func:`~sonnx.onnx.export_checks.outside_onnx`), are
+        skipped.
     :param target: the opset whose schemas the nodes follow.
     :returns: the opset version, at least 1.
     :raises onnx.defs.SchemaError: a default-domain node's operator has no schema at ``target``.
     """
     needed = 1
     for node in graph.node:
-        if node.domain in ("", "ai.onnx"):
+        if node.domain in ("", "ai.onnx") and not outside_onnx(node.op_type):
             needed = max(needed, onnx.defs.get_schema(node.op_type, target, "").since_version)
         for attr in node.attribute:
             for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
