@@ -43,15 +43,17 @@ def beam_search(
     max_new_tokens: int,
     ends: list[int],
     pad: int,
+    left_padded: bool = True,
 ) -> torch.Tensor:
-    """The best continuation of each prompt, (batch, new) with ``pad`` after shorter ones."""
+    """The best continuation of each prompt, (batch, new) with ``pad`` after shorter ones.
+    ``left_padded``: whether ``mask`` has padding (see :meth:`Decoder.step`)."""
     batch, prompt = ids.shape
     device = decoder.device
     beams = num_beams
     ids, mask = ids.repeat_interleave(beams, 0), mask.repeat_interleave(beams, 0)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = decoder.empty_cache(batch * beams, prompt + max_new_tokens)
-    logits, cache = decoder.step(ids, mask, positions, cache)
+    logits, cache = decoder.step(ids, mask, positions, cache, left_padded=left_padded)
     # Only the first beam of each prompt starts live, so the first step picks distinct tokens.
     scores = torch.full((batch, beams), -1e9, device=device)
     scores[:, 0] = 0
@@ -93,7 +95,9 @@ def beam_search(
         cache = cache.select(rows)
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
         positions = positions.index_select(0, rows)[:, -1:] + 1
-        logits, cache = decoder.step(new[:, None], mask, positions, cache)
+        logits, cache = decoder.step(
+            new[:, None], mask, positions, cache, left_padded=left_padded
+        )
     for b in range(batch):
         if not done[b]:
             for k in range(beams):
