@@ -19,6 +19,7 @@ from sonnx.generation.sampling import Sampling
 from sonnx.serve.batch_cache import Joining, SharedBatchBuffer
 from sonnx.serve.decode_scheduler import DecodeScheduler, GenerationRequest
 from sonnx.serve.errors import ModelUnavailableError
+from sonnx.testing.host_reads import count_host_reads, device_values
 from tests.genai_builds import build
 from tests.generation.optimum_models import export_optimum_style, tiny_llama
 
@@ -158,8 +159,8 @@ def test_a_shared_buffer_batch_steps_in_place_on_one_buffer() -> None:
     decoder, fed = scheduler.decoder, []
     step = decoder.step
 
-    def watched(ids, mask, positions, cache):
-        logits, present = step(ids, mask, positions, cache)
+    def watched(ids, mask, positions, cache, **options):
+        logits, present = step(ids, mask, positions, cache, **options)
         if mask.shape[1] > ids.shape[1]:  # a decode step (the prompts are 2 to 7 tokens)
             pasts, presents = cache.keys + cache.values, present.keys + present.values
             fed.append(([p.data_ptr() for p in pasts], [p.shape[0] for p in pasts]))
@@ -199,3 +200,29 @@ def test_leaving_rows_are_filled_from_the_end_of_the_shared_buffer() -> None:
     assert bool((kept.keys[1][0, :, :4] == 3.0).all())  # the last row moved to the first
     assert bool((kept.values[0][1, :, :2] == 2.0).all())
     assert batch.retain([False, False]) == [] and batch.keys == []  # memory given back
+
+
+def test_a_decode_step_reads_its_rows_tokens_back_in_one_read(model) -> None:
+    """Counted in the worker thread, with the weights standing in for device memory: a step
+    of three rows reads the chosen tokens once, not once a row. (The step's own value checks
+    read the token ids the host uploaded, which the CPU stand-in does not see as device
+    values.)"""
+    scheduler = DecodeScheduler(model, gather_s=0.5)
+    step, reads = scheduler._step, []
+    weights = device_values(model.rep, {})
+
+    def counted(running):
+        with count_host_reads(weights) as seen:
+            going = step(running)
+        reads.append((len(running), seen.count))
+        return going
+
+    scheduler._step = counted
+    outputs = [queue.Queue() for _ in range(3)]
+    for prompt, length, out in zip(PROMPTS[:3], LENGTHS[:3], outputs, strict=True):
+        scheduler.submit(GenerationRequest(prompt, length, Sampling(), None, frozenset(), out.put))
+    for out in outputs:
+        while (event := out.get(timeout=60)) is not None:
+            assert not isinstance(event, BaseException), event
+    asyncio.run(scheduler.close())
+    assert reads[0] == (3, 1) and all(count == 1 for _, count in reads)

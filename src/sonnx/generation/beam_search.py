@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from sonnx.engine.tracing import deferred_checks
 from sonnx.generation.decoder import Decoder
 
 
@@ -43,15 +44,17 @@ def beam_search(
     max_new_tokens: int,
     ends: list[int],
     pad: int,
+    left_padded: bool = True,
 ) -> torch.Tensor:
-    """The best continuation of each prompt, (batch, new) with ``pad`` after shorter ones."""
+    """The best continuation of each prompt, (batch, new) with ``pad`` after shorter ones.
+    ``left_padded``: whether ``mask`` has padding (see :meth:`Decoder.step`)."""
     batch, prompt = ids.shape
     device = decoder.device
     beams = num_beams
     ids, mask = ids.repeat_interleave(beams, 0), mask.repeat_interleave(beams, 0)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = decoder.empty_cache(batch * beams, prompt + max_new_tokens)
-    logits, cache = decoder.step(ids, mask, positions, cache)
+    logits, cache = decoder.step(ids, mask, positions, cache, left_padded=left_padded)
     # Only the first beam of each prompt starts live, so the first step picks distinct tokens.
     scores = torch.full((batch, beams), -1e9, device=device)
     scores[:, 0] = 0
@@ -59,45 +62,52 @@ def beam_search(
     found = [_Hypotheses(beams) for _ in range(batch)]
     done = [False] * batch
     end_set = set(ends)
-    for step in range(max_new_tokens):
-        logp = logits.log_softmax(-1)
-        vocab = logp.shape[-1]
-        total = (scores.reshape(-1, 1) + logp).reshape(batch, beams * vocab)
-        top_scores, top_index = torch.topk(total, 2 * beams, dim=1)
-        top_scores, top_index = top_scores.cpu().tolist(), top_index.cpu().tolist()
-        next_scores, next_rows, next_tokens = [], [], []
-        for b in range(batch):
-            chosen: list[tuple[float, int, int]] = []
-            for rank, (s, i) in enumerate(zip(top_scores[b], top_index[b], strict=True)):
-                row, token = b * beams + i // vocab, i % vocab
-                if token in end_set and not done[b]:
-                    if rank < beams:
-                        found[b].add(torch.cat([tokens[row], tokens.new_tensor([token])]), s)
-                    continue
-                chosen.append((s, row, token))
-                if len(chosen) == beams:
-                    break
-            if done[b] or found[b].done(chosen[0][0], step + 1):
-                done[b] = True
-                chosen = [(0.0, b * beams, pad)] * beams
-            for s, row, token in chosen:
-                next_scores.append(s)
-                next_rows.append(row)
-                next_tokens.append(token)
-        rows = torch.tensor(next_rows, device=device)
-        new = torch.tensor(next_tokens, device=device)
-        tokens = torch.cat([tokens.index_select(0, rows), new[:, None]], 1)
-        scores = torch.tensor(next_scores, device=device).reshape(batch, beams)
-        if all(done) or step == max_new_tokens - 1:
-            break
-        cache = cache.select(rows)
-        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
-        positions = positions.index_select(0, rows)[:, -1:] + 1
-        logits, cache = decoder.step(new[:, None], mask, positions, cache)
+    # The decode steps' value checks are read once, after the loop (their tokens are the
+    # model's own choices), as the greedy loop does.
+    with deferred_checks():
+        for step in range(max_new_tokens):
+            logp = logits.log_softmax(-1)
+            vocab = logp.shape[-1]
+            total = (scores.reshape(-1, 1) + logp).reshape(batch, beams * vocab)
+            top_scores, top_index = torch.topk(total, 2 * beams, dim=1)
+            # The step's one read: the host picks the beams. float64 holds both the float32
+            # scores and the indices exactly.
+            top_scores, top_index = torch.stack([top_scores.double(), top_index.double()]).tolist()
+            next_scores, next_rows, next_tokens = [], [], []
+            for b in range(batch):
+                chosen: list[tuple[float, int, int]] = []
+                for rank, (s, i) in enumerate(zip(top_scores[b], top_index[b], strict=True)):
+                    row, token = b * beams + int(i) // vocab, int(i) % vocab
+                    if token in end_set and not done[b]:
+                        if rank < beams:
+                            found[b].add(torch.cat([tokens[row], tokens.new_tensor([token])]), s)
+                        continue
+                    chosen.append((s, row, token))
+                    if len(chosen) == beams:
+                        break
+                if done[b] or found[b].done(chosen[0][0], step + 1):
+                    done[b] = True
+                    chosen = [(0.0, b * beams, pad)] * beams
+                for s, row, token in chosen:
+                    next_scores.append(s)
+                    next_rows.append(row)
+                    next_tokens.append(token)
+            rows = torch.tensor(next_rows, device=device)
+            new = torch.tensor(next_tokens, device=device)
+            tokens = torch.cat([tokens.index_select(0, rows), new[:, None]], 1)
+            scores = torch.tensor(next_scores, device=device).reshape(batch, beams)
+            if all(done) or step == max_new_tokens - 1:
+                break
+            cache = cache.select(rows)
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
+            positions = positions.index_select(0, rows)[:, -1:] + 1
+            logits, cache = decoder.step(
+                new[:, None], mask, positions, cache, left_padded=left_padded
+            )
     for b in range(batch):
         if not done[b]:
-            for k in range(beams):
-                found[b].add(tokens[b * beams + k], scores[b, k].item())
+            for k in range(beams):  # the last step's scores, as the host chose them
+                found[b].add(tokens[b * beams + k], next_scores[b * beams + k])
     best = [found[b].best() for b in range(batch)]
     width = max(t.shape[0] for t in best)
     out = torch.full((batch, width), pad, dtype=torch.int64, device=device)

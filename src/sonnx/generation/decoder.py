@@ -85,16 +85,25 @@ class Decoder:
         attention_mask: torch.Tensor,
         position_ids: torch.Tensor,
         cache: Cache,
+        *,
+        left_padded: bool = True,
     ) -> tuple[torch.Tensor, Cache]:
         """The float32 logits of each row's last position (batch, vocab) and the new cache.
 
         ``input_ids`` and ``position_ids`` are (batch, new tokens); ``attention_mask`` is
         (batch, past + new tokens), 0 on left padding. With a shared buffer
         (``layout.share_buffer``) the new rows are written into ``cache``'s tensors.
+
+        ``left_padded`` says whether the mask may have 0s before a row's tokens: the caller
+        knows it from how it built the mask (left padding is known when the prompts are, and
+        every decode step adds a column of 1s). False skips moving the tokens to the right for
+        a right-padded graph; True is always correct (moving a mask of 1s changes nothing),
+        only slower. The mask is never read back to find out: on a GPU that read would wait
+        for the device at every step.
         """
         lay = self.layout
         last = None
-        if lay.right_padded and not bool(attention_mask.all()):
+        if lay.right_padded and left_padded:
             input_ids, attention_mask, position_ids, last = _to_right_padding(
                 input_ids, attention_mask, position_ids
             )

@@ -7,18 +7,26 @@ does), so a padded row generates what it would alone. Sequences that reach an en
 filled with ``pad_token_id`` from then on; the loop stops when every sequence has ended or
 ``max_new_tokens`` were generated.
 
-Per step the only values that reach the host are the chosen tokens (for the streamer and the
-end-of-sequence test); the KV cache stays in the :class:`~sonnx.generation.decoder.Cache`.
+Host reads (on a GPU each waits for the device): the KV cache stays in the
+:class:`~sonnx.generation.decoder.Cache`, and whether the mask pads is known on the host from
+how the prompts were padded. A step's chosen tokens are read back once, and only when the host
+needs them: for the streamer and for the end-token test, which decides whether the loop goes
+on. With neither, no step reads anything and the host queues steps ahead of the device. Beyond
+that a call reads a mask handed in on the device (once), the prompt run's value checks (a bad
+token id in the prompt is reported at once), the decode steps' value checks once after the
+loop (their tokens are the model's own choices), and the result: at most ``new tokens + 4``
+reads in all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
+from sonnx.engine.tracing import deferred_checks
 from sonnx.errors import BadInputError
 from sonnx.generation.beam_search import beam_search
 from sonnx.generation.cache_layout import CacheLayout, detect_layout
@@ -86,23 +94,23 @@ def generate_tokens(
     ends = _end_ids(eos_token_id)
     pad = pad_token_id if pad_token_id is not None else (ends[0] if ends else 0)
     decoder = Decoder(rep, layout or detect_layout(rep))
-    ids, mask = prompt_batch(input_ids, attention_mask, pad, decoder.device)
+    prompts = prompt_batch(input_ids, attention_mask, pad, decoder.device)
     if num_beams > 1:
         if do_sample or streamer is not None:
             raise BadInputError(
                 f"generate: num_beams={num_beams} is beam search, which neither samples nor "
                 "streams; pass do_sample=False and no streamer"
             )
-        tokens = beam_search(decoder, ids, mask, num_beams, max_new_tokens, ends, pad)
+        ids, mask, padded = prompts
+        tokens = beam_search(decoder, ids, mask, num_beams, max_new_tokens, ends, pad, padded)
     else:
-        tokens = _decode(decoder, ids, mask, sampling, max_new_tokens, ends, pad, streamer, seed)
-    return torch.cat([ids, tokens], 1).cpu().numpy()
+        tokens = _decode(decoder, prompts, sampling, max_new_tokens, ends, pad, streamer, seed)
+    return torch.cat([prompts.ids, tokens], 1).cpu().numpy()
 
 
 def _decode(
     decoder: Decoder,
-    ids: torch.Tensor,
-    mask: torch.Tensor,
+    prompts: PromptBatch,
     sampling: Sampling,
     max_new_tokens: int,
     ends: list[int],
@@ -116,32 +124,54 @@ def _decode(
     if sampling.do_sample and seed is not None:
         generator = torch.Generator(device=device).manual_seed(seed)
     end_ids = torch.tensor(ends, device=device)
+    mask, padded = prompts.mask, prompts.left_padded
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = decoder.empty_cache(ids.shape[0], ids.shape[1] + max_new_tokens)
-    logits, cache = decoder.step(ids, mask, positions, cache)
-    ended = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
+    batch = prompts.ids.shape[0]
+    cache = decoder.empty_cache(batch, prompts.ids.shape[1] + max_new_tokens)
+    logits, cache = decoder.step(prompts.ids, mask, positions, cache, left_padded=padded)
+    ended = torch.zeros(batch, dtype=torch.bool, device=device)
+    ended_here = np.zeros(batch, dtype=bool)  # the same, known on the host
+    watched = streamer is not None or bool(ends)
     chosen: list[torch.Tensor] = []
-    for i in range(max_new_tokens):
-        token = sampling.next_tokens(logits, generator)
-        if ends:
-            token = torch.where(ended, pad, token)
-            ended |= torch.isin(token, end_ids)
-        chosen.append(token)
-        if streamer is not None:
-            streamer(token.cpu().numpy())
-        if i == max_new_tokens - 1 or (ends and bool(ended.all())):
-            break
-        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
-        positions = positions[:, -1:] + 1
-        logits, cache = decoder.step(token[:, None], mask, positions, cache)
+    # The decode steps' value checks are read once, after the loop (see the module docstring).
+    with deferred_checks():
+        for i in range(max_new_tokens):
+            token = sampling.next_tokens(logits, generator)
+            if ends:
+                token = torch.where(ended, pad, token)
+                ended |= torch.isin(token, end_ids)
+            chosen.append(token)
+            if watched:
+                # The step's one read, inherent: the host streams the tokens and sees from
+                # them whether every sequence has ended.
+                host = token.cpu().numpy()
+                if streamer is not None:
+                    streamer(host)
+                ended_here |= np.isin(host, ends)
+            if i == max_new_tokens - 1 or (ends and ended_here.all()):
+                break
+            mask = torch.cat([mask, mask.new_ones(batch, 1)], 1)
+            positions = positions[:, -1:] + 1
+            logits, cache = decoder.step(token[:, None], mask, positions, cache, left_padded=padded)
     return torch.stack(chosen, 1)
+
+
+class PromptBatch(NamedTuple):
+    """The prompts of a call as the decode loop takes them."""
+
+    #: (batch, length) int64 token ids on the decoder's device, left-padded.
+    ids: torch.Tensor
+    #: Their (batch, length) int64 attention mask on the device, 0 on the padding.
+    mask: torch.Tensor
+    #: Whether any row is padded, known on the host (never read back from the device).
+    left_padded: bool
 
 
 def prompt_batch(
     input_ids: Any, attention_mask: Any, pad: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> PromptBatch:
     """``input_ids`` and its attention mask as (batch, length) int64 tensors on ``device``,
-    prompts of different lengths left-padded with ``pad``."""
+    prompts of different lengths left-padded with ``pad``, and whether any row is padded."""
     if isinstance(input_ids, (list, tuple)) and input_ids and not np.isscalar(input_ids[0]):
         rows = [np.asarray(r, dtype=np.int64).reshape(-1) for r in input_ids]
         if attention_mask is None and len({len(r) for r in rows}) > 1:
@@ -151,7 +181,8 @@ def prompt_batch(
             for b, r in enumerate(rows):
                 ids[b, width - len(r) :] = r
                 mask[b, width - len(r) :] = 1
-            return torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
+            on_device = torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
+            return PromptBatch(*on_device, left_padded=True)
         input_ids = np.stack(rows)
     ids = torch.as_tensor(np.asarray(input_ids) if not torch.is_tensor(input_ids) else input_ids)
     if ids.dim() == 1:
@@ -163,10 +194,10 @@ def prompt_batch(
         )
     ids = ids.to(device=device, dtype=torch.int64)
     if attention_mask is None:
-        return ids, torch.ones_like(ids)
+        return PromptBatch(ids, torch.ones_like(ids), left_padded=False)
     mask = torch.as_tensor(
         np.asarray(attention_mask) if not torch.is_tensor(attention_mask) else attention_mask
-    ).to(device=device, dtype=torch.int64)
+    )
     if mask.dim() == 1:
         mask = mask[None]
     if mask.shape != ids.shape:
@@ -174,12 +205,16 @@ def prompt_batch(
             f"generate: attention_mask must have input_ids' shape {tuple(ids.shape)}, "
             f"received {tuple(mask.shape)}"
         )
-    if bool((mask[:, -1] == 0).any()):
+    # The mask's padding is checked and noted on the host: one read if it was handed in on a
+    # device, none from then on.
+    here = mask.cpu().numpy()
+    if (here[:, -1] == 0).any():
         raise BadInputError(
             "generate: pad prompts on the left (attention_mask 0 before the tokens); a row's "
             "last position is padding"
         )
-    return ids, mask
+    padded = bool((here == 0).any())
+    return PromptBatch(ids, mask.to(device=device, dtype=torch.int64), left_padded=padded)
 
 
 def _end_ids(eos_token_id: int | Sequence[int] | None) -> list[int]:

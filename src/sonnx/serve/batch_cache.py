@@ -121,7 +121,7 @@ class SharedBatchBuffer:
         new keys and values into the buffers."""
         mask = _right_padded_mask(lengths, ids.device)
         positions = torch.tensor(lengths, device=ids.device).reshape(-1, 1)
-        logits, _ = self.decoder.step(ids, mask, positions, self.cache())
+        logits, _ = self.decoder.step(ids, mask, positions, self.cache(), left_padded=False)
         return logits
 
     def _make_room(self, rows: int, capacity: int) -> None:

@@ -175,6 +175,8 @@ class DecodeScheduler:
         # A shared buffer need only hold the prompts: their rows are copied into the batch's.
         cache = self.decoder.empty_cache(len(requests), width)
         logits, present = self.decoder.step(ids, mask, positions, cache)
+        generators = [self._generator(r) for r in requests]
+        firsts = self._choose(logits, [r.sampling for r in requests], generators)
         started = []
         for b, r in enumerate(requests):
             size = len(r.prompt)
@@ -184,13 +186,27 @@ class DecodeScheduler:
                 [k[b : b + 1, :, rows] for k in present.keys],
                 [v[b : b + 1, :, rows] for v in present.values],
             )
-            generator = None
-            if r.sampling.do_sample and r.seed is not None:
-                generator = torch.Generator(device=device).manual_seed(r.seed)
-            token = int(r.sampling.next_tokens(logits[b : b + 1], generator)[0])
-            started.append((_Running(r, size, token, 0, generator), own))
+            started.append((_Running(r, size, firsts[b], 0, generators[b]), own))
         self.on_prefill(len(requests), time.perf_counter() - start)
         return started
+
+    def _generator(self, r: GenerationRequest) -> torch.Generator | None:
+        if r.sampling.do_sample and r.seed is not None:
+            return torch.Generator(device=self.decoder.device).manual_seed(r.seed)
+        return None
+
+    @staticmethod
+    def _choose(
+        logits: torch.Tensor,
+        samplings: list[Sampling],
+        generators: list[torch.Generator | None],
+    ) -> list[int]:
+        """Each row's next token, by its own request's settings. The tokens reach the host in
+        one read (the host hands them on and checks them for end tokens): on a GPU each read
+        waits for the device."""
+        rows = zip(samplings, generators, strict=True)
+        chosen = [s.next_tokens(logits[b : b + 1], g) for b, (s, g) in enumerate(rows)]
+        return torch.cat(chosen).tolist()
 
     def _advance(self, r: _Running) -> bool:
         """Hand ``r``'s newest token on; whether ``r`` has finished."""
@@ -211,10 +227,13 @@ class DecodeScheduler:
             for r in running:
                 r.request.emit(e)
             return self._retain(running, [False] * len(running))
+        chosen = self._choose(
+            logits, [r.request.sampling for r in running], [r.generator for r in running]
+        )
         going = []
-        for b, r in enumerate(running):
+        for r, token in zip(running, chosen, strict=True):
             r.length += 1
-            r.last = int(r.request.sampling.next_tokens(logits[b : b + 1], r.generator)[0])
+            r.last = token
             going.append(not self._advance(r))
         self.on_step(len(running), time.perf_counter() - start)
         return self._retain(running, going)
