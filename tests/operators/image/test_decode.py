@@ -13,6 +13,9 @@ from sonnx import autograd as ag
 from sonnx.errors import BadInputError
 from sonnx.tensor import Tensor
 
+# A decoded image reaches torch as a writable array: torch warns on a read-only one.
+pytestmark = pytest.mark.filterwarnings("error::UserWarning")
+
 PIXELS = np.random.default_rng(0).integers(0, 256, (5, 7, 3)).astype(np.uint8)
 
 

@@ -43,7 +43,7 @@ class ImageDecoder(Operator):
                 f"file), received {dtype_name(encoded.dtype)} with shape {tuple(encoded.shape)}"
             )
         image = _open(encoded.detach().cpu().numpy().tobytes()).convert(_MODES[pixel_format])
-        pixels = np.asarray(image)
+        pixels = np.array(image)  # a writable copy: torch warns on a read-only array
         if pixel_format == "BGR":
             pixels = pixels[:, :, ::-1]
         elif pixel_format == "Grayscale":
