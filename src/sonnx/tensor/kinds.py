@@ -96,14 +96,7 @@ class StringTensor(Tensor):
 
 def string_tensor(data: StringArray, creator: Operator | None = None, index: int = 0) -> Tensor:
     """An operator's string output: ``data`` wrapped, with its creator recorded."""
-    out = object.__new__(StringTensor)
-    out.data = data
-    out.creator = creator
-    out.output_index = index
-    out.name = None
-    out._requires_grad = False
-    out._stores_grad = False
-    return out
+    return _output(StringTensor, data, creator, index)
 
 
 class SymbolicTensor(Tensor):
@@ -113,7 +106,13 @@ class SymbolicTensor(Tensor):
 
 def symbolic_tensor(data: SymbolicInts, creator: Operator | None = None, index: int = 0) -> Tensor:
     """An operator's symbolic shape value: ``data`` wrapped, with its creator recorded."""
-    out = object.__new__(SymbolicTensor)
+    return _output(SymbolicTensor, data, creator, index)
+
+
+def _output(kind: type[Tensor], data: Any, creator: Operator | None, index: int) -> Tensor:
+    """Output ``index`` of ``creator`` holding ``data``, made the fast way (no checks or
+    conversions): string and symbolic values carry no gradient."""
+    out = object.__new__(kind)
     out.data = data
     out.creator = creator
     out.output_index = index
