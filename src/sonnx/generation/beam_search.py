@@ -36,6 +36,24 @@ class _Hypotheses:
         return self.kept[0][1]
 
 
+
+def beam_search_conflict(num_beams: int, do_sample: bool, streams: bool) -> str | None:
+    """Why a request for ``num_beams`` cannot run as asked (None: it can): beam search neither
+    samples nor streams its tokens (they are known only when the search ends).
+
+    :param num_beams: the beams asked for; 1 is no beam search.
+    :param do_sample: whether sampling was asked for too.
+    :param streams: whether a streamer was given.
+    :returns: the message for the caller's typed error, or None.
+    """
+    if num_beams <= 1 or not (do_sample or streams):
+        return None
+    asked = " and ".join(w for w, on in (("do_sample", do_sample), ("the streamer", streams)) if on)
+    return (
+        f"generate: num_beams={num_beams} is beam search, which does not sample or stream; "
+        f"drop {asked}"
+    )
+
 def beam_search(
     decoder: Decoder,
     ids: torch.Tensor,

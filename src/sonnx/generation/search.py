@@ -28,7 +28,7 @@ import torch
 
 from sonnx.engine.tracing import deferred_checks
 from sonnx.errors import BadInputError
-from sonnx.generation.beam_search import beam_search
+from sonnx.generation.beam_search import beam_search, beam_search_conflict
 from sonnx.generation.cache_layout import CacheLayout, detect_layout
 from sonnx.generation.decoder import Decoder
 from sonnx.generation.sampling import Sampling
@@ -96,11 +96,9 @@ def generate_tokens(
     decoder = Decoder(rep, layout or detect_layout(rep))
     prompts = prompt_batch(input_ids, attention_mask, pad, decoder.device)
     if num_beams > 1:
-        if do_sample or streamer is not None:
-            raise BadInputError(
-                f"generate: num_beams={num_beams} is beam search, which neither samples nor "
-                "streams; pass do_sample=False and no streamer"
-            )
+        conflict = beam_search_conflict(num_beams, do_sample, streamer is not None)
+        if conflict is not None:
+            raise BadInputError(conflict)
         ids, mask, padded = prompts
         tokens = beam_search(decoder, ids, mask, num_beams, max_new_tokens, ends, pad, padded)
     else:

@@ -41,6 +41,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from sonnx.errors import SonnxError
+from sonnx.generation.beam_search import beam_search_conflict
 from sonnx.generation.model_dir import DecoderModel, decoder_file, load_decoder
 from sonnx.generation.sampling import Sampling
 from sonnx.generation.text import TextStreamer
@@ -286,11 +287,9 @@ def _request(
     beams = parameters.get("num_beams", 1)
     if not isinstance(beams, int) or beams < 1:
         raise InvalidRequestError(f"generate: num_beams must be an int >= 1, received {beams!r}")
-    if beams > 1 and sampling.do_sample:
-        raise InvalidRequestError(
-            f"generate: num_beams={beams} is beam search, which does not sample; "
-            "leave do_sample false"
-        )
+    conflict = beam_search_conflict(beams, sampling.do_sample, streams=False)
+    if conflict is not None:
+        raise InvalidRequestError(conflict)
     ends = parameters.get("eos_token_id", model.eos_token_id)
     ends = [] if ends is None else [ends] if isinstance(ends, int) else ends
     request = GenerationRequest(
