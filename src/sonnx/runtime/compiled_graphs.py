@@ -122,13 +122,22 @@ def _weight_passes(graph: torch.fx.Graph) -> None:
     keep_linears_plain(graph)
 
 
-def load_library(library: Path, device: torch.device) -> Callable[..., list[torch.Tensor]]:
-    """A callable running the compiled library ``library`` on ``device``'s tensors."""
+def load_library(
+    library: Path, device: torch.device, weights: Sequence[torch.Tensor] = ()
+) -> Callable[..., list[torch.Tensor]]:
+    """A callable running the compiled library ``library`` on ``device``'s tensors.
+
+    ``weights`` are the model's own tensors: on the CPU, the library's constants equal to one
+    of them are switched to it (:func:`_share_weights`), so a loaded graph holds no second copy
+    of the model's weights.
+    """
     aoti = torch._C._aoti
     if device.type == "cpu":
         runner = aoti.AOTIModelContainerRunnerCpu(str(library), 1)
+        kept = _share_weights(runner, weights) if weights else {}
     elif device.type == "cuda":
         runner = aoti.AOTIModelContainerRunnerCuda(str(library), 1, str(device))
+        kept = {}
     else:
         raise NotImplementedError(f"graph mode cannot load a compiled graph on {device}")
 
@@ -140,4 +149,51 @@ def load_library(library: Path, device: torch.device) -> Callable[..., list[torc
         torch.get_num_threads()
         return runner.run(list(inputs))
 
+    run.constants = kept  # type: ignore[attr-defined]  # the tensors the runner reads
     return run
+
+
+def _share_weights(runner: Any, weights: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Point ``runner``'s constants at the equal tensors among ``weights``, and free its own
+    copy of them; returns the constants it now reads.
+
+    A library holds its frozen weights in one block it copies out of the ``.so`` when loaded:
+    a second copy of weights the model already holds (for an LLM, one more copy of the model
+    per compiled graph). Each constant byte-equal to a model tensor (the same dtype, shape and
+    strides) is handed to the runner as that tensor, which the runner reads without copying;
+    the others (constants inductor computed: folded or re-laid-out weights) are copied out of
+    the block, and then the whole block is freed. A library holding oneDNN's packed
+    convolution weights (opaque tensors, which cannot be copied out) keeps its block. A weight changed in place afterwards bumps
+    its version, and graph mode then runs another graph, as it does for frozen copies.
+    """
+    constants = runner.extract_constants_map(False)
+    if any(c.layout != torch.strided for c in constants.values()):
+        return {}  # oneDNN's packed weights (opaque tensors) stay in the library's block
+    candidates: dict[tuple[Any, ...], list[torch.Tensor]] = {}
+    for w in weights:
+        if isinstance(w, torch.Tensor) and w.device.type == "cpu" and w.is_contiguous():
+            candidates.setdefault(_fingerprint(w), []).append(w)
+    shared = 0
+    reads: dict[str, torch.Tensor] = {}
+    for name, constant in constants.items():
+        same = None
+        if constant.is_contiguous():
+            equal = (w for w in candidates.get(_fingerprint(constant), ()) if w.equal(constant))
+            same = next(equal, None)
+        shared += same is not None
+        reads[name] = same.detach() if same is not None else constant.clone()
+    if not shared:
+        return {}
+    runner.update_constant_buffer(reads, True, True, True)
+    runner.swap_constant_buffer()
+    runner.free_inactive_constant_buffer()
+    return reads
+
+
+def _fingerprint(t: torch.Tensor) -> tuple[Any, ...]:
+    """What tells contiguous tensors apart without reading them whole: dtype, shape, strides
+    and up to 192 of their bytes (the first, middle and last 64)."""
+    raw = t.detach().reshape(-1).view(torch.uint8)
+    n = raw.numel()
+    sample = torch.cat([raw[:64], raw[n // 2 : n // 2 + 64], raw[-64:]])
+    return (t.dtype, tuple(t.shape), t.stride(), bytes(sample.numpy()))

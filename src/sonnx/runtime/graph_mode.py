@@ -373,7 +373,7 @@ class GraphRunner:
             return entry
         try:
             stored = self._store_key(segment, key)
-            entry = self.store.find(stored, traced, versions, self._device)
+            entry = self.store.find(stored, traced, versions, self._device, self._weights())
             if entry is None:
                 entry = self._compile(segment, args, baked, versions, stored)
         except NotTraceableError as e:
@@ -425,6 +425,16 @@ class GraphRunner:
         """Each constant's identity, then each one's version counter."""
         datas = list(map(_DATA, self.constants.values()))
         return (*map(id, datas), *map(_VERSION, datas))
+
+    def _weights(self) -> list[torch.Tensor]:
+        """The tensors a graph loaded now reads instead of its own copies of them: the
+        constants, and what the graphs loaded before read (two graphs of one model, as a
+        prompt's and a decode step's, fold the same weights alike: a dequantized 4-bit
+        weight is then held once)."""
+        held = [d for d in map(_DATA, self.constants.values()) if isinstance(d, torch.Tensor)]
+        for graph in self._graphs():
+            held += getattr(graph.run, "constants", {}).values()
+        return held
 
     @property
     def _device(self) -> torch.device:
@@ -545,7 +555,7 @@ class GraphRunner:
                 return compile_static(pure, params, xs, library)
 
         keep = versions == self._loaded_versions
-        return self.store.compile(stored, build, versions, self._device, keep)
+        return self.store.compile(stored, build, versions, self._device, keep, self._weights())
 
 
 def _reason(error: Exception) -> str:

@@ -148,8 +148,10 @@ class GraphStore:
         inputs: Sequence[torch.Tensor],
         versions: tuple[Any, ...],
         device: torch.device,
+        weights: Sequence[torch.Tensor] = (),
     ) -> CompiledGraph | None:
-        """A stored graph for ``key`` whose guards admit ``inputs``, loaded; or None."""
+        """A stored graph for ``key`` whose guards admit ``inputs``, loaded (sharing
+        ``weights``: see :func:`~sonnx.runtime.compiled_graphs.load_library`); or None."""
         if self.root is None:
             return None
         folder = self.root / "graphs" / key
@@ -159,7 +161,7 @@ class GraphStore:
             try:
                 guards = (entry / _GUARDS).read_text(encoding="utf-8")
                 if admits(guards, inputs):
-                    run = load_library(entry / _LIBRARY, device)
+                    run = load_library(entry / _LIBRARY, device, weights)
                     return CompiledGraph(versions, guards, run, True, entry / _LIBRARY)
             except Exception as e:  # an unreadable entry is skipped: the graph compiles again
                 warnings.warn(
@@ -174,6 +176,7 @@ class GraphStore:
         versions: tuple[Any, ...],
         device: torch.device,
         keep: bool = True,
+        weights: Sequence[torch.Tensor] = (),
     ) -> CompiledGraph:
         """``build(library)`` compiles a graph into the file ``library`` and returns its
         guards; the graph is stored under ``key`` (unless not to ``keep``) and returned
@@ -203,14 +206,16 @@ class GraphStore:
                     shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
             (scratch / _GUARDS).write_text(guards, encoding="utf-8")
             if root is None:
-                return CompiledGraph(versions, guards, load_library(scratch / _LIBRARY, device))
+                run = load_library(scratch / _LIBRARY, device, weights)
+                return CompiledGraph(versions, guards, run)
             entry = root / "graphs" / key / uuid.uuid4().hex
             entry.parent.mkdir(exist_ok=True)
             scratch.rename(entry)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         library = entry / _LIBRARY
-        return CompiledGraph(versions, guards, load_library(library, device), library=library)
+        run = load_library(library, device, weights)
+        return CompiledGraph(versions, guards, run, library=library)
 
     def usage(self) -> tuple[int, int]:
         """How many compiled graphs are stored, and their bytes on disk."""
