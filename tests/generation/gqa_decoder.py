@@ -1,7 +1,7 @@
 """A one-layer GroupQueryAttention decoder written with onnx.helper, in onnxruntime-genai's
 layout (its input and output names, its attention-mask subgraph, a shared past/present
 buffer), for tests that must run where onnxruntime-genai's builder is not installed (the GPU
-machines). Random weights from a fixed seed."""
+machines), and the genai_config.json of such layouts. Random weights from a fixed seed."""
 
 from __future__ import annotations
 
@@ -12,28 +12,36 @@ from onnx import TensorProto, helper, numpy_helper
 VOCAB, HIDDEN, HEADS, KV_HEADS, HEAD_SIZE, MAX_POSITIONS = 48, 32, 4, 2, 16, 64
 PAST = ("past_key_values.0.key", "past_key_values.0.value")
 
-#: The genai_config.json of the model: the layout :func:`sonnx.generation.detect_layout` reads.
-GENAI_CONFIG = {
-    "model": {
-        "decoder": {
-            "inputs": {
-                "input_ids": "input_ids",
-                "attention_mask": "attention_mask",
-                "past_key_names": "past_key_values.%d.key",
-                "past_value_names": "past_key_values.%d.value",
-            },
-            "outputs": {
-                "logits": "logits",
-                "present_key_names": "present.%d.key",
-                "present_value_names": "present.%d.value",
-            },
-            "num_hidden_layers": 1,
-            "num_key_value_heads": KV_HEADS,
-            "head_size": HEAD_SIZE,
-        }
-    },
-    "search": {"past_present_share_buffer": True},
-}
+
+def genai_config(layers: int, share_buffer: bool) -> dict:
+    """The parts of onnxruntime-genai's config a cache layout reads (as its builder writes
+    them), for ``layers`` layers of :data:`KV_HEADS` heads of :data:`HEAD_SIZE`."""
+    return {
+        "model": {
+            "decoder": {
+                "num_hidden_layers": layers,
+                "num_key_value_heads": KV_HEADS,
+                "head_size": HEAD_SIZE,
+                "inputs": {
+                    "input_ids": "input_ids",
+                    "attention_mask": "attention_mask",
+                    "position_ids": "position_ids",
+                    "past_key_names": "past_key_values.%d.key",
+                    "past_value_names": "past_key_values.%d.value",
+                },
+                "outputs": {
+                    "logits": "logits",
+                    "present_key_names": "present.%d.key",
+                    "present_value_names": "present.%d.value",
+                },
+            }
+        },
+        "search": {"past_present_share_buffer": share_buffer},
+    }
+
+
+#: The config of :func:`gqa_decoder`'s model (it takes no position_ids: the layout drops them).
+GENAI_CONFIG = genai_config(layers=1, share_buffer=True)
 
 
 def gqa_decoder(seed: int = 0) -> onnx.ModelProto:
