@@ -10,32 +10,7 @@ import torch
 
 from sonnx.errors import BadModelError
 from sonnx.generation.cache_layout import detect_layout, read_genai_config
-
-
-def genai_config(layers: int = 2) -> dict:
-    """The parts of onnxruntime-genai's config the layout reads (as its builder writes them)."""
-    return {
-        "model": {
-            "decoder": {
-                "num_hidden_layers": layers,
-                "num_key_value_heads": 2,
-                "head_size": 16,
-                "inputs": {
-                    "input_ids": "input_ids",
-                    "attention_mask": "attention_mask",
-                    "position_ids": "position_ids",
-                    "past_key_names": "past_key_values.%d.key",
-                    "past_value_names": "past_key_values.%d.value",
-                },
-                "outputs": {
-                    "logits": "logits",
-                    "present_key_names": "present.%d.key",
-                    "present_value_names": "present.%d.value",
-                },
-            }
-        },
-        "search": {"past_present_share_buffer": False},
-    }
+from tests.generation.gqa_decoder import genai_config
 
 
 def test_optimum_names_give_the_layout(llama_rep) -> None:
@@ -49,12 +24,13 @@ def test_optimum_names_give_the_layout(llama_rep) -> None:
 
 
 def test_a_genai_config_names_the_same_tensors(llama_rep, tmp_path: Path) -> None:
-    (tmp_path / "genai_config.json").write_text(json.dumps(genai_config()))
+    config = genai_config(layers=2, share_buffer=False)
+    (tmp_path / "genai_config.json").write_text(json.dumps(config))
     assert detect_layout(llama_rep, read_genai_config(tmp_path)) == detect_layout(llama_rep)
 
 
 def test_a_config_naming_missing_inputs_is_refused(llama_rep) -> None:
-    config = genai_config()
+    config = genai_config(layers=2, share_buffer=False)
     config["model"]["decoder"]["inputs"]["past_key_names"] = "past.%d.k"
     with pytest.raises(BadModelError, match=r"past\.0\.k"):
         detect_layout(llama_rep, config)

@@ -1,6 +1,7 @@
 """CUDA-graph capture (sonnx.runtime.cuda_graphs) where it can be checked without a GPU: what
-capture refuses, and how a captured run checks its feeds. Capture and replay themselves are
-in tests/test_cuda.py (marked cuda)."""
+capture refuses, how a captured run checks its feeds, and the held inputs it reads and writes
+in place. Capture and replay themselves are in tests/test_cuda.py and, for a decode step,
+tests/generation/test_decode_steps.py (marked cuda)."""
 
 from __future__ import annotations
 
@@ -72,3 +73,40 @@ def test_a_captured_run_rejects_feeds_unlike_the_captured_ones(feeds, message) -
     with pytest.raises(BadInputError, match=message):
         run.run(feeds)
     assert run.replays == 0
+
+
+class _Accumulates:
+    """Stands in for a captured graph that writes an input in place (as a decode step writes
+    its KV cache): a replay adds ``x`` into ``total`` and copies the sum out."""
+
+    def __init__(self, x: torch.Tensor, total: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.total, self.y = x, total, y
+
+    def replay(self) -> None:
+        self.total.add_(self.x)
+        self.y.copy_(self.total)
+
+
+def test_a_held_input_is_the_callers_buffer_and_is_not_fed() -> None:
+    x, total, y = torch.zeros(2), torch.zeros(2), torch.zeros(2)
+    inputs = {"x": x, "total": total}
+    run = CapturedRun(_Accumulates(x, total, y), inputs, {}, [y], None, held=frozenset({"total"}))
+    for value in (1.0, 2.0):
+        (out,) = run.run({"x": torch.full((2,), value)})
+    assert total.tolist() == [3.0, 3.0] and out.data.tolist() == [3.0, 3.0]
+    with pytest.raises(BadInputError, match=r"input 'total' is held: .* change that tensor"):
+        run.run({"x": torch.ones(2), "total": torch.zeros(2)})
+    assert run.replays == 2
+
+
+@pytest.mark.parametrize(
+    ("held", "x", "message"),
+    [
+        (("h",), torch.ones(2, 3), r"held input 'h' is not among the feeds \['x'\]"),
+        (("x",), torch.ones(3, 2).t(), r"held input 'x' must be a contiguous tensor.*\(1, 2\)"),
+    ],
+)
+def test_capture_checks_its_held_inputs_before_anything_else(held, x, message) -> None:
+    rep = sonnx.prepare(_relu_model(), use_graph=True)
+    with pytest.raises(BadInputError, match=message):
+        capture_cuda_graph(rep, {"x": Tensor(data=x, requires_grad=False)}, held=held)

@@ -9,8 +9,9 @@ Preallocation: where the graph writes the present into a past buffer of the full
 (genai's ``past_present_share_buffer``, GroupQueryAttention graphs), the past starts as one
 buffer of ``max_length`` rows per layer, and each step runs with
 :data:`~sonnx.run_state.CACHES_IN_PLACE` on: GroupQueryAttention writes the new rows into that
-buffer, which is the present, so no step copies a cache and every decode step has the same
-shapes. The buffers are the decoder's own (never a caller's arrays): a :class:`Cache` fed to
+buffer, which is the present, so no step copies a cache (and, fed a mask of the buffer's full
+width, every decode step has the same shapes: :mod:`~sonnx.generation.decode_steps`). The
+buffers are the decoder's own (never a caller's arrays): a :class:`Cache` fed to
 :meth:`Decoder.step` of such a layout is spent, and the returned one takes its place. Graphs
 that ``Concat`` the past and the new rows (every optimum export) make a new present each step
 whatever is fed, so there is nothing to preallocate: the past starts empty and grows by one
@@ -20,11 +21,14 @@ Callers pad on the left (0s in the attention mask before a sequence's tokens). F
 that takes padding on the right (GroupQueryAttention: see
 :mod:`~sonnx.generation.cache_layout`), :meth:`Decoder.step` moves a padded prompt's tokens to
 the front and marks each sequence's length by 1s from the mask's start, so both layouts take
-the same calls.
+the same calls. :meth:`Decoder.feed` and :meth:`Decoder.run` are a step's two halves without
+that: the inputs as given, and the run (what a CUDA-graph capture takes in between).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -107,6 +111,23 @@ class Decoder:
             input_ids, attention_mask, position_ids, last = _to_right_padding(
                 input_ids, attention_mask, position_ids
             )
+        outputs = self.run(self.feed(input_ids, attention_mask, position_ids, cache))
+        logits = outputs[lay.logits]
+        if logits.dim() == 3:
+            rows = torch.arange(logits.shape[0], device=logits.device)
+            logits = logits[:, -1] if last is None else logits[rows, last]
+        return logits.float(), self.present(outputs)
+
+    def feed(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: Cache,
+    ) -> dict[str, Tensor]:
+        """The graph's inputs by name, as given (no padding moved): the tokens, the mask and
+        the positions in the graph's integer types, and the cache's tensors themselves."""
+        lay = self.layout
         feed: dict[str, Tensor] = {lay.input_ids: self._int(lay.input_ids, input_ids)}
         if lay.attention_mask is not None:
             feed[lay.attention_mask] = self._int(lay.attention_mask, attention_mask)
@@ -119,22 +140,29 @@ class Decoder:
             )
         for names, tensors in ((lay.past_keys, cache.keys), (lay.past_values, cache.values)):
             feed.update({n: computed_tensor(t) for n, t in zip(names, tensors, strict=True)})
-        token = CACHES_IN_PLACE.set(lay.share_buffer)
+        return feed
+
+    def run(self, feed: dict[str, Tensor]) -> dict[str, torch.Tensor]:
+        """The graph's outputs by name for ``feed``, computed without autograd and with a
+        shared buffer written in place."""
+        with self.caches_in_place(), torch.no_grad():
+            out = self.rep.run(feed)
+        return {name: t.data for name, t in zip(self.rep.outputs, out, strict=True)}
+
+    def present(self, outputs: dict[str, torch.Tensor]) -> Cache:
+        """The present cache among a run's ``outputs`` (by name)."""
+        keys, values = self.layout.present_keys, self.layout.present_values
+        return Cache([outputs[n] for n in keys], [outputs[n] for n in values])
+
+    @contextmanager
+    def caches_in_place(self) -> Iterator[None]:
+        """Runs in this block write a shared buffer's new rows in place
+        (:data:`~sonnx.run_state.CACHES_IN_PLACE`, on where ``layout.share_buffer``)."""
+        token = CACHES_IN_PLACE.set(self.layout.share_buffer)
         try:
-            with torch.no_grad():
-                out = self.rep.run(feed)
+            yield
         finally:
             CACHES_IN_PLACE.reset(token)
-        by_name = dict(zip(self.rep.outputs, out, strict=True))
-        logits = by_name[lay.logits].data
-        if logits.dim() == 3:
-            rows = torch.arange(logits.shape[0], device=logits.device)
-            logits = logits[:, -1] if last is None else logits[rows, last]
-        present = Cache(
-            [by_name[n].data for n in lay.present_keys],
-            [by_name[n].data for n in lay.present_values],
-        )
-        return logits.float(), present
 
     def _int(self, name: str, values: torch.Tensor) -> Tensor:
         return computed_tensor(values.to(device=self.device, dtype=self._int_dtype[name]))

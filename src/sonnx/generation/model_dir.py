@@ -135,7 +135,7 @@ def generate(
         or a list of prompts).
     :param options: :func:`generate_tokens`' keyword arguments (``max_new_tokens``,
         ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``num_beams``, ``seed``,
-        ``streamer``, ...), ``device`` and ``use_graph``.
+        ``streamer``, ``cuda_graph``, ...), ``device`` and ``use_graph``.
     :returns: the new text (a list for a list of texts), or for token ids the (batch, prompt
         length + new) int64 ids.
     :raises BadInputError: text is given and the directory has no ``tokenizer.json``, or an

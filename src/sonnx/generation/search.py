@@ -30,6 +30,7 @@ from sonnx.engine.tracing import deferred_checks
 from sonnx.errors import BadInputError
 from sonnx.generation.beam_search import beam_search, beam_search_conflict
 from sonnx.generation.cache_layout import CacheLayout, detect_layout
+from sonnx.generation.decode_steps import check_cuda_graph, decode_steps
 from sonnx.generation.decoder import Decoder
 from sonnx.generation.sampling import Sampling
 
@@ -55,6 +56,7 @@ def generate_tokens(
     seed: int | None = None,
     pad_token_id: int | None = None,
     layout: CacheLayout | None = None,
+    cuda_graph: bool = False,
 ) -> np.ndarray:
     """The prompts followed by their generated tokens, (batch, prompt length + new), int64.
 
@@ -63,6 +65,11 @@ def generate_tokens(
     here). ``eos_token_id`` (one id or several) ends a sequence; ``pad_token_id`` (default: the
     first end id, else 0) fills ended sequences and padding. ``seed`` makes sampling
     reproducible. ``num_beams > 1`` is beam search (no sampling, no streamer).
+
+    Decode steps over onnxruntime-genai's shared buffer run at one shape (the attention mask
+    at the buffer's full width: see :mod:`~sonnx.generation.decode_steps`); ``cuda_graph=True``
+    captures that step as a CUDA graph once per call and replays it for every further token,
+    for a model prepared in graph mode on a CUDA device.
 
     :param rep: the prepared decoder graph.
     :param input_ids: the prompt or prompts, as above.
@@ -80,10 +87,12 @@ def generate_tokens(
     :param seed: a seed for reproducible sampling, or None.
     :param pad_token_id: the id that fills ended sequences and padding.
     :param layout: the graph's cache layout; None detects it from optimum's names.
+    :param cuda_graph: capture the decode step as a CUDA graph and replay it.
     :returns: the (batch, prompt length + new) int64 token ids.
     :raises BadInputError: ``max_new_tokens`` is not a positive int, a sampling setting is out of
-        range, beam search is asked to sample or stream, or ``input_ids`` or ``attention_mask``
-        has the wrong type or shape (or right padding).
+        range, beam search is asked to sample or stream, ``input_ids`` or ``attention_mask``
+        has the wrong type or shape (or right padding), or ``cuda_graph`` is asked where it
+        cannot hold (beam search, no shared buffer, not graph mode, not CUDA).
     :raises BadModelError: ``layout`` is None and the graph does not follow optimum's names.
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -94,6 +103,8 @@ def generate_tokens(
     ends = _end_ids(eos_token_id)
     pad = pad_token_id if pad_token_id is not None else (ends[0] if ends else 0)
     decoder = Decoder(rep, layout or detect_layout(rep))
+    if cuda_graph:
+        check_cuda_graph(decoder, num_beams)
     prompts = prompt_batch(input_ids, attention_mask, pad, decoder.device)
     if num_beams > 1:
         conflict = beam_search_conflict(num_beams, do_sample, streamer is not None)
@@ -102,7 +113,9 @@ def generate_tokens(
         ids, mask, padded = prompts
         tokens = beam_search(decoder, ids, mask, num_beams, max_new_tokens, ends, pad, padded)
     else:
-        tokens = _decode(decoder, prompts, sampling, max_new_tokens, ends, pad, streamer, seed)
+        tokens = _decode(
+            decoder, prompts, sampling, max_new_tokens, ends, pad, streamer, seed, cuda_graph
+        )
     return torch.cat([prompts.ids, tokens], 1).cpu().numpy()
 
 
@@ -115,6 +128,7 @@ def _decode(
     pad: int,
     streamer: Streamer | None,
     seed: int | None,
+    cuda_graph: bool,
 ) -> torch.Tensor:
     """Greedy or sampled tokens, (batch, new)."""
     device = decoder.device
@@ -127,6 +141,7 @@ def _decode(
     batch = prompts.ids.shape[0]
     cache = decoder.empty_cache(batch, prompts.ids.shape[1] + max_new_tokens)
     logits, cache = decoder.step(prompts.ids, mask, positions, cache, left_padded=padded)
+    next_logits = decode_steps(decoder, cache, mask, positions, padded, cuda_graph)
     ended = torch.zeros(batch, dtype=torch.bool, device=device)
     ended_here = np.zeros(batch, dtype=bool)  # the same, known on the host
     watched = streamer is not None or bool(ends)
@@ -148,9 +163,7 @@ def _decode(
                 ended_here |= np.isin(host, ends)
             if i == max_new_tokens - 1 or (ends and ended_here.all()):
                 break
-            mask = torch.cat([mask, mask.new_ones(batch, 1)], 1)
-            positions = positions[:, -1:] + 1
-            logits, cache = decoder.step(token[:, None], mask, positions, cache, left_padded=padded)
+            logits = next_logits(token)
     return torch.stack(chosen, 1)
 
 

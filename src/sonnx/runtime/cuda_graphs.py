@@ -20,6 +20,11 @@ It is opt-in, and holds where a CUDA graph holds:
   capture, and are not fed again;
 - the outputs are the graph's own buffers, which the next replay overwrites (clone to keep
   them); feeding them back (a recurrent state) is fine;
+- the input buffers are copies of the feeds made at capture, except the inputs named
+  ``held``: their fed tensors are the buffers themselves, which every replay reads and, where
+  the model writes an input in place (a decode step's KV cache, written by
+  GroupQueryAttention under :data:`~sonnx.run_state.CACHES_IN_PLACE`), writes. They are not
+  fed again; the caller changes them in place between replays, if at all;
 - the weights are those captured (frozen in, as in graph mode): after a training step or
   ``load_states``, capture again.
 
@@ -31,7 +36,7 @@ cannot be waited on by a run outside it, so the runner captured is never run aga
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
@@ -54,10 +59,13 @@ class CapturedRun:
         fixed: dict[str, torch.Tensor],
         outputs: list[torch.Tensor],
         keep: Any,
+        held: frozenset[str] = frozenset(),
     ) -> None:
         self._graph = graph
         #: The graph's input buffers by name: a run copies its feeds into them.
         self.inputs = inputs
+        #: The inputs whose buffers are the tensors fed at capture (not fed again).
+        self.held = held
         #: The inputs baked into the graph at capture, by name (not fed again).
         self.fixed = fixed
         self._outputs = outputs
@@ -65,14 +73,14 @@ class CapturedRun:
         self.replays = 0
 
     def run(self, feeds: Mapping[str, Tensor | torch.Tensor]) -> list[Tensor]:
-        """Copy ``feeds`` (every input of :attr:`inputs`, by name) into the graph's buffers,
-        replay it and return the model's outputs (the graph's buffers, overwritten by the
-        next run)."""
+        """Copy ``feeds`` (every input of :attr:`inputs` but the :attr:`held` ones, by name)
+        into the graph's buffers, replay it and return the model's outputs (the graph's
+        buffers, overwritten by the next run)."""
         for name, value in feeds.items():
             data = value.data if isinstance(value, Tensor) else value
             self._check(name, data)
             self.inputs[name].copy_(data)
-        missing = [n for n in self.inputs if n not in feeds]
+        missing = [n for n in self.inputs if n not in feeds and n not in self.held]
         if missing:
             raise BadInputError(f"captured run: inputs {missing} are not fed")
         self._graph.replay()
@@ -84,6 +92,11 @@ class CapturedRun:
             raise BadInputError(
                 f"captured run: input {name!r} was baked into the graph at capture "
                 f"({self.fixed[name].tolist()}); capture again for another value"
+            )
+        if name in self.held:
+            raise BadInputError(
+                f"captured run: input {name!r} is held: the graph reads the tensor given at "
+                "capture itself; change that tensor in place instead of feeding it"
             )
         buffer = self.inputs.get(name)
         if buffer is None:
@@ -106,14 +119,22 @@ class CapturedRun:
             )
 
 
-def capture_cuda_graph(rep: Any, feeds: Mapping[str, Tensor]) -> CapturedRun:
+def capture_cuda_graph(
+    rep: Any, feeds: Mapping[str, Tensor], held: Collection[str] = ()
+) -> CapturedRun:
     """Capture ``rep`` (prepared with ``use_graph=True`` on a CUDA device) as a CUDA graph for
     the shapes of ``feeds`` (every input, as Tensors on the device, by name).
 
-    Runs ``rep`` on ``feeds`` once first (compiling, or loading the stored graph). Raises
-    :class:`~sonnx.errors.BadInputError` when the model is not on a CUDA device or not in graph
-    mode, or does not compile as one graph.
+    ``held`` names inputs whose fed tensors become the graph's input buffers as they are
+    (contiguous ones), not copies: a replay reads them, and writes those the model writes in
+    place (see the module docstring). Runs ``rep`` on ``feeds`` once first (compiling, or
+    loading the stored graph), and once more outside the capture, so a model that writes an
+    input in place writes it twice then: capture on feeds for which that is harmless (a decode
+    step writes the same cache rows again). Raises :class:`~sonnx.errors.BadInputError` when
+    the model is not on a CUDA device or not in graph mode, does not compile as one graph, or
+    a held input is not one of the graph's fed inputs or not contiguous.
     """
+    _check_held(held, feeds)
     device = rep.device.torch_device
     if device.type != "cuda":
         raise BadInputError(f"capture_cuda_graph: CUDA graphs need a CUDA device; "
@@ -130,12 +151,18 @@ def capture_cuda_graph(rep: Any, feeds: Mapping[str, Tensor]) -> CapturedRun:
             + (f" (steps run eagerly: {eager})" if eager else "")
         )
     entry, traced, baked, positions = found
+    unfed = [n for n in held if n not in traced]
+    if unfed:
+        raise BadInputError(
+            f"capture_cuda_graph: held inputs {unfed} are not fed to the compiled graph (baked "
+            f"in, or unused); its fed inputs are {traced}"
+        )
     if entry.library is None:
         raise BadInputError(
             "capture_cuda_graph: the compiled graph is not in the graph store (SONNX_CACHE_DIR "
             "is off), and the capture loads its own copy from there"
         )
-    inputs = {n: feeds[n].data.clone() for n in traced}
+    inputs = {n: feeds[n].data if n in held else feeds[n].data.clone() for n in traced}
     run = load_library(entry.library, device)
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -148,4 +175,20 @@ def capture_cuda_graph(rep: Any, feeds: Mapping[str, Tensor]) -> CapturedRun:
     with torch.cuda.graph(graph, capture_error_mode="relaxed"):
         outs = run(*inputs.values())
     fixed = {n: feeds[n].data.clone() for n in baked}
-    return CapturedRun(graph, inputs, fixed, [outs[i] for i in positions], run)
+    outputs = [outs[i] for i in positions]
+    return CapturedRun(graph, inputs, fixed, outputs, run, held=frozenset(held))
+
+
+def _check_held(held: Collection[str], feeds: Mapping[str, Tensor]) -> None:
+    """Each held input is among the feeds, a contiguous tensor: the graph's kernels then
+    address the caller's buffer itself."""
+    for name in held:
+        if name not in feeds:
+            raise BadInputError(
+                f"capture_cuda_graph: held input {name!r} is not among the feeds {list(feeds)}"
+            )
+        if not feeds[name].data.is_contiguous():
+            raise BadInputError(
+                f"capture_cuda_graph: held input {name!r} must be a contiguous tensor, received "
+                f"strides {feeds[name].data.stride()} for shape {tuple(feeds[name].data.shape)}"
+            )

@@ -322,7 +322,8 @@ class SingaRep:
         """Generate tokens with a decoder that has a KV cache (optimum's ``past_key_values``
         names): the prompts followed by their continuations. See
         :func:`sonnx.generation.generate_tokens` for the arguments and ``options`` (``seed``,
-        ``pad_token_id``, ``layout``).
+        ``pad_token_id``, ``layout``, ``cuda_graph``: the decode step captured as a CUDA graph
+        and replayed, for a shared-buffer layout in graph mode on a CUDA device).
 
         :param input_ids: one prompt, a (batch, length) array, or a list of prompts of any
             lengths.
@@ -335,10 +336,10 @@ class SingaRep:
         :param eos_token_id: the id or ids that end a sequence; None for none.
         :param attention_mask: the (batch, length) mask of a left-padded ``input_ids``, or None.
         :param streamer: called after each step with the (batch,) new tokens, or None.
-        :param options: ``seed``, ``pad_token_id`` and ``layout``.
+        :param options: ``seed``, ``pad_token_id``, ``layout`` and ``cuda_graph``.
         :returns: the (batch, prompt length + new) int64 token ids.
-        :raises BadInputError: an argument is out of range, or the prompt has the wrong type or
-            shape.
+        :raises BadInputError: an argument is out of range, the prompt has the wrong type or
+            shape, or ``cuda_graph`` cannot hold (see ``generate_tokens``).
         :raises BadModelError: the graph is no decoder in optimum's layout (pass ``layout``).
         """
         from sonnx.generation.search import generate_tokens

@@ -77,18 +77,21 @@ def test_rotary_embedding_names_a_bad_cache() -> None:
 
 def _gqa_steps(lengths: list[int], packed: bool, heads: int, kv_heads: int, size: int,
                rotary_half: int, attrs: dict, buffer: int = 0,
-               extra: Callable[[int, np.ndarray], list] | None = None) -> None:  # fmt: skip
+               extra: Callable[[int, np.ndarray], list] | None = None,
+               full_width: bool = False) -> None:  # fmt: skip
     """A prompt of ``lengths`` (right-padded), then three decode steps, each step's present
     fed back as the next past (grown to ``buffer`` rows, as a preallocated cache is); only
     rows onnxruntime defines (within each sequence) compared. ``extra(seq, seqlens_k)``
-    gives the inputs after sin_cache (position_ids, attention_bias, head_sink)."""
+    gives the inputs after sin_cache (position_ids, attention_bias, head_sink).
+    ``full_width`` gives the decode steps total_sequence_length = ``buffer``, as a mask of the
+    buffer's full width with 0s after each sequence's tokens does (static decode shapes)."""
     batch, prompt = len(lengths), max(lengths)
     cos, sin = caches(32, rotary_half) if rotary_half else (None, None)
     past: dict[str, list] = {"ort": [None, None], "sonnx": [None, None]}
     steps = [(prompt, np.array(lengths) - 1)]
     steps += [(1, np.array(lengths) - 1 + i) for i in (1, 2, 3)]
     for seq, seqlens_k in steps:
-        total = np.array(seqlens_k.max() + 1, np.int32)
+        total = np.array(buffer if full_width and seq == 1 else seqlens_k.max() + 1, np.int32)
         q, k = randn(batch, seq, heads * size), randn(batch, seq, kv_heads * size)
         v = randn(batch, seq, kv_heads * size)
         after = extra(seq, seqlens_k) if extra else []
@@ -175,6 +178,14 @@ def test_group_query_attention_over_a_preallocated_cache() -> None:
         return [None, randn(2, 4, seq, int(seqlens_k.max()) + 1)]
 
     _gqa_steps([5, 3], False, 4, 2, 16, 8, {"local_window_size": 3}, buffer=12, extra=bias)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"local_window_size": 3}], ids=["plain", "local_window"])
+def test_group_query_attention_decodes_at_the_buffers_full_width(attrs) -> None:
+    """total_sequence_length the buffer's 12 rows while the sequences hold 6 and 4 .. 9 and 7:
+    each attends to its own rows only, as onnxruntime's kernel (genai's CUDA-graph mode feeds
+    this; sonnx's static decode steps too)."""
+    _gqa_steps([6, 4], True, 4, 2, 16, 8, attrs, buffer=12, full_width=True)
 
 
 @pytest.mark.parametrize("seq, seqlens", [(3, [2, 1]), (1, [3, 2])], ids=["prompt", "decode"])
