@@ -7,9 +7,15 @@ sum divided by its length (``length_penalty`` 1), the others fill the next beams
 done once it holds ``num_beams`` hypotheses and no live beam could beat the worst of them;
 at the end, live beams count as hypotheses too, and the best one is returned. The cache rows
 follow their beams by ``index_select`` on the device.
+
+A caller that may give up on a search (a server whose client went away) passes ``stop``: it is
+asked before every decode step, and :class:`BeamSearchCancelledError` ends the search when it
+says so.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -36,6 +42,9 @@ class _Hypotheses:
         return self.kept[0][1]
 
 
+class BeamSearchCancelledError(Exception):
+    """A beam search ended before its result because its ``stop`` callback asked it to."""
+
 
 def beam_search_conflict(num_beams: int, do_sample: bool, streams: bool) -> str | None:
     """Why a request for ``num_beams`` cannot run as asked (None: it can): beam search neither
@@ -54,6 +63,7 @@ def beam_search_conflict(num_beams: int, do_sample: bool, streams: bool) -> str 
         f"drop {asked}"
     )
 
+
 def beam_search(
     decoder: Decoder,
     ids: torch.Tensor,
@@ -63,9 +73,12 @@ def beam_search(
     ends: list[int],
     pad: int,
     left_padded: bool = True,
+    stop: Callable[[], bool] | None = None,
 ) -> torch.Tensor:
     """The best continuation of each prompt, (batch, new) with ``pad`` after shorter ones.
-    ``left_padded``: whether ``mask`` has padding (see :meth:`Decoder.step`)."""
+    ``left_padded``: whether ``mask`` has padding (see :meth:`Decoder.step`).
+
+    :raises BeamSearchCancelledError: ``stop`` returned True before a decode step."""
     batch, prompt = ids.shape
     device = decoder.device
     beams = num_beams
@@ -116,6 +129,8 @@ def beam_search(
             scores = torch.tensor(next_scores, device=device).reshape(batch, beams)
             if all(done) or step == max_new_tokens - 1:
                 break
+            if stop is not None and stop():
+                raise BeamSearchCancelledError(f"after {step + 1} of {max_new_tokens} steps")
             cache = cache.select(rows)
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
             positions = positions.index_select(0, rows)[:, -1:] + 1

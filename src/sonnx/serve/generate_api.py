@@ -20,9 +20,10 @@ which batches the prefills and the decode steps of concurrent requests;
 the model's ``max_queue_delay_ms`` for more prompts when nothing else is running.
 
 ``num_beams`` above 1 is beam search (:meth:`SingaRep.generate`'s, no sampling): such a
-request runs on its own in a worker thread, beside the decode batch and not in it, and its
-tokens come once the search has finished (``generate_stream`` then sends them one event per
-token, all at the end).
+request runs on its own in a worker thread (:mod:`~sonnx.serve.beam_searches`), beside the
+decode batch and not in it, and its tokens come once the search has finished
+(``generate_stream`` then sends them one event per token, all at the end). It stops between
+two steps when its client goes away or the version is unloaded.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from sonnx.generation.beam_search import beam_search_conflict
 from sonnx.generation.model_dir import DecoderModel, decoder_file, load_decoder
 from sonnx.generation.sampling import Sampling
 from sonnx.generation.text import TextStreamer
+from sonnx.serve.beam_searches import BeamSearches
 from sonnx.serve.decode_scheduler import DecodeScheduler, Event, GenerationRequest
 from sonnx.serve.errors import InvalidRequestError, ModelUnavailableError, UnsupportedError
 from sonnx.serve.metrics import ServeMetrics
@@ -60,11 +62,16 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 @dataclass
 class _Served:
-    """A version's generation: its decoder (over the version's prepared graph) and the
-    scheduler batching its requests."""
+    """A version's generation: its decoder (over the version's prepared graph), the
+    scheduler batching its requests and its running beam searches."""
 
     model: DecoderModel
     scheduler: DecodeScheduler
+    beams: BeamSearches
+
+    async def close(self) -> None:
+        """Stop the beam searches at their next step; finish the scheduler's requests."""
+        await asyncio.gather(self.beams.close(), self.scheduler.close())
 
 
 class GenerateApi:
@@ -99,7 +106,6 @@ class GenerateApi:
         )
         self._served: dict[ModelVersion, _Served] = {}
         self._loading = asyncio.Lock()
-        self._beams: set[asyncio.Task[None]] = set()
 
     def routes(self, guarded: Callable[[Handler], Handler]) -> list[Route]:
         """The routes, each handler wrapped by ``guarded`` (errors to responses)."""
@@ -117,10 +123,9 @@ class GenerateApi:
         return None if state is None else state.model
 
     async def close(self) -> None:
-        """Finish every running generation, then stop the schedulers."""
-        await asyncio.gather(*self._beams)
+        """Stop the beam searches, finish the schedulers' requests, then stop them."""
         served, self._served = list(self._served.values()), {}
-        await asyncio.gather(*(s.scheduler.close() for s in served))
+        await asyncio.gather(*(s.close() for s in served))
 
     # ---- the routes -----------------------------------------------------------------------
     async def generate(self, request: Request) -> Response:
@@ -181,9 +186,7 @@ class GenerateApi:
             options, state.model, lambda e: loop.call_soon_threadsafe(queue.put_nowait, e)
         )
         if beams > 1:
-            task = asyncio.create_task(_beam_search(state.model, asked, beams))
-            self._beams.add(task)
-            task.add_done_callback(self._beams.discard)
+            state.beams.submit(asked, beams)
         else:
             state.scheduler.submit(asked)
         head = {"model_name": name, "model_version": str(served.version)}
@@ -212,14 +215,14 @@ class GenerateApi:
                     on_prefill=lambda rows, seconds: prefills.observe(rows),
                     gather_s=served.config.max_queue_delay_ms / 1e3,
                 )
-                self._served[served] = _Served(model, scheduler)
+                self._served[served] = _Served(model, scheduler, BeamSearches(model))
                 served.closers.append(lambda: self._retire(served))
         return self._served[served]
 
     async def _retire(self, served: ModelVersion) -> None:
         gone = self._served.pop(served, None)
         if gone is not None:
-            await gone.scheduler.close()
+            await gone.close()
 
 
 def _decoder(root: Path, served: ModelVersion) -> DecoderModel:
@@ -228,24 +231,6 @@ def _decoder(root: Path, served: ModelVersion) -> DecoderModel:
     directory = root / served.name / str(served.version)
     shared = served.rep if decoder_file(directory) == directory / MODEL_FILE else None
     return load_decoder(directory, served.config.device, served.config.use_graph, rep=shared)
-
-
-async def _beam_search(model: DecoderModel, request: GenerationRequest, beams: int) -> None:
-    """``request`` by beam search, alone in a worker thread; its tokens once it has finished."""
-    try:
-        out = await asyncio.to_thread(
-            model.generate,
-            request.prompt,
-            max_new_tokens=request.max_new_tokens,
-            num_beams=beams,
-            eos_token_id=sorted(request.ends) or None,
-        )
-    except Exception as e:  # reported to the request's client
-        request.emit(e)
-        return
-    for token in out[0, len(request.prompt) :].tolist():
-        request.emit(token)
-    request.emit(None)
 
 
 def _request(
