@@ -226,3 +226,21 @@ def test_a_decode_step_reads_its_rows_tokens_back_in_one_read(model) -> None:
             assert not isinstance(event, BaseException), event
     asyncio.run(scheduler.close())
     assert reads[0] == (3, 1) and all(count == 1 for _, count in reads)
+
+
+def test_graph_mode_batches_equal_eager_from_two_compiled_graphs() -> None:
+    """A version served with ``use_graph`` (genai's shared buffer): a request runs alone, two
+    more join it (a batched prefill of two, then decode steps of three, two and one rows over
+    a buffer grown in rows and length), and each gets eager's tokens from two compiled graphs
+    in all (the prefill's and the decode step's, whatever the batch or the buffer's size)."""
+    model_dir = build("llama", "fp32")
+    eager, graph = load_decoder(model_dir), load_decoder(model_dir, use_graph=True)
+    requests = [(p, n, Sampling(), None) for p, n in zip(PROMPTS[:3], [6, 3, 5], strict=True)]
+    tokens, prefills, steps = run_all(graph, requests, waves=[[0], [1, 2]])
+    for (prompt, length, _, _), got in zip(requests, tokens, strict=True):
+        alone = eager.rep.generate(prompt, max_new_tokens=length, layout=eager.layout)[0]
+        np.testing.assert_array_equal(got, alone[len(prompt) :])
+    assert prefills == [1, 2] and max(steps) == 3 and min(steps) == 1
+    runner = graph.rep.graph_runner
+    assert runner.compile_count == 2
+    assert runner.fallback is None and all(part.compiled for part in runner.parts())
