@@ -1,7 +1,7 @@
 """Batched prefills and decode steps give each request the tokens it gets alone, in every cache
 layout: optimum's concatenated past (left-padded in a batch) and GroupQueryAttention's
 (right-padded), with onnxruntime-genai's shared buffer (one batch buffer written in place) or a
-growing past."""
+growing past. Beam requests share the batch with the others, one row per beam."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from sonnx.generation.decoder import Cache, Decoder
 from sonnx.generation.sampling import Sampling
 from sonnx.serve.batch_cache import Joining, SharedBatchBuffer
 from sonnx.serve.decode_scheduler import DecodeScheduler, GenerationRequest
-from sonnx.serve.errors import ModelUnavailableError
+from sonnx.serve.errors import InvalidRequestError, ModelUnavailableError
 from sonnx.testing.host_reads import count_host_reads, device_values
 from tests.genai_builds import build
 from tests.generation.optimum_models import export_optimum_style, tiny_llama
@@ -42,12 +42,13 @@ def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 def run_all(
     model,
-    requests: list[tuple[list[int], int, Sampling, int | None]],
+    requests: list[tuple],
     waves: list[list[int]] | None = None,
 ):
-    """Submit the requests, all at once or in ``waves`` (lists of indices, each submitted once
-    every request of the one before has its first token); their tokens and the sizes of the
-    prefills and the decode steps."""
+    """Submit the requests, (prompt, new tokens, sampling, seed) or with the number of beams
+    and the end tokens after those, all at once or in ``waves`` (lists of indices, each
+    submitted once every request of the one before has its first token: a beam request's
+    comes at its end); their tokens and the sizes of the prefills and the decode steps."""
     prefills: list[int] = []
     steps: list[int] = []
     scheduler = DecodeScheduler(
@@ -68,8 +69,10 @@ def run_all(
 
     for wave in waves or [list(range(len(requests)))]:
         for i in wave:
-            prompt, length, sampling, seed = requests[i]
-            request = GenerationRequest(prompt, length, sampling, seed, frozenset(), outputs[i].put)
+            prompt, length, sampling, seed, beams, ends = (*requests[i], 1, frozenset())[:6]
+            request = GenerationRequest(
+                prompt, length, sampling, seed, ends, outputs[i].put, num_beams=beams
+            )
             scheduler.submit(request)
         for i in wave:
             take(i)
@@ -117,6 +120,62 @@ def test_seeded_sampling_in_a_batch_equals_it_alone(model) -> None:
             layout=model.layout,
         )[0]
         np.testing.assert_array_equal(got, alone[len(prompt) :])
+
+
+def test_beam_and_greedy_requests_in_one_batch_each_equal_their_run_alone(model) -> None:
+    """Two greedy requests run; three beam requests join them (3 beams with no end token and
+    with one that ends hypotheses early, 2 beams) in one prefill of three prompts, then
+    decode steps of up to 2 + 3 + 3 + 2 rows, every beam request's rows reordered among
+    themselves each step; each request gets the tokens ``rep.generate`` gives it alone."""
+    unended = model.rep.generate(PROMPTS[0], max_new_tokens=8, layout=model.layout)[0]
+    end = frozenset({int(unended[len(PROMPTS[0]) + 2])})
+    requests = [
+        (PROMPTS[0], 12, Sampling(), None, 3, frozenset()),
+        (PROMPTS[1], 9, Sampling(), None),
+        (PROMPTS[0], 12, Sampling(), None, 3, end),
+        (PROMPTS[2], 12, Sampling(), None),
+        (PROMPTS[3], 6, Sampling(), None, 2, frozenset()),
+    ]
+    tokens, prefills, steps = run_all(model, requests, waves=[[1, 3], [0, 2, 4]])
+    for (prompt, length, _, _, *beams), got in zip(requests, tokens, strict=True):
+        beams, ends = beams or (1, frozenset())
+        alone = model.rep.generate(
+            prompt, max_new_tokens=length, num_beams=beams, eos_token_id=sorted(ends),
+            layout=model.layout,
+        )[0]
+        np.testing.assert_array_equal(got, alone[len(prompt) :])
+    assert prefills == [2, 3] and max(steps) == 10
+
+
+def test_a_cancelled_beam_request_leaves_the_batch_at_the_next_step(model) -> None:
+    """A beam request's client goes away after two decode steps: its three rows leave the
+    batch at once, it gets nothing more, and the greedy request beside it goes on."""
+    steps: list[int] = []
+    beams, greedy = queue.Queue(), queue.Queue()
+    asked = GenerationRequest(PROMPTS[0], 12, Sampling(), None, frozenset(), beams.put, 3)
+
+    def stepped(rows: int, seconds: float) -> None:
+        steps.append(rows)
+        if len(steps) == 2:
+            asked.cancelled.set()
+
+    scheduler = DecodeScheduler(model, on_step=stepped, gather_s=0.5)
+    scheduler.submit(asked)
+    scheduler.submit(GenerationRequest(PROMPTS[1], 6, Sampling(), None, frozenset(), greedy.put))
+    got = [greedy.get(timeout=60) for _ in range(7)]
+    asyncio.run(scheduler.close())
+    alone = model.rep.generate(PROMPTS[1], max_new_tokens=6, layout=model.layout)[0, 2:]
+    assert got == [*alone.tolist(), None] and beams.empty()
+    assert steps == [4, 4, 1, 1, 1]
+
+
+def test_a_beam_request_wider_than_the_batch_is_refused(model) -> None:
+    scheduler = DecodeScheduler(model, max_batch=4)
+    refused = queue.Queue()
+    scheduler.submit(GenerationRequest([1, 5], 4, Sampling(), None, frozenset(), refused.put, 5))
+    error = refused.get(timeout=1)
+    assert isinstance(error, InvalidRequestError) and "at most 4" in str(error)
+    asyncio.run(scheduler.close())
 
 
 def test_a_failing_request_ends_alone_even_in_a_batched_prefill(model) -> None:

@@ -166,6 +166,7 @@ def test_seeded_sampling_is_reproducible_through_the_server(port: int) -> None:
             {"input_ids": [1], "parameters": {"num_beams": 2, "do_sample": True}},
             "does not sample",
         ),
+        ("llama", {"input_ids": [1], "parameters": {"num_beams": 17}}, "at most 16"),
         ("llama", {"input_ids": [10**6]}, "indices in [-96, 95], received 1000000"),
     ],
 )

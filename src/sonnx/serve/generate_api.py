@@ -19,11 +19,11 @@ which batches the prefills and the decode steps of concurrent requests;
 ``sonnx_serve_decode_batch_size`` the sequences of each decode step. A prefill waits up to
 the model's ``max_queue_delay_ms`` for more prompts when nothing else is running.
 
-``num_beams`` above 1 is beam search (:meth:`SingaRep.generate`'s, no sampling): such a
-request runs on its own in a worker thread (:mod:`~sonnx.serve.beam_searches`), beside the
-decode batch and not in it, and its tokens come once the search has finished
-(``generate_stream`` then sends them one event per token, all at the end). It stops between
-two steps when its client goes away or the version is unloaded.
+``num_beams`` above 1 is beam search (:meth:`SingaRep.generate`'s, no sampling, the same
+tokens): such a request takes ``num_beams`` rows of the decode batch, and its tokens come once
+its search has ended (``generate_stream`` then sends them one event per token, all at the end).
+
+A request whose client goes away leaves the batch at the next step.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from sonnx.generation.beam_search import beam_search_conflict
 from sonnx.generation.model_dir import DecoderModel, decoder_file, load_decoder
 from sonnx.generation.sampling import Sampling
 from sonnx.generation.text import TextStreamer
-from sonnx.serve.beam_searches import BeamSearches
 from sonnx.serve.decode_scheduler import DecodeScheduler, Event, GenerationRequest
 from sonnx.serve.errors import InvalidRequestError, ModelUnavailableError, UnsupportedError
 from sonnx.serve.metrics import ServeMetrics
@@ -62,16 +61,11 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 @dataclass
 class _Served:
-    """A version's generation: its decoder (over the version's prepared graph), the
-    scheduler batching its requests and its running beam searches."""
+    """A version's generation: its decoder (over the version's prepared graph) and the
+    scheduler batching its requests."""
 
     model: DecoderModel
     scheduler: DecodeScheduler
-    beams: BeamSearches
-
-    async def close(self) -> None:
-        """Stop the beam searches at their next step; finish the scheduler's requests."""
-        await asyncio.gather(self.beams.close(), self.scheduler.close())
 
 
 class GenerateApi:
@@ -123,9 +117,9 @@ class GenerateApi:
         return None if state is None else state.model
 
     async def close(self) -> None:
-        """Stop the beam searches, finish the schedulers' requests, then stop them."""
+        """Finish every running generation, then stop the schedulers."""
         served, self._served = list(self._served.values()), {}
-        await asyncio.gather(*(s.close() for s in served))
+        await asyncio.gather(*(s.scheduler.close() for s in served))
 
     # ---- the routes -----------------------------------------------------------------------
     async def generate(self, request: Request) -> Response:
@@ -182,13 +176,10 @@ class GenerateApi:
         state = await self._generation(name, served)
         queue: asyncio.Queue[Event] = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        asked, beams = _request(
+        asked = _request(
             options, state.model, lambda e: loop.call_soon_threadsafe(queue.put_nowait, e)
         )
-        if beams > 1:
-            state.beams.submit(asked, beams)
-        else:
-            state.scheduler.submit(asked)
+        state.scheduler.submit(asked)
         head = {"model_name": name, "model_version": str(served.version)}
         return head, state.model, asked, queue
 
@@ -215,14 +206,14 @@ class GenerateApi:
                     on_prefill=lambda rows, seconds: prefills.observe(rows),
                     gather_s=served.config.max_queue_delay_ms / 1e3,
                 )
-                self._served[served] = _Served(model, scheduler, BeamSearches(model))
+                self._served[served] = _Served(model, scheduler)
                 served.closers.append(lambda: self._retire(served))
         return self._served[served]
 
     async def _retire(self, served: ModelVersion) -> None:
         gone = self._served.pop(served, None)
         if gone is not None:
-            await gone.close()
+            await gone.scheduler.close()
 
 
 def _decoder(root: Path, served: ModelVersion) -> DecoderModel:
@@ -233,10 +224,8 @@ def _decoder(root: Path, served: ModelVersion) -> DecoderModel:
     return load_decoder(directory, served.config.device, served.config.use_graph, rep=shared)
 
 
-def _request(
-    options: dict[str, Any], model: DecoderModel, emit: Any
-) -> tuple[GenerationRequest, int]:
-    """The generation a request body asks for, checked, and its number of beams."""
+def _request(options: dict[str, Any], model: DecoderModel, emit: Any) -> GenerationRequest:
+    """The generation a request body asks for, checked."""
     parameters = options.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise InvalidRequestError(
@@ -277,10 +266,8 @@ def _request(
         raise InvalidRequestError(conflict)
     ends = parameters.get("eos_token_id", model.eos_token_id)
     ends = [] if ends is None else [ends] if isinstance(ends, int) else ends
-    request = GenerationRequest(
-        prompt, limit, sampling, parameters.get("seed"), frozenset(ends), emit
-    )
-    return request, beams
+    seed = parameters.get("seed")
+    return GenerationRequest(prompt, limit, sampling, seed, frozenset(ends), emit, beams)
 
 
 def _decode(model: DecoderModel, tokens: list[int]) -> str:
