@@ -23,7 +23,9 @@ the model's ``max_queue_delay_ms`` for more prompts when nothing else is running
 tokens): such a request takes ``num_beams`` rows of the decode batch, and its tokens come once
 its search has ended (``generate_stream`` then sends them one event per token, all at the end).
 
-A request whose client goes away leaves the batch at the next step.
+A request whose client goes away leaves the batch at the next step (the handlers set its
+``cancelled``: a streamed response when starlette stops it, a plain one when
+:func:`_until_disconnected` sees the disconnect).
 """
 
 from __future__ import annotations
@@ -124,6 +126,8 @@ class GenerateApi:
     # ---- the routes -----------------------------------------------------------------------
     async def generate(self, request: Request) -> Response:
         head, model, generation, queue = await self._start(request)
+        # A plain response is not told that its client went away (a streamed one is).
+        watch = asyncio.create_task(_until_disconnected(request, queue))
         tokens = []
         try:
             while (event := await queue.get()) is not None:
@@ -131,6 +135,7 @@ class GenerateApi:
                     raise _client_error(event)
                 tokens.append(event)
         finally:  # a client gone away stops its sequence at the next step
+            watch.cancel()
             generation.cancelled.set()
         text = _decode(model, tokens)
         return JSONResponse({**head, "text_output": text, "output_ids": tokens})
@@ -214,6 +219,14 @@ class GenerateApi:
         gone = self._served.pop(served, None)
         if gone is not None:
             await gone.scheduler.close()
+
+
+async def _until_disconnected(request: Request, queue: asyncio.Queue[Event]) -> None:
+    """Wait for ``request``'s client to go away (its body has been read: what the server
+    hands on next is the disconnect), then end the wait for its tokens."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    queue.put_nowait(None)
 
 
 def _decoder(root: Path, served: ModelVersion) -> DecoderModel:
