@@ -69,7 +69,8 @@ def run_all(
 
     for wave in waves or [list(range(len(requests)))]:
         for i in wave:
-            prompt, length, sampling, seed, beams, ends = (*requests[i], 1, frozenset())[:6]
+            prompt, length, sampling, seed, *more = requests[i]
+            beams, ends = more[0] if more else 1, more[1] if len(more) > 1 else frozenset()
             request = GenerationRequest(
                 prompt, length, sampling, seed, ends, outputs[i].put, num_beams=beams
             )
@@ -263,8 +264,9 @@ def test_leaving_rows_are_filled_from_the_end_of_the_shared_buffer() -> None:
 
 def test_a_decode_step_reads_its_rows_tokens_back_in_one_read(model) -> None:
     """Counted in the worker thread, with the weights standing in for device memory: a step
-    of three rows reads the chosen tokens once, not once a row. (The step's own value checks
-    read the token ids the host uploaded, which the CPU stand-in does not see as device
+    of two greedy rows and a three-beam request's rows reads the chosen tokens and beams once,
+    not once a row or request (the beams' reordering reads nothing). (The step's own value
+    checks read the token ids the host uploaded, which the CPU stand-in does not see as device
     values.)"""
     scheduler = DecodeScheduler(model, gather_s=0.5)
     step, reads = scheduler._step, []
@@ -278,28 +280,37 @@ def test_a_decode_step_reads_its_rows_tokens_back_in_one_read(model) -> None:
 
     scheduler._step = counted
     outputs = [queue.Queue() for _ in range(3)]
-    for prompt, length, out in zip(PROMPTS[:3], LENGTHS[:3], outputs, strict=True):
-        scheduler.submit(GenerationRequest(prompt, length, Sampling(), None, frozenset(), out.put))
+    for prompt, length, out, beams in zip(PROMPTS, LENGTHS, outputs, [1, 1, 3], strict=False):
+        scheduler.submit(
+            GenerationRequest(prompt, length, Sampling(), None, frozenset(), out.put, beams)
+        )
     for out in outputs:
         while (event := out.get(timeout=60)) is not None:
             assert not isinstance(event, BaseException), event
     asyncio.run(scheduler.close())
-    assert reads[0] == (3, 1) and all(count == 1 for _, count in reads)
+    assert reads[0] == (5, 1) and all(count == 1 for _, count in reads)
 
 
 def test_graph_mode_batches_equal_eager_from_two_compiled_graphs() -> None:
-    """A version served with ``use_graph`` (genai's shared buffer): a request runs alone, two
-    more join it (a batched prefill of two, then decode steps of three, two and one rows over
-    a buffer grown in rows and length), and each gets eager's tokens from two compiled graphs
-    in all (the prefill's and the decode step's, whatever the batch or the buffer's size)."""
+    """A version served with ``use_graph`` (genai's shared buffer): a request runs alone, a
+    greedy and a two-beam request join it (a batched prefill of two, then decode steps of
+    four, three and one rows over a buffer grown in rows and length, beam rows reordered),
+    and each gets eager's tokens from two compiled graphs in all (the prefill's and the
+    decode step's, whatever the batch or the buffer's size)."""
     model_dir = build("llama", "fp32")
     eager, graph = load_decoder(model_dir), load_decoder(model_dir, use_graph=True)
-    requests = [(p, n, Sampling(), None) for p, n in zip(PROMPTS[:3], [6, 3, 5], strict=True)]
+    requests = [
+        (PROMPTS[0], 6, Sampling(), None, 1),
+        (PROMPTS[1], 3, Sampling(), None, 1),
+        (PROMPTS[2], 5, Sampling(), None, 2),
+    ]
     tokens, prefills, steps = run_all(graph, requests, waves=[[0], [1, 2]])
-    for (prompt, length, _, _), got in zip(requests, tokens, strict=True):
-        alone = eager.rep.generate(prompt, max_new_tokens=length, layout=eager.layout)[0]
+    for (prompt, length, _, _, beams), got in zip(requests, tokens, strict=True):
+        alone = eager.rep.generate(
+            prompt, max_new_tokens=length, num_beams=beams, eos_token_id=None, layout=eager.layout
+        )[0]
         np.testing.assert_array_equal(got, alone[len(prompt) :])
-    assert prefills == [1, 2] and max(steps) == 3 and min(steps) == 1
+    assert prefills == [1, 2] and max(steps) == 4 and min(steps) == 1
     runner = graph.rep.graph_runner
     assert runner.compile_count == 2
     assert runner.fallback is None and all(part.compiled for part in runner.parts())
