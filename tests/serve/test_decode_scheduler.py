@@ -198,11 +198,17 @@ def test_a_failing_request_ends_alone_even_in_a_batched_prefill(model) -> None:
 
 def test_a_closed_scheduler_finishes_its_requests_and_refuses_new_ones(model) -> None:
     scheduler = DecodeScheduler(model)
-    tokens = queue.Queue()
+    tokens, beams = queue.Queue(), queue.Queue()
     scheduler.submit(GenerationRequest([1, 5], 6, Sampling(), None, frozenset(), tokens.put))
+    scheduler.submit(GenerationRequest([1, 4], 6, Sampling(), None, frozenset(), beams.put, 2))
     asyncio.run(scheduler.close())
     got = [tokens.get(timeout=1) for _ in range(7)]
     alone = model.rep.generate([1, 5], max_new_tokens=6, layout=model.layout)[0, 2:]
+    assert got == [*alone.tolist(), None]
+    got = [beams.get(timeout=1) for _ in range(7)]
+    alone = model.rep.generate(
+        [1, 4], max_new_tokens=6, num_beams=2, eos_token_id=None, layout=model.layout
+    )[0, 2:]
     assert got == [*alone.tolist(), None]
     late = queue.Queue()
     scheduler.submit(GenerationRequest([1, 5], 2, Sampling(), None, frozenset(), late.put))

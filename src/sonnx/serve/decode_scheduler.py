@@ -220,7 +220,7 @@ class DecodeScheduler:
                 [v[b : b + 1, :, rows] for v in present.values],
             )
             # All of a beam request's rows hold the same cache: none need reordering.
-            started += [(r, own) for r in self._took([first], choice, logits.shape[-1])[0]]
+            started += [(r, own) for r in self._hand_on([first], choice, logits.shape[-1])[0]]
         self.on_prefill(len(requests), time.perf_counter() - start)
         return started
 
@@ -250,7 +250,7 @@ class DecodeScheduler:
         ends = list(accumulate(len(c) for c in chosen))
         return [values[end - len(c) : end] for c, end in zip(chosen, ends, strict=True)]
 
-    def _took(
+    def _hand_on(
         self, rows: list[_Running], choice: list[float], vocab: int
     ) -> tuple[list[_Running], list[int]]:
         """Hand one request's choice on (``rows``: its rows, in beam order): its rows that go
@@ -298,7 +298,7 @@ class DecodeScheduler:
         kept = [False] * len(running)
         into, take = [], []
         for rows, choice in zip(requests, choices, strict=True):
-            going, follows = self._took([running[i] for i in rows], choice, logits.shape[-1])
+            going, follows = self._hand_on([running[i] for i in rows], choice, logits.shape[-1])
             for j, (r, follow) in enumerate(zip(going, follows, strict=True)):
                 running[rows[j]], kept[rows[j]] = r, True
                 if follow != j:  # a beam that continues another's past takes its cache rows
