@@ -1,7 +1,7 @@
 """Batched prefills and decode steps give each request the tokens it gets alone, in every cache
 layout: optimum's concatenated past (left-padded in a batch) and GroupQueryAttention's
 (right-padded), with onnxruntime-genai's shared buffer (one batch buffer written in place) or a
-growing past."""
+growing past. Beam requests share the batch with the others, one row per beam."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from sonnx.generation.decoder import Cache, Decoder
 from sonnx.generation.sampling import Sampling
 from sonnx.serve.batch_cache import Joining, SharedBatchBuffer
 from sonnx.serve.decode_scheduler import DecodeScheduler, GenerationRequest
-from sonnx.serve.errors import ModelUnavailableError
+from sonnx.serve.errors import InvalidRequestError, ModelUnavailableError
 from sonnx.testing.host_reads import count_host_reads, device_values
 from tests.genai_builds import build
 from tests.generation.optimum_models import export_optimum_style, tiny_llama
@@ -42,12 +42,13 @@ def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 def run_all(
     model,
-    requests: list[tuple[list[int], int, Sampling, int | None]],
+    requests: list[tuple],
     waves: list[list[int]] | None = None,
 ):
-    """Submit the requests, all at once or in ``waves`` (lists of indices, each submitted once
-    every request of the one before has its first token); their tokens and the sizes of the
-    prefills and the decode steps."""
+    """Submit the requests, (prompt, new tokens, sampling, seed) or with the number of beams
+    and the end tokens after those, all at once or in ``waves`` (lists of indices, each
+    submitted once every request of the one before has its first token: a beam request's
+    comes at its end); their tokens and the sizes of the prefills and the decode steps."""
     prefills: list[int] = []
     steps: list[int] = []
     scheduler = DecodeScheduler(
@@ -68,8 +69,11 @@ def run_all(
 
     for wave in waves or [list(range(len(requests)))]:
         for i in wave:
-            prompt, length, sampling, seed = requests[i]
-            request = GenerationRequest(prompt, length, sampling, seed, frozenset(), outputs[i].put)
+            prompt, length, sampling, seed, *more = requests[i]
+            beams, ends = more[0] if more else 1, more[1] if len(more) > 1 else frozenset()
+            request = GenerationRequest(
+                prompt, length, sampling, seed, ends, outputs[i].put, num_beams=beams
+            )
             scheduler.submit(request)
         for i in wave:
             take(i)
@@ -119,6 +123,62 @@ def test_seeded_sampling_in_a_batch_equals_it_alone(model) -> None:
         np.testing.assert_array_equal(got, alone[len(prompt) :])
 
 
+def test_beam_and_greedy_requests_in_one_batch_each_equal_their_run_alone(model) -> None:
+    """Two greedy requests run; three beam requests join them (3 beams with no end token and
+    with one that ends hypotheses early, 2 beams) in one prefill of three prompts, then
+    decode steps of up to 2 + 3 + 3 + 2 rows, every beam request's rows reordered among
+    themselves each step; each request gets the tokens ``rep.generate`` gives it alone."""
+    unended = model.rep.generate(PROMPTS[0], max_new_tokens=8, layout=model.layout)[0]
+    end = frozenset({int(unended[len(PROMPTS[0]) + 2])})
+    requests = [
+        (PROMPTS[0], 12, Sampling(), None, 3, frozenset()),
+        (PROMPTS[1], 9, Sampling(), None),
+        (PROMPTS[0], 12, Sampling(), None, 3, end),
+        (PROMPTS[2], 12, Sampling(), None),
+        (PROMPTS[3], 6, Sampling(), None, 2, frozenset()),
+    ]
+    tokens, prefills, steps = run_all(model, requests, waves=[[1, 3], [0, 2, 4]])
+    for (prompt, length, _, _, *beams), got in zip(requests, tokens, strict=True):
+        beams, ends = beams or (1, frozenset())
+        alone = model.rep.generate(
+            prompt, max_new_tokens=length, num_beams=beams, eos_token_id=sorted(ends),
+            layout=model.layout,
+        )[0]
+        np.testing.assert_array_equal(got, alone[len(prompt) :])
+    assert prefills == [2, 3] and max(steps) == 10
+
+
+def test_a_cancelled_beam_request_leaves_the_batch_at_the_next_step(model) -> None:
+    """A beam request's client goes away after two decode steps: its three rows leave the
+    batch at once, it gets nothing more, and the greedy request beside it goes on."""
+    steps: list[int] = []
+    beams, greedy = queue.Queue(), queue.Queue()
+    asked = GenerationRequest(PROMPTS[0], 12, Sampling(), None, frozenset(), beams.put, 3)
+
+    def stepped(rows: int, seconds: float) -> None:
+        steps.append(rows)
+        if len(steps) == 2:
+            asked.cancelled.set()
+
+    scheduler = DecodeScheduler(model, on_step=stepped, gather_s=0.5)
+    scheduler.submit(asked)
+    scheduler.submit(GenerationRequest(PROMPTS[1], 6, Sampling(), None, frozenset(), greedy.put))
+    got = [greedy.get(timeout=60) for _ in range(7)]
+    asyncio.run(scheduler.close())
+    alone = model.rep.generate(PROMPTS[1], max_new_tokens=6, layout=model.layout)[0, 2:]
+    assert got == [*alone.tolist(), None] and beams.empty()
+    assert steps == [4, 4, 1, 1, 1]
+
+
+def test_a_beam_request_wider_than_the_batch_is_refused(model) -> None:
+    scheduler = DecodeScheduler(model, max_batch=4)
+    refused = queue.Queue()
+    scheduler.submit(GenerationRequest([1, 5], 4, Sampling(), None, frozenset(), refused.put, 5))
+    error = refused.get(timeout=1)
+    assert isinstance(error, InvalidRequestError) and "at most 4" in str(error)
+    asyncio.run(scheduler.close())
+
+
 def test_a_failing_request_ends_alone_even_in_a_batched_prefill(model) -> None:
     bad = [10**6, 1]  # a token id past the vocabulary
     prefills: list[int] = []
@@ -138,11 +198,17 @@ def test_a_failing_request_ends_alone_even_in_a_batched_prefill(model) -> None:
 
 def test_a_closed_scheduler_finishes_its_requests_and_refuses_new_ones(model) -> None:
     scheduler = DecodeScheduler(model)
-    tokens = queue.Queue()
+    tokens, beams = queue.Queue(), queue.Queue()
     scheduler.submit(GenerationRequest([1, 5], 6, Sampling(), None, frozenset(), tokens.put))
+    scheduler.submit(GenerationRequest([1, 4], 6, Sampling(), None, frozenset(), beams.put, 2))
     asyncio.run(scheduler.close())
     got = [tokens.get(timeout=1) for _ in range(7)]
     alone = model.rep.generate([1, 5], max_new_tokens=6, layout=model.layout)[0, 2:]
+    assert got == [*alone.tolist(), None]
+    got = [beams.get(timeout=1) for _ in range(7)]
+    alone = model.rep.generate(
+        [1, 4], max_new_tokens=6, num_beams=2, eos_token_id=None, layout=model.layout
+    )[0, 2:]
     assert got == [*alone.tolist(), None]
     late = queue.Queue()
     scheduler.submit(GenerationRequest([1, 5], 2, Sampling(), None, frozenset(), late.put))
@@ -204,8 +270,9 @@ def test_leaving_rows_are_filled_from_the_end_of_the_shared_buffer() -> None:
 
 def test_a_decode_step_reads_its_rows_tokens_back_in_one_read(model) -> None:
     """Counted in the worker thread, with the weights standing in for device memory: a step
-    of three rows reads the chosen tokens once, not once a row. (The step's own value checks
-    read the token ids the host uploaded, which the CPU stand-in does not see as device
+    of two greedy rows and a three-beam request's rows reads the chosen tokens and beams once,
+    not once a row or request (the beams' reordering reads nothing). (The step's own value
+    checks read the token ids the host uploaded, which the CPU stand-in does not see as device
     values.)"""
     scheduler = DecodeScheduler(model, gather_s=0.5)
     step, reads = scheduler._step, []
@@ -219,10 +286,37 @@ def test_a_decode_step_reads_its_rows_tokens_back_in_one_read(model) -> None:
 
     scheduler._step = counted
     outputs = [queue.Queue() for _ in range(3)]
-    for prompt, length, out in zip(PROMPTS[:3], LENGTHS[:3], outputs, strict=True):
-        scheduler.submit(GenerationRequest(prompt, length, Sampling(), None, frozenset(), out.put))
+    for prompt, length, out, beams in zip(PROMPTS, LENGTHS, outputs, [1, 1, 3], strict=False):
+        scheduler.submit(
+            GenerationRequest(prompt, length, Sampling(), None, frozenset(), out.put, beams)
+        )
     for out in outputs:
         while (event := out.get(timeout=60)) is not None:
             assert not isinstance(event, BaseException), event
     asyncio.run(scheduler.close())
-    assert reads[0] == (3, 1) and all(count == 1 for _, count in reads)
+    assert reads[0] == (5, 1) and all(count == 1 for _, count in reads)
+
+
+def test_graph_mode_batches_equal_eager_from_two_compiled_graphs() -> None:
+    """A version served with ``use_graph`` (genai's shared buffer): a request runs alone, a
+    greedy and a two-beam request join it (a batched prefill of two, then decode steps of
+    four, three and one rows over a buffer grown in rows and length, beam rows reordered),
+    and each gets eager's tokens from two compiled graphs in all (the prefill's and the
+    decode step's, whatever the batch or the buffer's size)."""
+    model_dir = build("llama", "fp32")
+    eager, graph = load_decoder(model_dir), load_decoder(model_dir, use_graph=True)
+    requests = [
+        (PROMPTS[0], 6, Sampling(), None, 1),
+        (PROMPTS[1], 3, Sampling(), None, 1),
+        (PROMPTS[2], 5, Sampling(), None, 2),
+    ]
+    tokens, prefills, steps = run_all(graph, requests, waves=[[0], [1, 2]])
+    for (prompt, length, _, _, beams), got in zip(requests, tokens, strict=True):
+        alone = eager.rep.generate(
+            prompt, max_new_tokens=length, num_beams=beams, eos_token_id=None, layout=eager.layout
+        )[0]
+        np.testing.assert_array_equal(got, alone[len(prompt) :])
+    assert prefills == [1, 2] and max(steps) == 4 and min(steps) == 1
+    runner = graph.rep.graph_runner
+    assert runner.compile_count == 2
+    assert runner.fallback is None and all(part.compiled for part in runner.parts())

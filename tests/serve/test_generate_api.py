@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -130,6 +132,32 @@ def test_beam_search_equals_rep_generate(port: int, repository: Path, route: str
     assert got == expected.tolist()
 
 
+@pytest.mark.parametrize("route", ["generate", "generate_stream"])
+def test_a_client_that_goes_away_cancels_its_beam_request(app, port: int, route: str) -> None:
+    """The scheduler is held at the request's first decode step (so it cannot finish) until
+    the request is cancelled, which only the client's disconnect can do; then it goes on."""
+    post(port, "/v2/models/llama/generate", {"input_ids": PROMPT, "parameters": {"max_tokens": 1}})
+    scheduler = app.state.generation._served[app.state.repository.get("llama")].scheduler
+    submit, on_step, asked, stepping = scheduler.submit, scheduler.on_step, [], threading.Event()
+
+    def held(rows: int, seconds: float) -> None:
+        stepping.set()
+        asked[0].cancelled.wait(timeout=60)
+
+    scheduler.submit = lambda request: (asked.append(request), submit(request))[-1]
+    scheduler.on_step = held
+    try:
+        body = json.dumps({"input_ids": PROMPT, "parameters": {"max_tokens": 50, "num_beams": 3}})
+        head = f"POST /v2/models/llama/{route} HTTP/1.1\r\nHost: x\r\n"
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as client:
+            client.sendall(head.encode() + body.encode())
+            assert stepping.wait(timeout=60)
+        assert asked[0].cancelled.wait(timeout=30)
+    finally:
+        scheduler.submit, scheduler.on_step = submit, on_step
+
+
 def test_generation_runs_the_graph_infer_runs_and_follows_a_reload(app, port: int) -> None:
     body = {"input_ids": PROMPT, "parameters": {"max_tokens": 6}}
     first = json.loads(post(port, "/v2/models/llama/generate", body)[1])["output_ids"]
@@ -166,6 +194,7 @@ def test_seeded_sampling_is_reproducible_through_the_server(port: int) -> None:
             {"input_ids": [1], "parameters": {"num_beams": 2, "do_sample": True}},
             "does not sample",
         ),
+        ("llama", {"input_ids": [1], "parameters": {"num_beams": 17}}, "at most 16"),
         ("llama", {"input_ids": [10**6]}, "indices in [-96, 95], received 1000000"),
     ],
 )

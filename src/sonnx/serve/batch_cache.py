@@ -3,7 +3,8 @@
 A :class:`~sonnx.serve.decode_scheduler.DecodeScheduler` feeds all running sequences their last
 token in one step. Row ``i`` of the batch is its ``i``-th running sequence; sequences join
 after their prefill (``join``), and the scheduler says which rows stay after each step
-(``retain``), taking their new order back to keep its own list in step with the rows.
+(``retain``), taking their new order back to keep its own list in step with the rows, and
+which rows take on others' caches (``reorder``: beam search's beams following each other).
 
 Two ways of holding the caches, chosen by :func:`batch_cache` from the graph's layout:
 
@@ -115,6 +116,14 @@ class SharedBatchBuffer:
             self.keys, self.values = [], []
         return order
 
+    def reorder(self, into: list[int], take: list[int]) -> None:
+        """Rows ``into`` take the caches of rows ``take`` (beams continuing other beams'
+        pasts); every row is read before any is written."""
+        device = self.keys[0].device
+        into_rows, take_rows = torch.tensor(into, device=device), torch.tensor(take, device=device)
+        for buffer in self.keys + self.values:
+            buffer[into_rows] = buffer[take_rows]
+
     def step(self, ids: torch.Tensor, lengths: list[int]) -> torch.Tensor:
         """One decode step of the rows in use: ``ids`` (rows, 1) at positions ``lengths`` (each
         sequence's cached rows). Returns the logits (rows, vocab); the graph has written the
@@ -157,6 +166,13 @@ class PaddedCaches:
         order = _kept_in_order(keep)
         self.caches = [self.caches[i] for i in order]
         return order
+
+    def reorder(self, into: list[int], take: list[int]) -> None:
+        """Rows ``into`` take the caches of rows ``take`` (beams continuing other beams'
+        pasts)."""
+        caches = list(self.caches)
+        for row, source in zip(into, take, strict=True):
+            self.caches[row] = caches[source]
 
     def step(self, ids: torch.Tensor, lengths: list[int]) -> torch.Tensor:
         """One decode step of every sequence: ``ids`` (rows, 1) at positions ``lengths`` (each

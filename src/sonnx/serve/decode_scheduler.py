@@ -11,10 +11,16 @@ and go between steps, so a long generation never holds up a short one. Should a 
 prefill fail (a token id past the vocabulary), each of its prompts is run alone, so the error
 reaches the request that caused it only.
 
+A beam-search request (``num_beams`` above 1) takes ``num_beams`` rows of the batch: its prompt
+is prefilled once and its cache copied to each of its rows; after each step its beams are
+chosen as :class:`~sonnx.generation.beam_search.PromptBeams` (what ``rep.generate`` runs) and
+its rows take on the caches of the beams they continue. Its tokens are emitted once its search
+ends. The rows of a step's greedy, sampled and beam requests reach the host in one read.
+
 The running sequences' caches are a :mod:`~sonnx.serve.batch_cache`: one buffer the graph
 writes in place where it shares past and present (onnxruntime-genai's GroupQueryAttention
 builds), so a decode step copies no cache; each sequence's own cache, padded and concatenated
-per step, otherwise. Row ``i`` of the batch cache is the ``i``-th running request.
+per step, otherwise. Row ``i`` of the batch cache is the ``i``-th running row.
 """
 
 from __future__ import annotations
@@ -24,14 +30,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import torch
 
+from sonnx.generation.beam_search import PromptBeams
 from sonnx.generation.decoder import Cache, Decoder
 from sonnx.generation.model_dir import DecoderModel
 from sonnx.generation.sampling import Sampling
 from sonnx.serve.batch_cache import Joining, batch_cache
-from sonnx.serve.errors import ModelUnavailableError
+from sonnx.serve.errors import InvalidRequestError, ModelUnavailableError
 
 #: What a request's queue receives: a token, ``None`` at the end, or the error that ended it.
 Event = int | None | BaseException
@@ -39,7 +47,8 @@ Event = int | None | BaseException
 
 @dataclass
 class GenerationRequest:
-    """One request's settings, and where its tokens go (a thread-safe callback)."""
+    """One request's settings, and where its tokens go (a thread-safe callback).
+    ``num_beams`` above 1 is beam search (``sampling`` is then greedy)."""
 
     prompt: list[int]
     max_new_tokens: int
@@ -47,17 +56,23 @@ class GenerationRequest:
     seed: int | None
     ends: frozenset[int]
     emit: Callable[[Event], None]
+    num_beams: int = 1
     cancelled: threading.Event = field(default_factory=threading.Event)
     received: float = field(default_factory=time.monotonic)
 
 
 @dataclass
 class _Running:
+    """A row of the decode batch: a greedy or sampled request, or beam ``beam`` of a beam
+    request (``beams``, its search, shared by its rows)."""
+
     request: GenerationRequest
     length: int  # rows of the cache in use
     last: int  # the token to feed next
     produced: int
     generator: torch.Generator | None
+    beams: PromptBeams | None = None
+    beam: int = 0
 
 
 class DecodeScheduler:
@@ -89,7 +104,16 @@ class DecodeScheduler:
         self._thread.start()
 
     def submit(self, request: GenerationRequest) -> None:
-        """Queue ``request``; once the scheduler is closed it gets a 503 error instead."""
+        """Queue ``request``; once the scheduler is closed it gets a 503 error instead, and a
+        beam request wider than the batch a 400."""
+        if request.num_beams > self.max_batch:
+            request.emit(
+                InvalidRequestError(
+                    f"generate: num_beams must be at most {self.max_batch} (the decode batch's "
+                    f"rows), received {request.num_beams}"
+                )
+            )
+            return
         with self._wake:
             if self._closed:
                 request.emit(ModelUnavailableError("this model version is being unloaded"))
@@ -109,11 +133,7 @@ class DecodeScheduler:
         running: list[_Running] = []
         while (admitted := self._admit(len(running))) is not None:
             if admitted:
-                joining = [
-                    (started, cache)
-                    for started, cache in self._prefill_each(admitted)
-                    if not self._advance(started)
-                ]
+                joining = self._prefill_each(admitted)
                 if joining:
                     self.batch.join([self._joining(r, cache) for r, cache in joining])
                     running += [r for r, _ in joining]
@@ -130,8 +150,9 @@ class DecodeScheduler:
         return Joining(cache, r.length, len(r.request.prompt) + r.request.max_new_tokens)
 
     def _admit(self, busy: int) -> list[GenerationRequest] | None:
-        """The waiting requests that join now, up to the free room (gathered for up to
-        ``gather_s`` when nothing runs); None once closed with nothing left to do."""
+        """The waiting requests that join now, in order while their rows fit the free room
+        (gathered for up to ``gather_s`` when nothing runs); None once closed with nothing
+        left to do."""
         with self._wake:
             while not self._waiting and not busy:
                 if self._closed:
@@ -139,18 +160,24 @@ class DecodeScheduler:
                 self._wake.wait()
             if not busy and self._waiting:
                 deadline = self._waiting[0].received + self.gather_s
-                while len(self._waiting) < self.max_batch and not self._closed:
+                while not self._closed and self._rows_waiting() < self.max_batch:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     self._wake.wait(left)
-            room = self.max_batch - busy
-            admitted, self._waiting = self._waiting[:room], self._waiting[room:]
+            room, admitted = self.max_batch - busy, []
+            while self._waiting and self._waiting[0].num_beams <= room:
+                room -= self._waiting[0].num_beams
+                admitted.append(self._waiting.pop(0))
         return [r for r in admitted if not r.cancelled.is_set()]
+
+    def _rows_waiting(self) -> int:
+        return sum(r.num_beams for r in self._waiting)
 
     def _prefill_each(self, requests: list[GenerationRequest]) -> list[tuple[_Running, Cache]]:
         """The requests' prompts prefilled as one batch; if that fails, each alone, so a
-        request's failure ends that request only."""
+        request's failure ends that request only. Returns the rows that go on (a beam request
+        has ``num_beams`` of them) with the cache each starts from."""
         try:
             return self._prefill(requests)
         except Exception as e:
@@ -161,7 +188,7 @@ class DecodeScheduler:
 
     def _prefill(self, requests: list[GenerationRequest]) -> list[tuple[_Running, Cache]]:
         """One pass over the prompts, left-padded to the longest: each request's first token
-        and its own rows of the cache."""
+        (a beam request's first beams) and its own rows of the cache."""
         start = time.perf_counter()
         device, lay = self.decoder.device, self.decoder.layout
         width = max(len(r.prompt) for r in requests)
@@ -175,18 +202,25 @@ class DecodeScheduler:
         # A shared buffer need only hold the prompts: their rows are copied into the batch's.
         cache = self.decoder.empty_cache(len(requests), width)
         logits, present = self.decoder.step(ids, mask, positions, cache)
-        generators = [self._generator(r) for r in requests]
-        firsts = self._choose(logits, [r.sampling for r in requests], generators)
+        firsts = [
+            _Running(r, len(r.prompt), 0, 0, self._generator(r), self._beams(r)) for r in requests
+        ]
+        # Every beam of a beam request starts from its prompt's logits.
+        choices = self._choose(
+            [logits[b : b + 1].expand(r.request.num_beams, -1) for b, r in enumerate(firsts)],
+            firsts,
+        )
         started = []
-        for b, r in enumerate(requests):
-            size = len(r.prompt)
+        for b, (first, choice) in enumerate(zip(firsts, choices, strict=True)):
+            size = len(first.request.prompt)
             # A right-padded graph has each prompt's rows at the front.
             rows = slice(0, size) if lay.right_padded else slice(width - size, None)
             own = Cache(
                 [k[b : b + 1, :, rows] for k in present.keys],
                 [v[b : b + 1, :, rows] for v in present.values],
             )
-            started.append((_Running(r, size, firsts[b], 0, generators[b]), own))
+            # All of a beam request's rows hold the same cache: none need reordering.
+            started += [(r, own) for r in self._hand_on([first], choice, logits.shape[-1])[0]]
         self.on_prefill(len(requests), time.perf_counter() - start)
         return started
 
@@ -196,17 +230,46 @@ class DecodeScheduler:
         return None
 
     @staticmethod
-    def _choose(
-        logits: torch.Tensor,
-        samplings: list[Sampling],
-        generators: list[torch.Generator | None],
-    ) -> list[int]:
-        """Each row's next token, by its own request's settings. The tokens reach the host in
-        one read (the host hands them on and checks them for end tokens): on a GPU each read
-        waits for the device."""
-        rows = zip(samplings, generators, strict=True)
-        chosen = [s.next_tokens(logits[b : b + 1], g) for b, (s, g) in enumerate(rows)]
-        return torch.cat(chosen).tolist()
+    def _beams(r: GenerationRequest) -> PromptBeams | None:
+        return PromptBeams(r.num_beams, r.ends) if r.num_beams > 1 else None
+
+    @staticmethod
+    def _choose(logits: list[torch.Tensor], firsts: list[_Running]) -> list[list[float]]:
+        """Each request's choice from its rows' ``logits``, by its own settings: a greedy or
+        sampled request's next token, a beam request's :meth:`PromptBeams.top`. They reach
+        the host in one read (the host hands the tokens on, checks them for end tokens and
+        picks the beams): on a GPU each read waits for the device. float64 holds the token
+        ids exactly."""
+        chosen = [
+            r.request.sampling.next_tokens(rows, r.generator).double()
+            if r.beams is None
+            else r.beams.top(rows)
+            for rows, r in zip(logits, firsts, strict=True)
+        ]
+        values = torch.cat(chosen).tolist()
+        ends = list(accumulate(len(c) for c in chosen))
+        return [values[end - len(c) : end] for c, end in zip(chosen, ends, strict=True)]
+
+    def _hand_on(
+        self, rows: list[_Running], choice: list[float], vocab: int
+    ) -> tuple[list[_Running], list[int]]:
+        """Hand one request's choice on (``rows``: its rows, in beam order): its rows that go
+        on, and for each of them the one of ``rows`` whose cache it continues."""
+        first = rows[0]
+        if first.beams is None:
+            first.last = int(choice[0])
+            return ([], []) if self._advance(first) else (rows, [0])
+        follows = first.beams.advance(choice, vocab)
+        if first.beams.done or len(first.beams.tokens[0]) >= first.request.max_new_tokens:
+            for token in first.beams.finish():
+                first.request.emit(token)
+            first.request.emit(None)
+            return [], []
+        going = [
+            _Running(first.request, first.length, tokens[-1], 0, None, first.beams, j)
+            for j, tokens in enumerate(first.beams.tokens)
+        ]
+        return going, follows
 
     def _advance(self, r: _Running) -> bool:
         """Hand ``r``'s newest token on; whether ``r`` has finished."""
@@ -224,16 +287,37 @@ class DecodeScheduler:
         try:
             logits = self.batch.step(ids, [r.length for r in running])
         except Exception as e:
-            for r in running:
-                r.request.emit(e)
+            for rows in _by_request(running):
+                running[rows[0]].request.emit(e)
             return self._retain(running, [False] * len(running))
-        chosen = self._choose(
-            logits, [r.request.sampling for r in running], [r.generator for r in running]
-        )
-        going = []
-        for r, token in zip(running, chosen, strict=True):
+        for r in running:
             r.length += 1
-            r.last = token
-            going.append(not self._advance(r))
+        requests = _by_request(running)
+        firsts = [running[rows[0]] for rows in requests]
+        choices = self._choose([_rows(logits, rows) for rows in requests], firsts)
+        kept = [False] * len(running)
+        into, take = [], []
+        for rows, choice in zip(requests, choices, strict=True):
+            going, follows = self._hand_on([running[i] for i in rows], choice, logits.shape[-1])
+            for j, (r, follow) in enumerate(zip(going, follows, strict=True)):
+                running[rows[j]], kept[rows[j]] = r, True
+                if follow != j:  # a beam that continues another's past takes its cache rows
+                    into.append(rows[j])
+                    take.append(rows[follow])
+        if into:
+            self.batch.reorder(into, take)
         self.on_step(len(running), time.perf_counter() - start)
-        return self._retain(running, going)
+        return self._retain(running, kept)
+
+
+def _rows(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """The logits of ``rows`` (a view where that is one row)."""
+    return logits[rows[0] : rows[0] + 1] if len(rows) == 1 else logits[rows]
+
+
+def _by_request(running: list[_Running]) -> list[list[int]]:
+    """The rows of each running request (a beam request's in beam order)."""
+    rows: dict[int, list[int]] = {}
+    for i, r in enumerate(running):
+        rows.setdefault(id(r.request), []).append(i)
+    return [sorted(group, key=lambda i: running[i].beam) for group in rows.values()]

@@ -19,10 +19,13 @@ which batches the prefills and the decode steps of concurrent requests;
 ``sonnx_serve_decode_batch_size`` the sequences of each decode step. A prefill waits up to
 the model's ``max_queue_delay_ms`` for more prompts when nothing else is running.
 
-``num_beams`` above 1 is beam search (:meth:`SingaRep.generate`'s, no sampling): such a
-request runs on its own in a worker thread, beside the decode batch and not in it, and its
-tokens come once the search has finished (``generate_stream`` then sends them one event per
-token, all at the end).
+``num_beams`` above 1 is beam search (:meth:`SingaRep.generate`'s, no sampling, the same
+tokens): such a request takes ``num_beams`` rows of the decode batch, and its tokens come once
+its search has ended (``generate_stream`` then sends them one event per token, all at the end).
+
+A request whose client goes away leaves the batch at the next step (the handlers set its
+``cancelled``: a streamed response when starlette stops it, a plain one when
+:func:`_until_disconnected` sees the disconnect).
 """
 
 from __future__ import annotations
@@ -99,7 +102,6 @@ class GenerateApi:
         )
         self._served: dict[ModelVersion, _Served] = {}
         self._loading = asyncio.Lock()
-        self._beams: set[asyncio.Task[None]] = set()
 
     def routes(self, guarded: Callable[[Handler], Handler]) -> list[Route]:
         """The routes, each handler wrapped by ``guarded`` (errors to responses)."""
@@ -118,13 +120,14 @@ class GenerateApi:
 
     async def close(self) -> None:
         """Finish every running generation, then stop the schedulers."""
-        await asyncio.gather(*self._beams)
         served, self._served = list(self._served.values()), {}
         await asyncio.gather(*(s.scheduler.close() for s in served))
 
     # ---- the routes -----------------------------------------------------------------------
     async def generate(self, request: Request) -> Response:
         head, model, generation, queue = await self._start(request)
+        # A plain response is not told that its client went away (a streamed one is).
+        watch = asyncio.create_task(_until_disconnected(request, queue))
         tokens = []
         try:
             while (event := await queue.get()) is not None:
@@ -132,6 +135,7 @@ class GenerateApi:
                     raise _client_error(event)
                 tokens.append(event)
         finally:  # a client gone away stops its sequence at the next step
+            watch.cancel()
             generation.cancelled.set()
         text = _decode(model, tokens)
         return JSONResponse({**head, "text_output": text, "output_ids": tokens})
@@ -177,15 +181,10 @@ class GenerateApi:
         state = await self._generation(name, served)
         queue: asyncio.Queue[Event] = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        asked, beams = _request(
+        asked = _request(
             options, state.model, lambda e: loop.call_soon_threadsafe(queue.put_nowait, e)
         )
-        if beams > 1:
-            task = asyncio.create_task(_beam_search(state.model, asked, beams))
-            self._beams.add(task)
-            task.add_done_callback(self._beams.discard)
-        else:
-            state.scheduler.submit(asked)
+        state.scheduler.submit(asked)
         head = {"model_name": name, "model_version": str(served.version)}
         return head, state.model, asked, queue
 
@@ -222,6 +221,14 @@ class GenerateApi:
             await gone.scheduler.close()
 
 
+async def _until_disconnected(request: Request, queue: asyncio.Queue[Event]) -> None:
+    """Wait for ``request``'s client to go away (its body has been read: what the server
+    hands on next is the disconnect), then end the wait for its tokens."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    queue.put_nowait(None)
+
+
 def _decoder(root: Path, served: ModelVersion) -> DecoderModel:
     """The version's decoder over the graph its ``/infer`` runs (prepared apart only where the
     directory's ``genai_config.json`` names another file than ``model.onnx``)."""
@@ -230,28 +237,8 @@ def _decoder(root: Path, served: ModelVersion) -> DecoderModel:
     return load_decoder(directory, served.config.device, served.config.use_graph, rep=shared)
 
 
-async def _beam_search(model: DecoderModel, request: GenerationRequest, beams: int) -> None:
-    """``request`` by beam search, alone in a worker thread; its tokens once it has finished."""
-    try:
-        out = await asyncio.to_thread(
-            model.generate,
-            request.prompt,
-            max_new_tokens=request.max_new_tokens,
-            num_beams=beams,
-            eos_token_id=sorted(request.ends) or None,
-        )
-    except Exception as e:  # reported to the request's client
-        request.emit(e)
-        return
-    for token in out[0, len(request.prompt) :].tolist():
-        request.emit(token)
-    request.emit(None)
-
-
-def _request(
-    options: dict[str, Any], model: DecoderModel, emit: Any
-) -> tuple[GenerationRequest, int]:
-    """The generation a request body asks for, checked, and its number of beams."""
+def _request(options: dict[str, Any], model: DecoderModel, emit: Any) -> GenerationRequest:
+    """The generation a request body asks for, checked."""
     parameters = options.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise InvalidRequestError(
@@ -292,10 +279,8 @@ def _request(
         raise InvalidRequestError(conflict)
     ends = parameters.get("eos_token_id", model.eos_token_id)
     ends = [] if ends is None else [ends] if isinstance(ends, int) else ends
-    request = GenerationRequest(
-        prompt, limit, sampling, parameters.get("seed"), frozenset(ends), emit
-    )
-    return request, beams
+    seed = parameters.get("seed")
+    return GenerationRequest(prompt, limit, sampling, seed, frozenset(ends), emit, beams)
 
 
 def _decode(model: DecoderModel, tokens: list[int]) -> str:
