@@ -1,0 +1,93 @@
+"""The ONNX model a prepared graph keeps: its structure, without the bytes of its weights.
+
+Once :func:`~sonnx.runtime.rep.prepare` has decoded the initializers into the program's
+tensors, a model that also kept their bytes would hold every weight twice (a 7B float16 LLM:
+14 GB twice). The kept model (``SingaRep.model``) therefore has every node, input, output and
+initializer *header* (name, element type, dims), but the data of each initializer of at least
+:data:`LARGE_INITIALIZER_BYTES` that the program holds is cleared: the program's tensors are
+the one copy. Smaller initializers keep their data, so shape inference still reads the shape,
+axes and index constants it needs.
+
+Whatever needs the values reads them from the tensors: the exporter writes each initializer
+from the tensor of its name, and :func:`with_current_values` builds a whole model again, on
+demand, with the tensors' current values (trained weights included).
+
+Only the main graph's dense initializers are stripped; those of subgraphs (``If`` branches,
+``Loop`` bodies) and sparse ones are kept as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import onnx
+from google.protobuf.message import Message
+
+from sonnx.proto.graph_builder import tensor_proto
+from sonnx.tensor import Tensor
+
+__all__ = ["LARGE_INITIALIZER_BYTES", "with_current_values", "without_large_values"]
+
+#: Initializers of this many bytes or more lose their data in the kept model.
+LARGE_INITIALIZER_BYTES = 1024
+
+#: The fields of a TensorProto that hold its values (all but one are empty in any tensor).
+_DATA_FIELDS = frozenset(
+    {"raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data",
+     "uint64_data"}
+)
+
+
+def without_large_values(
+    model: onnx.ModelProto, constants: Mapping[str, Tensor]
+) -> onnx.ModelProto:
+    """A copy of ``model`` whose large initializers held in ``constants`` have no data.
+
+    The copy is built field by field, never through a full ``CopyFrom``, so the weights' bytes
+    are not copied even for a moment, and ``model`` itself is left as it is.
+
+    :param model: the model as loaded.
+    :param constants: the tensors the prepared program holds, by name.
+    :returns: the model to keep beside the tensors.
+    """
+    kept = onnx.ModelProto()
+    _copy_fields(model, kept, skip={"graph"})
+    _copy_fields(model.graph, kept.graph, skip={"initializer"})
+    for init in model.graph.initializer:
+        header = kept.graph.initializer.add()
+        large = init.name in constants and init.ByteSize() >= LARGE_INITIALIZER_BYTES
+        _copy_fields(init, header, skip=_DATA_FIELDS if large else frozenset())
+    return kept
+
+
+def with_current_values(
+    model: onnx.ModelProto, constants: Mapping[str, Tensor]
+) -> onnx.ModelProto:
+    """A copy of ``model`` in which every initializer held in ``constants`` has the tensor's
+    current value (trained weights, updated statistics); the others are copied as they are.
+
+    :param model: a kept model (:func:`without_large_values`) or any model of the same graph.
+    :param constants: the tensors the prepared program holds, by name.
+    :returns: a complete model: what ``model`` was when loaded, with the current weights.
+    """
+    full = onnx.ModelProto()
+    _copy_fields(model, full, skip={"graph"})
+    _copy_fields(model.graph, full.graph, skip={"initializer"})
+    for init in model.graph.initializer:
+        current = constants.get(init.name)
+        value = init if current is None else tensor_proto(current.data, init.name)
+        full.graph.initializer.add().CopyFrom(value)
+    return full
+
+
+def _copy_fields(source: Message, target: Message, skip: frozenset[str] | set[str]) -> None:
+    """Copy every field set in ``source`` into the empty ``target``, except those in ``skip``."""
+    for field, value in source.ListFields():
+        if field.name in skip:
+            continue
+        if isinstance(value, Message):
+            getattr(target, field.name).CopyFrom(value)
+        elif isinstance(value, (bytes, str, int, float)):  # enums are ints
+            setattr(target, field.name, value)
+        else:  # a repeated field
+            getattr(target, field.name).extend(value)
