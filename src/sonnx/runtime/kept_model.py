@@ -18,6 +18,7 @@ Only the main graph's dense initializers are stripped; those of subgraphs (``If`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import onnx
@@ -55,7 +56,7 @@ def without_large_values(
     _copy_fields(model.graph, kept.graph, skip={"initializer"})
     for init in model.graph.initializer:
         header = kept.graph.initializer.add()
-        large = init.name in constants and init.ByteSize() >= LARGE_INITIALIZER_BYTES
+        large = init.name in constants and _data_bytes(init) >= LARGE_INITIALIZER_BYTES
         _copy_fields(init, header, skip=_DATA_FIELDS if large else frozenset())
     return kept
 
@@ -80,14 +81,25 @@ def with_current_values(
     return full
 
 
+def _data_bytes(init: onnx.TensorProto) -> int:
+    """The size of an initializer's values from its dims and element type (``ByteSize`` would
+    serialize the tensor, a copy of its bytes; a string counts as a pointer's 8 bytes)."""
+    itemsize = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+    return math.prod(init.dims) * itemsize
+
+
 def _copy_fields(source: Message, target: Message, skip: frozenset[str] | set[str]) -> None:
-    """Copy every field set in ``source`` into the empty ``target``, except those in ``skip``."""
-    for field, value in source.ListFields():
+    """Copy every field set in ``source`` into the empty ``target``, except those in ``skip``,
+    which are never read (``ListFields`` would hand out a copy of a tensor's bytes)."""
+    for field in source.DESCRIPTOR.fields:
         if field.name in skip:
             continue
+        value = getattr(source, field.name)
         if isinstance(value, Message):
-            getattr(target, field.name).CopyFrom(value)
+            if source.HasField(field.name):
+                getattr(target, field.name).CopyFrom(value)
         elif isinstance(value, (bytes, str, int, float)):  # enums are ints
-            setattr(target, field.name, value)
-        else:  # a repeated field
+            if source.HasField(field.name):
+                setattr(target, field.name, value)
+        elif len(value):  # a repeated field
             getattr(target, field.name).extend(value)
