@@ -54,7 +54,6 @@ def rebuild(rep: SingaRep, model: onnx.ModelProto, trainable: set[str] | None) -
     large ones); ``trainable`` names the weights that train (None: all of them)."""
     whole = with_current_values(model, rep.constants)
     fresh = prepare(whole, device=rep.device, use_graph=rep.graph_runner is not None)
-    del whole
     for name, t in fresh.params.items():
         t.requires_grad = trainable is None or name in trainable
     for field in dataclasses.fields(rep):

@@ -458,9 +458,11 @@ def prepare(
     if options:
         raise BadInputError(f"prepare: unknown option(s) {sorted(options)}")
     rep = _prepared(load_model(model), as_device(device), use_graph)
-    # A model prepare loaded itself is gone now, its weights' bytes with it: hand that
-    # memory back (glibc keeps freed blocks under its mmap threshold, up to 32 MiB each).
-    release_freed_memory()
+    if not isinstance(model, onnx.ModelProto):
+        # The model read from the file or bytes is gone now, its weights' bytes with it:
+        # hand that memory back (glibc keeps freed blocks under its mmap threshold, up to
+        # 32 MiB each, on its heap). A caller's ModelProto is the caller's to free.
+        release_freed_memory()
     return rep
 
 
