@@ -51,9 +51,7 @@ def without_large_values(
     :param constants: the tensors the prepared program holds, by name.
     :returns: the model to keep beside the tensors.
     """
-    kept = onnx.ModelProto()
-    _copy_fields(model, kept, skip={"graph"})
-    _copy_fields(model.graph, kept.graph, skip={"initializer"})
+    kept = _without_initializers(model)
     for init in model.graph.initializer:
         header = kept.graph.initializer.add()
         large = init.name in constants and _data_bytes(init) >= LARGE_INITIALIZER_BYTES
@@ -71,14 +69,20 @@ def with_current_values(
     :param constants: the tensors the prepared program holds, by name.
     :returns: a complete model: what ``model`` was when loaded, with the current weights.
     """
-    full = onnx.ModelProto()
-    _copy_fields(model, full, skip={"graph"})
-    _copy_fields(model.graph, full.graph, skip={"initializer"})
+    full = _without_initializers(model)
     for init in model.graph.initializer:
         current = constants.get(init.name)
         value = init if current is None else tensor_proto(current.data, init.name)
         full.graph.initializer.add().CopyFrom(value)
     return full
+
+
+def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` but for its graph's initializers, which the caller adds."""
+    copy = onnx.ModelProto()
+    _copy_fields(model, copy, skip={"graph"})
+    _copy_fields(model.graph, copy.graph, skip={"initializer"})
+    return copy
 
 
 def _data_bytes(init: onnx.TensorProto) -> int:
