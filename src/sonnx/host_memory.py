@@ -15,6 +15,10 @@ trade (resident memory stays at its peak). It is process-wide, so ``import sonnx
 call it: :func:`sonnx.tune_process_for_serving` does, for programs that opt in; the
 environment variable ``SONNX_KEEP_HOST_MEMORY=0`` leaves malloc as it is even then. Elsewhere
 than glibc (macOS, musl, Windows) it does nothing.
+
+:func:`release_freed_memory` is the other way round, for one moment rather than a policy:
+after :func:`sonnx.prepare` has dropped the model it loaded (its weights' bytes, now tensors),
+it hands the freed memory back, unless the process chose to keep freed memory.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from functools import cache
 
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_MAX = -4
@@ -48,6 +53,20 @@ def keep_freed_memory() -> bool:
     return _kept
 
 
+def release_freed_memory() -> None:
+    """Hand the heap's free memory back to the kernel (glibc's ``malloc_trim``), as after a
+    large object is freed, unless :func:`keep_freed_memory` applied (a process that keeps its
+    freed memory means to reuse it). glibc does so by itself only for blocks it served with
+    ``mmap`` and for the top of its heap, so a freed model's smaller blocks would otherwise
+    stay resident. Elsewhere than glibc it does nothing."""
+    if _kept or not sys.platform.startswith("linux"):
+        return
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+@cache
 def _glibc() -> ctypes.CDLL | None:
     """The C library when it is glibc (``gnu_get_libc_version`` only exists there)."""
     name = ctypes.util.find_library("c")

@@ -19,6 +19,7 @@ import torch
 from sonnx.errors import BadInputError
 from sonnx.lora.graph import Adapter, adapters_of, attach, strip
 from sonnx.lora.targets import LoraTargetError, select
+from sonnx.runtime.kept_model import with_current_values
 from sonnx.runtime.rep import SingaRep, prepare
 
 __all__ = ["adapter_values", "add", "merge", "rebuild", "weight_delta", "weight_float_type"]
@@ -48,15 +49,13 @@ def adapter_values(rep: SingaRep) -> dict[str, tuple[torch.Tensor, torch.Tensor]
 
 
 def rebuild(rep: SingaRep, model: onnx.ModelProto, trainable: set[str] | None) -> None:
-    """Prepare ``model`` into ``rep`` in place, keeping the current values of the weights both
-    share; ``trainable`` names the weights that train (None: all of them)."""
-    current = {name: t.data for name, t in rep.params.items()}
-    fresh = prepare(model, device=rep.device, use_graph=rep.graph_runner is not None)
-    with torch.no_grad():
-        for name, t in fresh.params.items():
-            if name in current and tuple(current[name].shape) == t.shape:
-                t.data.copy_(current[name])
-            t.requires_grad = trainable is None or name in trainable
+    """Prepare ``model`` into ``rep`` in place, its initializers that ``rep`` holds taking their
+    current values from ``rep`` (``model``, derived from ``rep.model``, lacks the bytes of the
+    large ones); ``trainable`` names the weights that train (None: all of them)."""
+    whole = with_current_values(model, rep.constants)
+    fresh = prepare(whole, device=rep.device, use_graph=rep.graph_runner is not None)
+    for name, t in fresh.params.items():
+        t.requires_grad = trainable is None or name in trainable
     for field in dataclasses.fields(rep):
         setattr(rep, field.name, getattr(fresh, field.name))
 

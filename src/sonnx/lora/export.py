@@ -44,15 +44,6 @@ def _decoder_file(model_dir: Path) -> str:
     return config["model"]["decoder"]["filename"]
 
 
-def _with_current_weights(model: onnx.ModelProto, rep: SingaRep) -> None:
-    """Write the rep's current float weights into ``model``'s initializers of the same name."""
-    params = rep.params
-    for i, init in enumerate(model.graph.initializer):
-        if init.name in params:
-            value = params[init.name].data.detach().cpu().numpy()
-            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(value, init.name))
-
-
 def _scaled_values(rep: SingaRep, adapters: list[Adapter]) -> dict[str, tuple]:
     """(A, B * scale) as NumPy arrays by module: what the exported graphs hold."""
     values = adapter_values(rep)
@@ -130,8 +121,7 @@ def export(
     if out.resolve() == source.resolve():
         raise BadInputError(f"lora.export: out_dir must differ from model_dir ({source})")
     out.mkdir(parents=True, exist_ok=True)
-    base = strip(rep.model)
-    _with_current_weights(base, rep)
+    base = strip(rep.current_model())
     values = _scaled_values(rep, adapters)
     if merged:
         model = _merged(base, adapters, values)

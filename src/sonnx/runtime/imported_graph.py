@@ -24,6 +24,7 @@ from sonnx.errors import ExportError
 from sonnx.onnx.model_loading import needed_inputs
 from sonnx.proto.graph_builder import GraphBuilder, tensor_proto
 from sonnx.runtime.constants import STATISTICS_SUFFIX
+from sonnx.runtime.kept_model import with_current_values
 from sonnx.runtime.program import GraphProgram, Subgraph
 from sonnx.tensor import Tensor
 
@@ -39,9 +40,11 @@ class GraphSlice:
 
 
 class GraphSource:
-    """An imported model as its export needs it: the original proto and the prepared program.
+    """An imported model as its export needs it: the kept proto and the prepared program.
 
-    ``constants`` is the program's own dict, so the values an export writes are the current
+    The proto is the model without the bytes of its large initializers (see
+    :mod:`sonnx.runtime.kept_model`): every initializer the program holds is written from
+    ``constants``, the program's own dict, so the values an export writes are the current
     ones (trained weights, updated BatchNorm statistics); the program's subgraphs hold the
     weights of branches and loop bodies.
     """
@@ -52,7 +55,7 @@ class GraphSource:
         self.constants = program.constants
         graph = model.graph
         self.producer = {o: i for i, node in enumerate(graph.node) for o in node.output if o}
-        self.initializers = {t.name: t for t in graph.initializer}
+        self.initializers = {t.name for t in graph.initializer}
         self.sparse_initializers = {s.values.name: s for s in graph.sparse_initializer}
         self.graph_inputs = {v.name: v for v in graph.input}
         self.graph_outputs = {v.name: v for v in graph.output}
@@ -60,6 +63,11 @@ class GraphSource:
         self._slices: dict[tuple[str, ...], GraphSlice] = {}
         self._inner: dict[GraphSlice, dict[str, Tensor]] = {}
         self._initializer_tensors: dict[GraphSlice, list[tuple[str, Tensor]]] = {}
+
+    def current_model(self) -> onnx.ModelProto:
+        """The whole model with every initializer's current value (see
+        :func:`~sonnx.runtime.kept_model.with_current_values`)."""
+        return with_current_values(self.model, self.constants)
 
     @property
     def opset(self) -> int:
@@ -307,8 +315,9 @@ class ImportedExport:
                 g.value_infos.append(self._declared(name, self.source.value_info))
 
     def _write_constant(self, g: GraphBuilder, name: str) -> None:
-        """A non-trainable initializer: float ones from their current value (BatchNorm
-        statistics change in training), the rest as the original proto, dtype and all."""
+        """A non-trainable initializer, from the tensor the program holds: its current value
+        (BatchNorm statistics change in training), and the kept proto has no bytes of a large
+        one. Sparse initializers are written as the original proto."""
         target = self.name(name)
         if name in self.source.sparse_initializers:
             sparse = onnx.SparseTensorProto()
@@ -316,14 +325,7 @@ class ImportedExport:
             sparse.values.name = target
             g.sparse_initializers.append(sparse)
             return
-        current = self.source.constants.get(name)
-        if current is not None and dtypes.is_float(current.dtype):
-            g.initializers.append(tensor_proto(current.data, target))
-            return
-        proto = onnx.TensorProto()
-        proto.CopyFrom(self.source.initializers[name])
-        proto.name = target
-        g.initializers.append(proto)
+        g.initializers.append(tensor_proto(self.source.constants[name].data, target))
 
     def _rewire_statistics(self, g: GraphBuilder, node: onnx.NodeProto) -> None:
         """A BatchNormalization whose statistics the importer gave buffers of their own

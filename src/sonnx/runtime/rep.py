@@ -32,6 +32,7 @@ from sonnx import dtypes
 from sonnx.device import Device, as_device
 from sonnx.engine.operator import is_training
 from sonnx.errors import BadInputError
+from sonnx.host_memory import release_freed_memory
 from sonnx.onnx.model_loading import ModelSource, load_model, opset_versions
 from sonnx.onnx.values import (
     GraphValue,
@@ -44,6 +45,7 @@ from sonnx.runtime.array_runs import ArrayRuns, is_plain_array
 from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.runtime.imported_graph import GraphSource, ImportedGraph
 from sonnx.runtime.input_specs import InputSpec, declared_dims, input_spec
+from sonnx.runtime.kept_model import without_large_values
 from sonnx.runtime.program import GraphProgram, compile_graph
 from sonnx.runtime.run_paths import Path, choose_path, debugging, explain_run, report
 from sonnx.runtime.store import graph_digest
@@ -61,7 +63,11 @@ class SingaRep:
     tensor in it never makes an exponent, an epsilon or a shape trainable. :func:`prepare`
     makes one; its fields are:
 
-    :param model: the ONNX model, as loaded.
+    :param model: the ONNX model as loaded, except that the data of its large initializers
+        (1 KiB and more) is cleared: the tensors in :attr:`constants` are the one copy of the
+        weights (see :mod:`sonnx.runtime.kept_model`). Its nodes, inputs, outputs and every
+        initializer's name, element type and dims are there; :meth:`current_model` gives the
+        whole model with the current weights.
     :param device: the device it runs on.
     :param tensor_map: the trainable weights by name (float initializers).
     :param input_specs: the inputs to feed, in the graph's order (initializers left out).
@@ -103,6 +109,15 @@ class SingaRep:
     def params(self) -> dict[str, Tensor]:
         """The trainable weights by name (float initializers)."""
         return {k: t for k, t in self.constants.items() if t.stores_grad}
+
+    def current_model(self) -> onnx.ModelProto:
+        """The whole model, every initializer holding its current value (trained weights
+        included): :attr:`model` with the weights' bytes written back from the tensors. Built
+        on each call, so it holds a second copy of the weights only while the caller keeps it.
+
+        :returns: a new ``onnx.ModelProto``.
+        """
+        return self.source.current_model()
 
     # ---- running --------------------------------------------------------------------------
     def run(
@@ -443,8 +458,17 @@ def prepare(
     """
     if options:
         raise BadInputError(f"prepare: unknown option(s) {sorted(options)}")
-    proto = load_model(model)
-    dev = as_device(device)
+    rep = _prepared(load_model(model), as_device(device), use_graph)
+    if not isinstance(model, onnx.ModelProto):
+        # The model read from the file or bytes is gone now, its weights' bytes with it:
+        # hand that memory back (glibc keeps freed blocks under its mmap threshold, up to
+        # 32 MiB each, on its heap). A caller's ModelProto is the caller's to free.
+        release_freed_memory()
+    return rep
+
+
+def _prepared(proto: onnx.ModelProto, dev: Device, use_graph: bool) -> SingaRep:
+    """The SingaRep of a loaded model; it keeps the model without its weights' bytes."""
     # Model-local functions run inlined; the export writes the original calls (GraphSource).
     graph = onnx.inliner.inline_local_functions(proto).graph if proto.functions else proto.graph
     initializer_names = {i.name for i in graph.initializer}
@@ -465,14 +489,15 @@ def prepare(
         if use_graph
         else None
     )
+    source = GraphSource(without_large_values(proto, program.constants), program)
     return SingaRep(
-        model=proto,
+        model=source.model,
         device=dev,
         tensor_map=weights,
         input_specs=input_specs,
         outputs=list(program.output_names),
         program=program,
-        source=GraphSource(proto, program),
+        source=source,
         graph_runner=runner,
         array_runs=(
             ArrayRuns(

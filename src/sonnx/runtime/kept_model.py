@@ -1,0 +1,109 @@
+"""The ONNX model a prepared graph keeps: its structure, without the bytes of its weights.
+
+Once :func:`~sonnx.runtime.rep.prepare` has decoded the initializers into the program's
+tensors, a model that also kept their bytes would hold every weight twice (a 7B float16 LLM:
+14 GB twice). The kept model (``SingaRep.model``) therefore has every node, input, output and
+initializer *header* (name, element type, dims), but the data of each initializer of at least
+:data:`LARGE_INITIALIZER_BYTES` that the program holds is cleared: the program's tensors are
+the one copy. Smaller initializers keep their data, so shape inference still reads the shape,
+axes and index constants it needs.
+
+Whatever needs the values reads them from the tensors: the exporter writes each initializer
+from the tensor of its name, and :func:`with_current_values` builds a whole model again, on
+demand, with the tensors' current values (trained weights included).
+
+Only the main graph's dense initializers are stripped; those of subgraphs (``If`` branches,
+``Loop`` bodies) and sparse ones are kept as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import onnx
+from google.protobuf.message import Message
+
+from sonnx.proto.graph_builder import tensor_proto
+from sonnx.tensor import Tensor
+
+__all__ = ["LARGE_INITIALIZER_BYTES", "with_current_values", "without_large_values"]
+
+#: Initializers of this many bytes or more lose their data in the kept model.
+LARGE_INITIALIZER_BYTES = 1024
+
+#: The fields of a TensorProto that hold its values (all but one are empty in any tensor).
+_DATA_FIELDS = frozenset(
+    {"raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data",
+     "uint64_data"}
+)
+
+
+def without_large_values(
+    model: onnx.ModelProto, constants: Mapping[str, Tensor]
+) -> onnx.ModelProto:
+    """A copy of ``model`` whose large initializers held in ``constants`` have no data.
+
+    The copy is built field by field, never through a full ``CopyFrom``, so the weights' bytes
+    are not copied even for a moment, and ``model`` itself is left as it is.
+
+    :param model: the model as loaded.
+    :param constants: the tensors the prepared program holds, by name.
+    :returns: the model to keep beside the tensors.
+    """
+    kept = _without_initializers(model)
+    for init in model.graph.initializer:
+        header = kept.graph.initializer.add()
+        large = init.name in constants and _data_bytes(init) >= LARGE_INITIALIZER_BYTES
+        _copy_fields(init, header, skip=_DATA_FIELDS if large else frozenset())
+    return kept
+
+
+def with_current_values(
+    model: onnx.ModelProto, constants: Mapping[str, Tensor]
+) -> onnx.ModelProto:
+    """A copy of ``model`` in which every initializer held in ``constants`` has the tensor's
+    current value (trained weights, updated statistics); the others are copied as they are.
+
+    :param model: a kept model (:func:`without_large_values`) or any model of the same graph.
+    :param constants: the tensors the prepared program holds, by name.
+    :returns: a complete model: what ``model`` was when loaded, with the current weights.
+    """
+    full = _without_initializers(model)
+    for init in model.graph.initializer:
+        current = constants.get(init.name)
+        value = init if current is None else tensor_proto(current.data, init.name)
+        full.graph.initializer.add().CopyFrom(value)
+    return full
+
+
+def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` but for its graph's initializers, which the caller adds."""
+    copy = onnx.ModelProto()
+    _copy_fields(model, copy, skip={"graph"})
+    _copy_fields(model.graph, copy.graph, skip={"initializer"})
+    return copy
+
+
+def _data_bytes(init: onnx.TensorProto) -> int:
+    """The size of an initializer's values from its dims and element type (``ByteSize`` would
+    serialize the tensor, a copy of its bytes; a string counts as a pointer's 8 bytes)."""
+    itemsize = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+    return math.prod(init.dims) * itemsize
+
+
+def _copy_fields(source: Message, target: Message, skip: frozenset[str] | set[str]) -> None:
+    """Copy every field set in ``source`` into the empty ``target``, except those in ``skip``,
+    which are never read (``ListFields`` would hand out a copy of a tensor's bytes)."""
+    for field in source.DESCRIPTOR.fields:
+        if field.name in skip:
+            continue
+        value = getattr(source, field.name)
+        if isinstance(value, Message):
+            if source.HasField(field.name):
+                getattr(target, field.name).CopyFrom(value)
+        elif isinstance(value, (bytes, str, int, float)):  # enums are ints
+            if source.HasField(field.name):
+                setattr(target, field.name, value)
+        elif len(value):  # a repeated field
+            getattr(target, field.name).extend(value)

@@ -1,0 +1,179 @@
+"""The model a SingaRep keeps has no bytes of its large weights; values come from the tensors."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import sonnx
+from sonnx import autograd, opt
+from sonnx.runtime.kept_model import LARGE_INITIALIZER_BYTES
+from sonnx.tensor import Tensor, to_numpy
+
+RNG = np.random.default_rng(0)
+#: Initializers of the test model: large ones of several element types, and small ones.
+INITIALIZERS = {
+    "w": RNG.standard_normal((64, 64)).astype(np.float32),  # 16 KiB
+    "b": RNG.standard_normal(64).astype(np.float32),  # 256 bytes: kept
+    "shape": np.array([-1, 128], np.int64),  # read by shape inference: kept
+    "table": np.arange(300, dtype=np.int64),  # 2.4 KiB
+    "q": RNG.integers(-128, 128, (64, 64)).astype(np.int8),
+    "q_scale": np.array(0.01, np.float32),
+    "half": RNG.standard_normal((32, 32)).astype(ml_dtypes.bfloat16),
+    "nibbles": RNG.integers(-8, 8, (64, 64)).astype(ml_dtypes.int4),
+    "words": np.array([f"word{i}" for i in range(200)], dtype=object),
+}
+LARGE = {"w", "table", "q", "half", "nibbles", "words"}
+
+
+def _model() -> onnx.ModelProto:
+    """x @ w + b reshaped by ``shape``; a Gather from ``table``; the other initializers
+    dequantized, cast or passed through to outputs."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["xw"]),
+        helper.make_node("Add", ["xw", "b"], ["y"]),
+        helper.make_node("Reshape", ["y", "shape"], ["y2"]),
+        helper.make_node("Gather", ["table", "index"], ["picked"]),
+        helper.make_node("DequantizeLinear", ["q", "q_scale"], ["dq"]),
+        helper.make_node("MatMul", ["x", "dq"], ["xq"]),
+        helper.make_node("Cast", ["half"], ["widened"], to=TensorProto.FLOAT),
+        helper.make_node("DequantizeLinear", ["nibbles", "q_scale"], ["unpacked"]),
+        helper.make_node("Identity", ["words"], ["same_words"]),
+    ]
+    outputs = {
+        "y2": (TensorProto.FLOAT, ["M", 128]), "picked": (TensorProto.INT64, ["K"]),
+        "xq": (TensorProto.FLOAT, ["N", 64]), "widened": (TensorProto.FLOAT, [32, 32]),
+        "unpacked": (TensorProto.FLOAT, [64, 64]), "same_words": (TensorProto.STRING, [200]),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "kept",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64]),
+            helper.make_tensor_value_info("index", TensorProto.INT64, ["K"]),
+        ],
+        [helper.make_tensor_value_info(name, *info) for name, info in outputs.items()],
+        [numpy_helper.from_array(value, name) for name, value in INITIALIZERS.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+FEEDS = {"x": RNG.standard_normal((2, 64)).astype(np.float32), "index": np.array([3, 299])}
+
+
+def _values(model: onnx.ModelProto) -> dict[str, tuple[int, list[int], bytes]]:
+    """Each initializer's element type, dims and values as bytes (strings joined)."""
+    found = {}
+    for init in model.graph.initializer:
+        array = numpy_helper.to_array(init)
+        data = "|".join(array.ravel()).encode() if array.dtype == object else array.tobytes()
+        found[init.name] = (init.data_type, list(init.dims), data)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def inference_afterwards():
+    previous = autograd.training
+    yield
+    autograd.training = previous
+
+
+def test_the_kept_model_has_every_initializer_header_but_no_bytes_of_large_ones() -> None:
+    original = _model()
+    loaded = original.SerializeToString()
+    rep = sonnx.prepare(original)
+    assert rep.source.model is rep.model
+    assert original.SerializeToString() == loaded  # the caller's model is left as it is
+    kept = {i.name: i for i in rep.model.graph.initializer}
+    for init in original.graph.initializer:
+        header = kept[init.name]
+        assert (header.data_type, list(header.dims)) == (init.data_type, list(init.dims))
+        if init.name in LARGE:
+            assert header.ByteSize() < LARGE_INITIALIZER_BYTES // 4, init.name
+        else:
+            assert header == init, init.name
+    assert list(rep.model.graph.node) == list(original.graph.node)
+    assert rep.model.ByteSize() < 2 * LARGE_INITIALIZER_BYTES
+
+
+def test_shape_inference_still_reads_the_small_constants() -> None:
+    rep = sonnx.prepare(_model())
+    assert rep.shapes["y2"].endswith(", 128)")  # from the value of ``shape``
+    assert rep.shapes["widened"] == "(32, 32)"
+
+
+def test_current_model_is_the_loaded_model_with_the_current_weights() -> None:
+    original = _model()
+    rep = sonnx.prepare(original)
+    assert _values(rep.current_model()) == _values(original)
+    assert list(rep.current_model().graph.node) == list(original.graph.node)
+    with torch.no_grad():
+        rep.constants["w"].data.add_(1.0)
+    current = {i.name: numpy_helper.to_array(i) for i in rep.current_model().graph.initializer}
+    np.testing.assert_array_equal(current["w"], INITIALIZERS["w"] + 1.0)
+
+
+def test_an_untrained_export_writes_every_initializer_as_loaded() -> None:
+    original = _model()
+    rep = sonnx.prepare(original)
+    xs = {n: Tensor(data=a, requires_grad=False) for n, a in FEEDS.items()}
+    exported = sonnx.to_onnx(list(xs.values()), rep.run(xs))
+    assert _values(exported) == _values(original)
+
+
+def _mlp() -> onnx.ModelProto:
+    """x @ w1 -> Relu -> @ w2, weights of 16 KiB each."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["y"]),
+    ]
+    rng = np.random.default_rng(1)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32) / 8, name)
+        for name in ("w1", "w2")
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def test_an_export_after_training_gives_onnxruntime_the_trained_outputs() -> None:
+    original = _mlp()
+    rep = sonnx.prepare(original)
+    x = Tensor(data=FEEDS["x"], requires_grad=False)
+    autograd.training = True
+    (y,) = rep.run([x])
+    opt.SGD(lr=0.1)(autograd.reduce_mean(autograd.mul(y, y), keepdims=0))
+    autograd.training = False
+    (trained,) = rep.run([x])
+    exported = sonnx.to_onnx([x], [trained])
+    np.testing.assert_allclose(_ort(exported, FEEDS["x"]), to_numpy(trained), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(_ort(original, FEEDS["x"]), to_numpy(trained), atol=1e-3)
+    first = (rep.current_model().graph.initializer[0], original.graph.initializer[0])
+    assert not np.allclose(*map(numpy_helper.to_array, first))
+
+
+def test_a_model_from_a_file_with_external_data_is_kept_without_its_bytes(tmp_path) -> None:
+    path = tmp_path / "mlp.onnx"
+    onnx.save(_mlp(), str(path), save_as_external_data=True, location="mlp.onnx.data")
+    rep = sonnx.prepare(str(path))
+    assert all(init.ByteSize() < 64 for init in rep.model.graph.initializer)
+    np.testing.assert_allclose(
+        to_numpy(rep.run([FEEDS["x"]])[0]), _ort(_mlp(), FEEDS["x"]), rtol=1e-5, atol=1e-6
+    )
