@@ -3,6 +3,7 @@
     python bench/gpu.py infer --out rows.md          # eager: zoo CNNs and a BERT-style encoder
     python bench/gpu.py graph --out rows.md          # graph mode against torch.compile
     python bench/gpu.py train --out rows.md          # one training step against native torch
+    python bench/gpu.py decode --out rows.md         # greedy generation against a torch decoder
     python bench/gpu.py infer --device cpu --image 32 --repeats 2   # check the code on a CPU
 
 Sections (each a separate process in ``scripts/gpu-check.sh``, so a slow compile cannot take
@@ -20,7 +21,11 @@ the others' rows with it):
 - ``train``: a step (forward, softmax cross-entropy, backward, SGD-momentum) of the
   walkthrough CNN (autograd forms, batch 64) and of the BERT-style encoder (hidden 128, 4
   layers, batch 8 x 128) imported with :class:`sonnx.SONNXModel`, against the torch module with
-  ``torch.optim.SGD`` on the same device, from the same weights (first losses checked equal).
+  ``torch.optim.SGD`` on the same device, from the same weights (first losses checked equal);
+- ``decode``: greedy generation with a GroupQueryAttention decoder in onnxruntime-genai's
+  layout, sonnx eager, graph mode and graph mode with ``cuda_graph=True`` against the same
+  decoder in torch, at ``--batches`` (default 1 and 8 there): prefill ms and decode tokens/s
+  (:mod:`gpu_decode`, whose flags size the decoder).
 
 Inputs live on the device before timing; each call is followed by ``torch.cuda.synchronize``
 and the median of ``--repeats`` interleaved calls (after warm-up) is reported. The ratio is
@@ -38,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from gpu_decode import add_arguments as add_decode_arguments
+from gpu_decode import bench_decode
 from torch import nn
 from torch.fx.experimental.optimization import fuse
 from train_step import LR, MOMENTUM, copy_cnn_weights, torch_cnn
@@ -241,6 +248,9 @@ def rows(section: str, dev: Device, args: argparse.Namespace) -> Iterator[str]:
     if section == "train":
         yield from bench_training(dev, args)
         return
+    if section == "decode":
+        yield from bench_decode(dev, args)
+        return
     for name in [args.graph_model] if section == "graph" else list(MODELS):
         spec = MODELS[name](name, args.image)
         yield from bench_inference(name, spec, dev, args, graph=section == "graph")
@@ -248,9 +258,11 @@ def rows(section: str, dev: Device, args: argparse.Namespace) -> Iterator[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", choices=["infer", "graph", "train"])
+    parser.add_argument("section", choices=["infer", "graph", "train", "decode"])
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu, to check the code")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    parser.add_argument(
+        "--batches", type=int, nargs="+", help="batch sizes (default: 1 32; decode: 1 8)"
+    )
     parser.add_argument("--image", type=int, default=224, help="image side of the CNNs")
     parser.add_argument(
         "--graph-model", default="resnet50", choices=list(MODELS), help="the graph section's model"
@@ -258,7 +270,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, help="append the rows (Markdown) to this file")
+    add_decode_arguments(parser)
     args = parser.parse_args()
+    if args.batches is None:
+        args.batches = [1, 8] if args.section == "decode" else [1, 32]
     dev = Device(args.device)
     autograd.training = False
     print(HEADER, flush=True)

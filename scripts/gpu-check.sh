@@ -8,7 +8,7 @@
 # installs nothing from the network. --wheels DIR installs the pure-Python wheels in DIR
 # (no index, no dependencies) into a temporary folder put on PYTHONPATH. --dry-run prints the
 # plan with each section's estimate and time limit, and needs no GPU. Every section runs under
-# `timeout`, so the whole check ends within about seven minutes on one H100 or H200.
+# `timeout`, so the whole check ends within eight minutes on one H100 or H200.
 set -uo pipefail
 
 usage() { echo "usage: bash scripts/gpu-check.sh OUTDIR [--dry-run] [--wheels DIR]" >&2; exit 64; }
@@ -36,6 +36,7 @@ SECTIONS=(
   "infer|60|40|bench/gpu.py infer: ResNet-50, MobileNet-v3 (224x224) and BERT h256 L4 seq128, sonnx eager vs torch eager, batch 1 and 32"
   "graph|150|100|bench/gpu.py graph --batches 32 1: ResNet-50 in sonnx graph mode (one compile) vs torch.compile(dynamic=True) (a compile per batch: torch specialises size 1), cold inductor/Triton caches; if it fails, bench/graph_load.py --attempts narrow reload in the time left (ResNet-50 at width 16, a sixteenth of the weights; the stored library reloaded in a fresh process; one child process each)"
   "train|45|25|bench/gpu.py train: walkthrough CNN (batch 64) and imported BERT h128 L4 (8x128) training step vs torch + SGD"
+  "decode|55|50|bench/gpu.py decode --new 32 --repeats 3: greedy generation (32-token prompt, 32 new, batch 1 and 8) with a GroupQueryAttention decoder (genai layout, L2 h512 vocab 8192), sonnx eager, graph mode (two compiles) and graph + cuda_graph vs the torch decoder eager: prefill ms, decode tok/s"
 )
 
 if [ "$DRY" = 1 ]; then
@@ -134,9 +135,11 @@ fi
 
 ROWS="$OUT/bench-rows.md"
 : >"$ROWS"
-for section in infer graph train; do
+for section in infer graph train decode; do
   extra=()  # graph: batch 32 first, so a compile that runs out of time costs the batch-1 row
   [ "$section" = graph ] && extra=(--batches 32 1)
+  # decode: each repeat is three generate calls per side (1, 2 and --new tokens)
+  [ "$section" = decode ] && extra=(--new 32 --repeats 3)
   run_section "bench $section" "$(limit_of "$section")" \
     "$PYTHON" bench/gpu.py "$section" ${extra[@]+"${extra[@]}"} --out "$ROWS"
   record "bench $section" "$STATUS" "$TOOK"

@@ -6,7 +6,7 @@ sonnx info MODEL.onnx                                         layers, inputs, ou
 sonnx run MODEL.onnx INPUT.npy [...] [--output NAME] [--cast] run a model on .npy inputs
 sonnx serve --model-repository DIR [--http-port 8000] [--grpc-port 8001]  KServe v2 server
 sonnx cache [--clear]                                         graph mode's stored graphs
-sonnx generate DIR --prompt "..." [--max-new-tokens N]       stream generated text
+sonnx generate DIR --prompt "..." [--device D] [--graph]    stream generated text
 
 Every option's ``--help`` line ends in its default. Output into a closed pipe
 (``sonnx info model.onnx | head -1``) ends the command quietly.

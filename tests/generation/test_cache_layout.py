@@ -10,7 +10,7 @@ import torch
 
 from sonnx.errors import BadModelError
 from sonnx.generation.cache_layout import detect_layout, read_genai_config
-from tests.generation.gqa_decoder import genai_config
+from sonnx.testing.gqa_decoder import genai_config
 
 
 def test_optimum_names_give_the_layout(llama_rep) -> None:

@@ -34,8 +34,8 @@ from sonnx.generation.search import prompt_batch
 from sonnx.run_state import CACHES_IN_PLACE
 from sonnx.runtime.cuda_graphs import CapturedRun
 from sonnx.tensor import Tensor, computed_tensor
+from sonnx.testing.gqa_decoder import GENAI_CONFIG, gqa_decoder
 from tests.genai_builds import SENTENCES, build
-from tests.generation.gqa_decoder import GENAI_CONFIG, gqa_decoder
 
 NEW_TOKENS = 32
 StepsOf = Callable[[Decoder, Cache, torch.Tensor, torch.Tensor, bool], object]

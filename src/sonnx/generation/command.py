@@ -2,7 +2,9 @@
 
 The prompt is tokenized with the directory's ``tokenizer.json``, and each piece of text is
 written to standard output as soon as its token is chosen. A directory without a tokenizer
-takes ``--ids 1 5 9`` and prints token ids as they come.
+takes ``--ids 1 5 9`` and prints token ids as they come. ``--device cuda`` runs on a GPU,
+``--graph`` in graph mode, and ``--cuda-graph`` (with both) replays each decode step as a CUDA
+graph: see :func:`sonnx.generation.decode_steps.check_cuda_graph` for the models it holds for.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import argparse
 import sys
 
 import numpy as np
+import torch
 
+from sonnx.device import Device
 from sonnx.errors import BadInputError
 from sonnx.generation.model_dir import load_decoder
 from sonnx.generation.text import TextStreamer
@@ -55,14 +59,37 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="makes sampling reproducible (default: none, a fresh draw each run)",
     )
-    cmd.add_argument("--use-graph", action="store_true", help="run compiled (graph mode)")
+    cmd.add_argument(
+        "--device", default="cpu", help="where to run: cpu, cuda or cuda:N (default: cpu)"
+    )
+    cmd.add_argument(
+        "--graph",
+        "--use-graph",
+        dest="use_graph",
+        action="store_true",
+        help="run compiled: one graph for the prompt, one for the decode step (default: off)",
+    )
+    cmd.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="capture the decode step as a CUDA graph and replay it for every token; needs "
+        "--graph, a CUDA --device and onnxruntime-genai's shared KV buffer (default: off)",
+    )
     cmd.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if (args.prompt is None) == (args.ids is None):
         raise BadInputError("generate: give exactly one of --prompt TEXT and --ids N [N ...]")
-    model = load_decoder(args.model_dir, use_graph=args.use_graph)
+    device = _device(args.device)
+    if args.cuda_graph and not args.use_graph:
+        raise BadInputError("generate: --cuda-graph captures graph mode's decode step; add --graph")
+    if args.cuda_graph and not device.is_cuda():
+        raise BadInputError(
+            f"generate: --cuda-graph needs a CUDA --device (cuda or cuda:N), received --device "
+            f"{args.device}"
+        )
+    model = load_decoder(args.model_dir, device=device, use_graph=args.use_graph)
     if args.prompt is not None:
         if model.tokenizer is None:
             raise BadInputError(
@@ -85,11 +112,33 @@ def run(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         seed=args.seed,
         streamer=streamer,
+        cuda_graph=args.cuda_graph,
     )
     if isinstance(streamer, TextStreamer):
         streamer.finish()
     _write("\n")
     return 0
+
+
+def _device(name: str) -> Device:
+    """``--device``'s device: the CPU, or a CUDA GPU that torch sees."""
+    device = Device(name)
+    kind = device.torch_device.type
+    if kind not in ("cpu", "cuda"):
+        raise BadInputError(f"generate: --device must be cpu, cuda or cuda:N, received {name!r}")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise BadInputError(
+                f"generate: --device {name} needs CUDA, and torch.cuda.is_available() is False "
+                "(no GPU, or a CPU-only torch); use --device cpu"
+            )
+        count = torch.cuda.device_count()
+        if device.torch_device.index >= count:
+            raise BadInputError(
+                f"generate: --device {name}: this machine has {count} CUDA GPU(s), cuda:0 to "
+                f"cuda:{count - 1}"
+            )
+    return device
 
 
 def _write(text: str) -> None:

@@ -168,7 +168,7 @@ def _share_weights(runner: Any, weights: Sequence[torch.Tensor]) -> dict[str, to
     """
     constants = runner.extract_constants_map(False)
     if any(c.layout != torch.strided for c in constants.values()):
-        return {}  # oneDNN's packed weights (opaque tensors) stay in the library's block
+        return {}  # oneDNN's packed weights (opaque tensors) stay in the block
     candidates: dict[tuple[Any, ...], list[torch.Tensor]] = {}
     for w in weights:
         if isinstance(w, torch.Tensor) and w.device.type == "cpu" and w.is_contiguous():
