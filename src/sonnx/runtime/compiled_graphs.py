@@ -163,8 +163,9 @@ def _share_weights(runner: Any, weights: Sequence[torch.Tensor]) -> dict[str, to
     strides) is handed to the runner as that tensor, which the runner reads without copying;
     the others (constants inductor computed: folded or re-laid-out weights) are copied out of
     the block, and then the whole block is freed. A library holding oneDNN's packed
-    convolution weights (opaque tensors, which cannot be copied out) keeps its block. A weight changed in place afterwards bumps
-    its version, and graph mode then runs another graph, as it does for frozen copies.
+    convolution weights (opaque tensors, which cannot be copied out) keeps its block. A weight
+    changed in place afterwards bumps its version, and graph mode then runs another graph, as
+    it does for frozen copies.
     """
     constants = runner.extract_constants_map(False)
     if any(c.layout != torch.strided for c in constants.values()):
