@@ -163,8 +163,9 @@ def _share_weights(runner: Any, weights: Sequence[torch.Tensor]) -> dict[str, to
     strides) is handed to the runner as that tensor, which the runner reads without copying;
     the others (constants inductor computed: folded or re-laid-out weights) are copied out of
     the block, and then the whole block is freed. A library holding oneDNN's packed
-    convolution weights (opaque tensors, which cannot be copied out) keeps its block. A weight changed in place afterwards bumps
-    its version, and graph mode then runs another graph, as it does for frozen copies.
+    convolution weights (opaque tensors, which cannot be copied out) keeps its block. A weight
+    changed in place afterwards bumps its version, and graph mode then runs another graph, as
+    it does for frozen copies.
     """
     constants = runner.extract_constants_map(False)
     if any(c.layout != torch.strided for c in constants.values()):
@@ -193,7 +194,10 @@ def _share_weights(runner: Any, weights: Sequence[torch.Tensor]) -> dict[str, to
 def _fingerprint(t: torch.Tensor) -> tuple[Any, ...]:
     """What tells contiguous tensors apart without reading them whole: dtype, shape, strides
     and up to 192 of their bytes (the first, middle and last 64)."""
-    raw = t.detach().reshape(-1).view(torch.uint8)
+    # Elements in order from the storage offset (what contiguous means), read flat; not
+    # ``reshape(-1)``, which keeps a stride of 0 that a tensor of one element or none may
+    # have, and which ``view`` as bytes rejects.
+    raw = t.detach().as_strided((t.numel(),), (1,)).view(torch.uint8)
     n = raw.numel()
     sample = torch.cat([raw[:64], raw[n // 2 : n // 2 + 64], raw[-64:]])
     return (t.dtype, tuple(t.shape), t.stride(), bytes(sample.numpy()))
