@@ -92,6 +92,22 @@ def test_every_static_step_feeds_the_same_shapes_and_the_cache_buffers() -> None
         assert feed["past_key_values.0.value"] is cache.values[0]
 
 
+def test_graph_mode_compiles_a_growing_decode_step_once(llama_dir, llama_rep) -> None:
+    """An optimum export (the past concatenated with the new rows, growing a row per step):
+    greedy tokens equal eager's for one prompt and for a left-padded batch of two, from two
+    compiled graphs in all. The prompt's past has 0 rows, which graph mode once traced as a
+    symbol that inductor could not compile (a size hint of 0 divides by zero), and so it
+    compiled every later shape, each decode length, on its own."""
+    graph = sonnx.prepare(str(llama_dir / "model.onnx"), use_graph=True)
+    for prompts in ([[1, 5, 9, 33, 7]], [[1, 5, 9, 33, 7], [1, 4]]):
+        expected = llama_rep.generate(prompts, max_new_tokens=8, eos_token_id=None)
+        got = graph.generate(prompts, max_new_tokens=8, eos_token_id=None)
+        np.testing.assert_array_equal(got, expected)
+    runner = graph.graph_runner
+    assert runner.compile_count == 2
+    assert runner.fallback is None and all(part.compiled for part in runner.parts())
+
+
 def test_graph_mode_compiles_the_static_decode_step_once() -> None:
     """With a graph compiled per input shape (no symbolic sizes), a left-padded batch of three
     and 32 new tokens compile two graphs, the prompt's and the one decode step's, and give the

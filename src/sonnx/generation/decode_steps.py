@@ -113,7 +113,14 @@ class GrowingSteps:
         left_padded: bool,
     ) -> None:
         self.decoder = decoder
-        self.cache = cache
+        # The decode step's present is contiguous and is fed back as the next past. The prompt's
+        # may not be: with a past of 0 rows inductor compiles Concat(past, new rows) into the
+        # new rows' own layout (keys transposed from (batch, rows, heads, size)), and a past in
+        # that layout would get a decode graph of its own (guards hold the past's strides).
+        # One copy of the prompt's rows per call instead.
+        self.cache = Cache(
+            [k.contiguous() for k in cache.keys], [v.contiguous() for v in cache.values]
+        )
         self._mask = mask
         self._positions = positions
         self._left_padded = left_padded

@@ -194,7 +194,10 @@ def _share_weights(runner: Any, weights: Sequence[torch.Tensor]) -> dict[str, to
 def _fingerprint(t: torch.Tensor) -> tuple[Any, ...]:
     """What tells contiguous tensors apart without reading them whole: dtype, shape, strides
     and up to 192 of their bytes (the first, middle and last 64)."""
-    raw = t.detach().reshape(-1).view(torch.uint8)
+    # Elements in order from the storage offset (what contiguous means), read flat; not
+    # ``reshape(-1)``, which keeps a stride of 0 that a tensor of one element or none may
+    # have, and which ``view`` as bytes rejects.
+    raw = t.detach().as_strided((t.numel(),), (1,)).view(torch.uint8)
     n = raw.numel()
     sample = torch.cat([raw[:64], raw[n // 2 : n // 2 + 64], raw[-64:]])
     return (t.dtype, tuple(t.shape), t.stride(), bytes(sample.numpy()))

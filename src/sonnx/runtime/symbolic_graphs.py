@@ -25,6 +25,13 @@ Two torch settings keep the symbols general: sizes of 1 are not specialised
 (``specialize_zero_one=False``, and ``backed_size_oblivious`` so that broadcasting and
 contiguity checks do not pin a batch of one), and equal sizes are not merged into one symbol
 (``duck_shape=False``: a 320 x 320 image does not make the graph square-only).
+
+A dimension of size 0 is traced fixed, though: inductor cannot compile a graph whose size hint
+is 0 (its layout choice for a ``cat`` takes a size modulo another, and the hint's ``% 0``
+raises ZeroDivisionError), and graph mode then compiled that segment per shape from there on.
+An empty past KV cache at the prompt step of an optimum export did that, and every decode
+length got a graph of its own. Fixed, the empty axis gets a graph of its own (the prompt's);
+the other shapes' graph is traced at their sizes and stays symbolic.
 """
 
 from __future__ import annotations
@@ -185,10 +192,13 @@ def _size_oblivious_views() -> Iterator[None]:
 
 
 def _symbolic(mode: FakeTensorMode, x: torch.Tensor, declared: Sequence[Any] | None) -> FakeTensor:
-    """A fake of ``x`` whose dimensions are symbols, but those ``declared`` fixed."""
+    """A fake of ``x`` whose dimensions are symbols, but those ``declared`` fixed and those
+    of size 0 (see the module docstring)."""
     known = declared is not None and len(declared) == x.dim()
     sizes = [
-        DimDynamic.STATIC if known and isinstance(declared[axis], int) else DimDynamic.DYNAMIC
+        DimDynamic.STATIC
+        if x.shape[axis] == 0 or (known and isinstance(declared[axis], int))
+        else DimDynamic.DYNAMIC
         for axis in range(x.dim())
     ]
     context = StatelessSymbolicContext(dynamic_sizes=sizes)
