@@ -101,15 +101,25 @@ def create_cpu_device() -> Device:
     return _cpu
 
 
-def _require_cuda(device_id: int) -> None:
+def require_cuda(device_id: int, subject: str, advice: str) -> None:
+    """Raise unless torch sees CUDA GPU ``device_id``; each caller words what asked for it.
+
+    :param device_id: the GPU's ordinal, from 0.
+    :param subject: what asked for the GPU, as the message's opening (``"generate: --device
+        cuda:1"``).
+    :param advice: what to do instead where there is no CUDA (``"use --device cpu"``).
+    :raises BadInputError: CUDA is not available, or no GPU has that ordinal.
+    """
     if not torch.cuda.is_available():
         raise BadInputError(
-            f"cannot create CUDA device {device_id}: torch.cuda.is_available() is False "
-            "(no GPU or a CPU-only torch build); use device.create_cpu_device()"
+            f"{subject} needs CUDA, and torch.cuda.is_available() is False "
+            f"(no GPU, or a CPU-only torch); {advice}"
         )
     count = torch.cuda.device_count()
     if not 0 <= device_id < count:
-        raise BadInputError(f"CUDA device id must be in [0, {count}), received {device_id}")
+        raise BadInputError(
+            f"{subject}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}"
+        )
 
 
 def create_cuda_gpu() -> Device:
@@ -128,7 +138,7 @@ def create_cuda_gpu_on(device_id: int) -> Device:
     :returns: that GPU.
     :raises BadInputError: CUDA is not available, or no GPU has that ordinal.
     """
-    _require_cuda(device_id)
+    require_cuda(device_id, f"device: cuda:{device_id}", "use device.create_cpu_device()")
     return Device(torch.device("cuda", device_id))
 
 

@@ -206,6 +206,8 @@ OFF_PAGE = {
     # the device a run resolves ``device=None`` to, and a run's thread-local default
     "sonnx.device.as_device",
     "sonnx.device.default_device_for_run",
+    # the CUDA check behind create_cuda_gpu_on, shared with the generate CLI's own wording
+    "sonnx.device.require_cuda",
     # DistOpt's wrapper of a torch.distributed call (a dead peer becomes a DistributedError)
     "sonnx.dist.run_collective",
     # how prepare reads a graph input's declared type into an InputSpec

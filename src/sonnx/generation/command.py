@@ -13,9 +13,8 @@ import argparse
 import sys
 
 import numpy as np
-import torch
 
-from sonnx.device import Device
+from sonnx.device import Device, require_cuda
 from sonnx.errors import BadInputError
 from sonnx.generation.model_dir import load_decoder
 from sonnx.generation.text import TextStreamer
@@ -127,17 +126,7 @@ def _device(name: str) -> Device:
     if kind not in ("cpu", "cuda"):
         raise BadInputError(f"generate: --device must be cpu, cuda or cuda:N, received {name!r}")
     if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise BadInputError(
-                f"generate: --device {name} needs CUDA, and torch.cuda.is_available() is False "
-                "(no GPU, or a CPU-only torch); use --device cpu"
-            )
-        count = torch.cuda.device_count()
-        if device.torch_device.index >= count:
-            raise BadInputError(
-                f"generate: --device {name}: this machine has {count} CUDA GPU(s), cuda:0 to "
-                f"cuda:{count - 1}"
-            )
+        require_cuda(device.torch_device.index, f"generate: --device {name}", "use --device cpu")
     return device
 
 
