@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from sonnx.generation import load_decoder
-from sonnx.generation.decoder import Decoder
+from sonnx.generation.decoder import Decoder, last_logits
 from tests.genai_builds import SENTENCES, build
 
 
@@ -42,3 +42,16 @@ def test_graph_mode_decode_compiles_once_for_every_length() -> None:
     runner = graph.rep.graph_runner
     assert runner.compile_count == 2
     assert runner.fallback is None and all(part.compiled for part in runner.parts())
+
+
+def test_last_logits_takes_each_rows_last_token_as_float32() -> None:
+    logits = torch.arange(2 * 3 * 4, dtype=torch.float16).reshape(2, 3, 4)
+    final = last_logits(logits)
+    assert final.dtype == torch.float32
+    torch.testing.assert_close(final, logits[:, 2].float())
+    # right padding: row 0's last token is at 0, row 1's at 2
+    torch.testing.assert_close(
+        last_logits(logits, torch.tensor([0, 2])), torch.stack([logits[0, 0], logits[1, 2]]).float()
+    )
+    # a graph that returns the last position's logits only
+    torch.testing.assert_close(last_logits(logits[:, 1]), logits[:, 1].float())

@@ -33,7 +33,7 @@ import torch
 
 from sonnx.errors import BadInputError
 from sonnx.generation.cache_layout import CacheLayout
-from sonnx.generation.decoder import Cache, Decoder
+from sonnx.generation.decoder import Cache, Decoder, last_logits
 from sonnx.runtime.cuda_graphs import CapturedRun, capture_cuda_graph
 from sonnx.tensor import Tensor
 
@@ -162,7 +162,7 @@ class StaticSteps:
         # The present is the buffer fed, written in place; taken as the next past all the same,
         # as a graph that returned a new one would need.
         self.cache = self.decoder.present(outputs)
-        return _last_logits(outputs[self.decoder.layout.logits])
+        return last_logits(outputs[self.decoder.layout.logits])
 
 
 class CapturedSteps(StaticSteps):
@@ -186,9 +186,5 @@ class CapturedSteps(StaticSteps):
         run = self.captured
         out = run.run({n: t for n, t in feed.items() if n in run.inputs and n not in run.held})
         outputs = dict(zip(self.decoder.rep.outputs, out, strict=True))
-        return _last_logits(outputs[lay.logits].data)
+        return last_logits(outputs[lay.logits].data)
 
-
-def _last_logits(logits: torch.Tensor) -> torch.Tensor:
-    """The float32 logits of each row's one new position, (batch, vocab)."""
-    return (logits[:, -1] if logits.dim() == 3 else logits).float()

@@ -112,11 +112,7 @@ class Decoder:
                 input_ids, attention_mask, position_ids
             )
         outputs = self.run(self.feed(input_ids, attention_mask, position_ids, cache))
-        logits = outputs[lay.logits]
-        if logits.dim() == 3:
-            rows = torch.arange(logits.shape[0], device=logits.device)
-            logits = logits[:, -1] if last is None else logits[rows, last]
-        return logits.float(), self.present(outputs)
+        return last_logits(outputs[lay.logits], last), self.present(outputs)
 
     def feed(
         self,
@@ -166,6 +162,23 @@ class Decoder:
 
     def _int(self, name: str, values: torch.Tensor) -> Tensor:
         return computed_tensor(values.to(device=self.device, dtype=self._int_dtype[name]))
+
+
+def last_logits(logits: torch.Tensor, last: torch.Tensor | None = None) -> torch.Tensor:
+    """The float32 logits (batch, vocab) of each row's last token.
+
+    :param logits: a step's logits, (batch, new tokens, vocab), or (batch, vocab) from a graph
+        that returns the last position's only.
+    :param last: (batch,) each row's last token among the new positions; None: the final
+        position (left padding, or one new token).
+    :returns: the logits, float32.
+    """
+    if logits.dim() == 3:
+        if last is None:
+            logits = logits[:, -1]
+        else:
+            logits = logits[torch.arange(logits.shape[0], device=logits.device), last]
+    return logits.float()
 
 
 def _to_right_padding(
