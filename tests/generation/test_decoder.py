@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from sonnx.generation import load_decoder
-from sonnx.generation.decoder import Decoder, last_logits
+from sonnx.generation.decoder import Decoder, last_logits, tokens_first
 from tests.genai_builds import SENTENCES, build
 
 
@@ -55,3 +55,11 @@ def test_last_logits_takes_each_rows_last_token_as_float32() -> None:
     )
     # a graph that returns the last position's logits only
     torch.testing.assert_close(last_logits(logits[:, 1]), logits[:, 1].float())
+
+
+def test_tokens_first_moves_each_rows_padding_after_its_tokens_in_order() -> None:
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]])
+    ids = torch.tensor([[9, 9, 5, 6], [1, 2, 3, 4], [7, 8, 9, 9]])
+    order = tokens_first(mask)
+    assert ids.gather(1, order).tolist() == [[5, 6, 9, 9], [1, 2, 3, 4], [7, 8, 9, 9]]
+    assert mask.gather(1, order).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]]

@@ -181,6 +181,14 @@ def last_logits(logits: torch.Tensor, last: torch.Tensor | None = None) -> torch
     return logits.float()
 
 
+def tokens_first(attention_mask: torch.Tensor) -> torch.Tensor:
+    """The (batch, length) positions that put each row's tokens (mask 1) first, in their
+    order, and its padding (mask 0) after them: ``x.gather(1, order)`` makes a left-padded
+    row right-padded, for GroupQueryAttention graphs (see :mod:`~sonnx.generation.decoder`
+    and :mod:`~sonnx.lora.causal_lm`)."""
+    return torch.argsort((attention_mask == 0).int(), dim=1, stable=True)
+
+
 def _to_right_padding(
     input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -193,7 +201,7 @@ def _to_right_padding(
         return input_ids, mask, position_ids, None
     # A prompt (no past): each row's tokens first, in order, then its padding.
     new = input_ids.shape[1]
-    order = torch.argsort((attention_mask[:, -new:] == 0).int(), dim=1, stable=True)
+    order = tokens_first(attention_mask[:, -new:])
     ids = input_ids.gather(1, order)
     positions = position_ids.gather(1, order)
     return ids, mask, positions, (valid.reshape(-1) - (width - new) - 1)

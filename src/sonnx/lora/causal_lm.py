@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from sonnx.autograd import gather, reshape, softmax_cross_entropy_loss, transpose
 from sonnx.autograd import slice as slice_axes
 from sonnx.device import Device
 from sonnx.errors import BadInputError
 from sonnx.generation.cache_layout import read_genai_config
+from sonnx.generation.decoder import tokens_first
 from sonnx.sonnx_model import SONNXModel, apply_update
 from sonnx.tensor import Tensor, to_numpy
 
@@ -131,7 +133,8 @@ class CausalLM(SONNXModel):
         """
         ids = to_numpy(input_ids) if isinstance(input_ids, Tensor) else np.asarray(input_ids)
         mask = _padding_mask(ids, attention_mask)
-        order = np.argsort(mask == 0, axis=1, kind="stable")  # each row's tokens first
+        # host: the order indexes the NumPy feeds (each row's tokens first)
+        order = tokens_first(torch.from_numpy(mask)).numpy()
         if not self.right_padded or (order == np.arange(ids.shape[1])).all():
             return self.rep.run(self.feeds(ids, mask))[0]
         rows = np.arange(ids.shape[0])[:, None]
