@@ -184,8 +184,8 @@ def last_logits(logits: torch.Tensor, last: torch.Tensor | None = None) -> torch
 def tokens_first(attention_mask: torch.Tensor) -> torch.Tensor:
     """The (batch, length) positions that put each row's tokens (mask 1) first, in their
     order, and its padding (mask 0) after them: ``x.gather(1, order)`` makes a left-padded
-    row right-padded, for GroupQueryAttention graphs (see :mod:`~sonnx.generation.decoder`
-    and :mod:`~sonnx.lora.causal_lm`)."""
+    row right-padded, as GroupQueryAttention graphs take it (see the module docstring and
+    :mod:`~sonnx.lora.causal_lm`)."""
     return torch.argsort((attention_mask == 0).int(), dim=1, stable=True)
 
 
