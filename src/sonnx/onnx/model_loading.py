@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError, Message
 
 from sonnx.engine.memory_guard import check_elements
 from sonnx.errors import BadModelError, UnsupportedOperatorError
+from sonnx.onnx.model_file import StoredWeight, defer_external_weights, read_model_file
 from sonnx.onnx.registry import REGISTRY, Converter, _domain_key
 
 ModelSource = onnx.ModelProto | str | os.PathLike | bytes
@@ -41,9 +42,7 @@ def load_model(source: ModelSource) -> onnx.ModelProto:
         check_tensors(model)
         return model
     if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if not path.is_file():
-            raise BadModelError(f"ONNX model file not found: {path}")
+        path = _existing(source)
         model = _parse(path.read_bytes(), str(path))
         check_text(model)
         check_tensors(model, external_base=path.parent)
@@ -52,6 +51,30 @@ def load_model(source: ModelSource) -> onnx.ModelProto:
     raise BadModelError(
         f"expected an onnx.ModelProto, a path or bytes, received {type(source).__name__}"
     )
+
+
+def load_model_file(
+    source: str | os.PathLike,
+) -> tuple[onnx.ModelProto, dict[str, StoredWeight]]:
+    """The model in a file, checked as :func:`load_model` checks it, but with its main graph's
+    large initializers left where they are stored (in the model file or an external data
+    file): headers in the model, and by name where each one's bytes lie (see
+    :mod:`sonnx.onnx.model_file`). For a caller that reads each weight once, into its tensor.
+    """
+    path = _existing(source)
+    model, stored = read_model_file(path)
+    check_text(model)
+    check_tensors(model, external_base=path.parent)
+    stored.update(defer_external_weights(model, path.parent))
+    _load_external_data(model, path.parent)
+    return model, stored
+
+
+def _existing(source: str | os.PathLike) -> Path:
+    path = Path(source)
+    if not path.is_file():
+        raise BadModelError(f"ONNX model file not found: {path}")
+    return path
 
 
 def check_text(model: onnx.ModelProto) -> None:
