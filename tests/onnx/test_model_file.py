@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from sonnx.errors import BadModelError
 from sonnx.onnx.model_file import LARGE_INITIALIZER_BYTES, read_model_file, read_stored_weight
-from sonnx.onnx.model_loading import load_model_file
+from sonnx.onnx.model_loading import load_model
 
 RNG = np.random.default_rng(0)
 WEIGHTS = {
@@ -67,7 +67,7 @@ def test_external_data_of_large_weights_is_stored_and_small_loaded(tmp_path: Pat
     path = tmp_path / "m.onnx"
     onnx.save(_model(), str(path), save_as_external_data=True, location="m.data",
               size_threshold=0)
-    model, stored = load_model_file(path)
+    model, stored = load_model(path)
     assert set(stored) == {"w", "half", "nibbles"}
     assert {w.path for w in stored.values()} == {(tmp_path / "m.data").resolve()}
     headers = {i.name: i for i in model.graph.initializer}

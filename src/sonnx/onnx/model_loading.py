@@ -30,51 +30,37 @@ from sonnx.onnx.registry import REGISTRY, Converter, _domain_key
 ModelSource = onnx.ModelProto | str | os.PathLike | bytes
 
 
-def load_model(source: ModelSource) -> onnx.ModelProto:
-    """A ModelProto from a ModelProto, a file path or serialized bytes."""
+def load_model(source: ModelSource) -> tuple[onnx.ModelProto, dict[str, StoredWeight]]:
+    """The checked model from a ModelProto, a file path or serialized bytes, and where the
+    initializers it holds as headers only lie (by name).
+
+    A model read from its path leaves its main graph's large initializers where they are
+    stored (the model file or an external data file; see :mod:`sonnx.onnx.model_file`), for
+    a caller that reads each weight once, into its tensor. A ModelProto or bytes hold all
+    their data: no initializer is stored elsewhere, and a ModelProto is returned unchanged.
+    """
     if isinstance(source, onnx.ModelProto):
         check_text(source)
         check_tensors(source)
-        return source
+        return source, {}
     if isinstance(source, (bytes, bytearray)):
         model = _parse(bytes(source), "the given bytes")
         check_text(model)
         check_tensors(model)
-        return model
+        return model, {}
     if isinstance(source, (str, os.PathLike)):
-        path = _existing(source)
-        model = _parse(path.read_bytes(), str(path))
+        path = Path(source)
+        if not path.is_file():
+            raise BadModelError(f"ONNX model file not found: {path}")
+        model, stored = read_model_file(path)
         check_text(model)
         check_tensors(model, external_base=path.parent)
+        stored.update(defer_external_weights(model, path.parent))
         _load_external_data(model, path.parent)
-        return model
+        return model, stored
     raise BadModelError(
         f"expected an onnx.ModelProto, a path or bytes, received {type(source).__name__}"
     )
-
-
-def load_model_file(
-    source: str | os.PathLike,
-) -> tuple[onnx.ModelProto, dict[str, StoredWeight]]:
-    """The model in a file, checked as :func:`load_model` checks it, but with its main graph's
-    large initializers left where they are stored (in the model file or an external data
-    file): headers in the model, and by name where each one's bytes lie (see
-    :mod:`sonnx.onnx.model_file`). For a caller that reads each weight once, into its tensor.
-    """
-    path = _existing(source)
-    model, stored = read_model_file(path)
-    check_text(model)
-    check_tensors(model, external_base=path.parent)
-    stored.update(defer_external_weights(model, path.parent))
-    _load_external_data(model, path.parent)
-    return model, stored
-
-
-def _existing(source: str | os.PathLike) -> Path:
-    path = Path(source)
-    if not path.is_file():
-        raise BadModelError(f"ONNX model file not found: {path}")
-    return path
 
 
 def check_text(model: onnx.ModelProto) -> None:

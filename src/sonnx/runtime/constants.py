@@ -33,7 +33,7 @@ def initializer_tensors(
     """Initializers as tensors: float ones are trainable parameters, the rest constants.
 
     :param stored: where the initializers that are headers only lie (see
-        :func:`~sonnx.onnx.model_loading.load_model_file`): each is read straight into its
+        :func:`~sonnx.onnx.model_loading.load_model` of a path): each is read straight into its
         tensor, one at a time, so a weight's bytes are never held twice.
     """
     stored = stored or {}

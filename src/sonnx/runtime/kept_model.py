@@ -6,8 +6,8 @@ tensors, a model that also kept their bytes would hold every weight twice (a 7B 
 initializer *header* (name, element type, dims), but the data of each initializer of at least
 :data:`LARGE_INITIALIZER_BYTES` that the program holds is cleared: the program's tensors are
 the one copy. Smaller initializers keep their data, so shape inference still reads the shape,
-axes and index constants it needs. (:func:`~sonnx.onnx.model_loading.load_model_file` reads
-the data of the large ones, by the same threshold, only into their tensors.)
+axes and index constants it needs. (A model read from its path never holds the data of the
+large ones, by the same threshold: see :mod:`sonnx.onnx.model_file`.)
 
 Whatever needs the values reads them from the tensors: the exporter writes each initializer
 from the tensor of its name, and :func:`with_current_values` builds a whole model again, on

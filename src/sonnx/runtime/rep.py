@@ -17,7 +17,6 @@ and the time it took.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -35,7 +34,7 @@ from sonnx.engine.operator import is_training
 from sonnx.errors import BadInputError
 from sonnx.host_memory import release_freed_memory
 from sonnx.onnx.model_file import StoredWeight
-from sonnx.onnx.model_loading import ModelSource, load_model, load_model_file, opset_versions
+from sonnx.onnx.model_loading import ModelSource, load_model, opset_versions
 from sonnx.onnx.values import (
     GraphValue,
     MapSequence,
@@ -460,11 +459,8 @@ def prepare(
     """
     if options:
         raise BadInputError(f"prepare: unknown option(s) {sorted(options)}")
-    if isinstance(model, (str, os.PathLike)):
-        # The large weights stay in the file until each is read into its tensor.
-        proto, stored = load_model_file(model)
-    else:
-        proto, stored = load_model(model), {}
+    # From a path, the large weights stay in the file until each is read into its tensor.
+    proto, stored = load_model(model)
     rep = _prepared(proto, as_device(device), use_graph, stored)
     if not isinstance(model, onnx.ModelProto):
         # The model read from the file or bytes is gone now, its weights' bytes with it:
