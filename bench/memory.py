@@ -13,9 +13,10 @@ process imports its library, notes its resident set (RSS), loads the model from 
 runs it once on the same inputs (the llama: a 16-token prompt, empty cache), drops the
 outputs, collects garbage and notes RSS again. ``MB`` is that steady increase: what holding
 the model and having run it costs. ``peak MB`` is the high-water mark (VmHWM) above the RSS
-before loading. One process per side, so neither counts the other's memory. Rows' times are
-the seconds to load and run once; ``mem ratio`` = sonnx MB / onnxruntime MB, and ``weights
-MB`` the model's initializers.
+before loading; ``load peak MB`` is that mark once the model is loaded, before the run
+(what loading alone needs). One process per side, so neither counts the other's memory.
+Rows' times are the seconds to load and run once; ``mem ratio`` = sonnx MB / onnxruntime MB,
+and ``weights MB`` the model's initializers.
 """
 
 from __future__ import annotations
@@ -77,14 +78,17 @@ def child(side: str, model: Path, feeds: Path, threads: int) -> None:
     started = time.perf_counter()
     if side == REFERENCE:
         session = ort_session(str(model), threads)
+        loaded_peak = peak_mb()
         outputs = session.run(None, arrays)
     else:
         rep = sonnx.prepare(str(model), use_graph=side == "graph")
+        loaded_peak = peak_mb()
         outputs = rep.run([arrays[name] for name in rep.inputs])
     seconds = time.perf_counter() - started
     del outputs
     gc.collect()
-    result = {"mb": resident_mb() - before, "peak_mb": peak_mb() - before, "seconds": seconds}
+    result = {"mb": resident_mb() - before, "peak_mb": peak_mb() - before,
+              "load_peak_mb": loaded_peak - before, "seconds": seconds}
     print(json.dumps(result))
 
 
@@ -171,6 +175,8 @@ def main() -> None:
                     "mem ratio": ours["mb"] / theirs["mb"],
                     "sonnx peak MB": ours["peak_mb"],
                     "ort peak MB": theirs["peak_mb"],
+                    "sonnx load peak MB": ours["load_peak_mb"],
+                    "ort load peak MB": theirs["load_peak_mb"],
                     "weights MB": weights_mb(model),
                 }
                 rows.append(Row(f"{name} {mode} load+run", ours["seconds"], theirs["seconds"],
@@ -182,7 +188,7 @@ def main() -> None:
         rows,
         args.json,
         extra_columns=["sonnx MB", "ort MB", "mem ratio", "sonnx peak MB", "ort peak MB",
-                       "weights MB"],
+                       "sonnx load peak MB", "ort load peak MB", "weights MB"],
         notes=["MB: steady RSS increase after loading and one run, each side in a fresh "
                "process; ratio and ms columns time the load and the run"],
     )

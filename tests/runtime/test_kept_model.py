@@ -177,3 +177,24 @@ def test_a_model_from_a_file_with_external_data_is_kept_without_its_bytes(tmp_pa
     np.testing.assert_allclose(
         to_numpy(rep.run([FEEDS["x"]])[0]), _ort(_mlp(), FEEDS["x"]), rtol=1e-5, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["weights-in-the-file", "external-data"])
+def test_a_model_prepared_from_its_file_runs_and_exports_as_from_its_proto(
+    tmp_path, external: bool
+) -> None:
+    """prepare(path) reads each large weight from the file into its tensor: the same run
+    and the same export as prepare(proto), whatever the element type (int4 packed, strings
+    kept in the model)."""
+    original = _model()
+    path = tmp_path / "kept.onnx"
+    onnx.save(_model(), str(path), save_as_external_data=external, location="kept.data",
+              size_threshold=0)  # a model of its own: saving moves its data out
+    from_file, from_proto = sonnx.prepare(str(path)), sonnx.prepare(original)
+    assert {i.name for i in from_file.model.graph.initializer if i.ByteSize() > 64} == {"b"}
+    xs = {n: Tensor(data=a, requires_grad=False) for n, a in FEEDS.items()}
+    outputs = from_file.run(xs)
+    for ours, theirs in zip(outputs, from_proto.run(xs), strict=True):
+        np.testing.assert_array_equal(to_numpy(ours), to_numpy(theirs))
+    assert _values(sonnx.to_onnx(list(xs.values()), outputs)) == _values(original)
+    assert _values(from_file.current_model()) == _values(original)

@@ -24,31 +24,40 @@ from google.protobuf.message import DecodeError, Message
 
 from sonnx.engine.memory_guard import check_elements
 from sonnx.errors import BadModelError, UnsupportedOperatorError
+from sonnx.onnx.model_file import StoredWeight, defer_external_weights, read_model_file
 from sonnx.onnx.registry import REGISTRY, Converter, _domain_key
 
 ModelSource = onnx.ModelProto | str | os.PathLike | bytes
 
 
-def load_model(source: ModelSource) -> onnx.ModelProto:
-    """A ModelProto from a ModelProto, a file path or serialized bytes."""
+def load_model(source: ModelSource) -> tuple[onnx.ModelProto, dict[str, StoredWeight]]:
+    """The checked model from a ModelProto, a file path or serialized bytes, and where the
+    initializers it holds as headers only lie (by name).
+
+    A model read from its path leaves its main graph's large initializers where they are
+    stored (the model file or an external data file; see :mod:`sonnx.onnx.model_file`), for
+    a caller that reads each weight once, into its tensor. A ModelProto or bytes hold all
+    their data: no initializer is stored elsewhere, and a ModelProto is returned unchanged.
+    """
     if isinstance(source, onnx.ModelProto):
         check_text(source)
         check_tensors(source)
-        return source
+        return source, {}
     if isinstance(source, (bytes, bytearray)):
         model = _parse(bytes(source), "the given bytes")
         check_text(model)
         check_tensors(model)
-        return model
+        return model, {}
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.is_file():
             raise BadModelError(f"ONNX model file not found: {path}")
-        model = _parse(path.read_bytes(), str(path))
+        model, stored = read_model_file(path)
         check_text(model)
         check_tensors(model, external_base=path.parent)
+        stored.update(defer_external_weights(model, path.parent))
         _load_external_data(model, path.parent)
-        return model
+        return model, stored
     raise BadModelError(
         f"expected an onnx.ModelProto, a path or bytes, received {type(source).__name__}"
     )

@@ -5,6 +5,7 @@ quantization scale, a Resize's scales: the inputs its operator class declares
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +16,7 @@ from sonnx import dtypes
 from sonnx.device import Device
 from sonnx.engine.host_values import constant_device
 from sonnx.errors import BadModelError
+from sonnx.onnx.model_file import StoredWeight, read_stored_weight
 from sonnx.onnx.registry import operator_class
 from sonnx.proto.attributes import densify
 from sonnx.tensor import Tensor
@@ -25,15 +27,31 @@ if TYPE_CHECKING:
 CPU = Device("cpu")
 
 
-def initializer_tensors(graph: onnx.GraphProto, dev: Device) -> dict[str, Tensor]:
-    """Initializers as tensors: float ones are trainable parameters, the rest constants."""
+def initializer_tensors(
+    graph: onnx.GraphProto, dev: Device, stored: Mapping[str, StoredWeight] | None = None
+) -> dict[str, Tensor]:
+    """Initializers as tensors: float ones are trainable parameters, the rest constants.
+
+    :param stored: where the initializers that are headers only lie (see
+        :func:`~sonnx.onnx.model_loading.load_model` of a path): each is read straight into its
+        tensor, one at a time, so a weight's bytes are never held twice.
+    """
+    stored = stored or {}
     tensors: dict[str, Tensor] = {}
     for init in graph.initializer:
         try:
-            array = numpy_helper.to_array(init)
+            where = stored.get(init.name)
+            # np.array: the array over the proto's bytes is read-only; a stored one is not
+            array = (
+                read_stored_weight(init, where)
+                if where is not None
+                else np.array(numpy_helper.to_array(init))
+            )
+        except BadModelError:
+            raise
         except Exception as e:  # malformed or unreadable initializer data
             raise BadModelError(f"initializer {init.name!r} cannot be decoded: {e}") from e
-        t = Tensor(data=np.array(array), device=CPU, requires_grad=False, name=init.name)
+        t = Tensor(data=array, device=CPU, requires_grad=False, name=init.name)
         place_constant(t, dev)
         # A 0-d float is a constant that parameterises an operation (an epsilon, an exponent,
         # a quantization scale), not a weight.

@@ -6,7 +6,8 @@ tensors, a model that also kept their bytes would hold every weight twice (a 7B 
 initializer *header* (name, element type, dims), but the data of each initializer of at least
 :data:`LARGE_INITIALIZER_BYTES` that the program holds is cleared: the program's tensors are
 the one copy. Smaller initializers keep their data, so shape inference still reads the shape,
-axes and index constants it needs.
+axes and index constants it needs. (A model read from its path never holds the data of the
+large ones, by the same threshold: see :mod:`sonnx.onnx.model_file`.)
 
 Whatever needs the values reads them from the tensors: the exporter writes each initializer
 from the tensor of its name, and :func:`with_current_values` builds a whole model again, on
@@ -24,13 +25,11 @@ from collections.abc import Mapping
 import onnx
 from google.protobuf.message import Message
 
+from sonnx.onnx.model_file import LARGE_INITIALIZER_BYTES
 from sonnx.proto.graph_builder import tensor_proto
 from sonnx.tensor import Tensor
 
 __all__ = ["LARGE_INITIALIZER_BYTES", "with_current_values", "without_large_values"]
-
-#: Initializers of this many bytes or more lose their data in the kept model.
-LARGE_INITIALIZER_BYTES = 1024
 
 #: The fields of a TensorProto that hold its values (all but one are empty in any tensor).
 _DATA_FIELDS = frozenset(

@@ -10,7 +10,7 @@ enclosing scope's values when the node runs, so converters only call ``branch.ru
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -25,6 +25,7 @@ from sonnx.engine.operator import Operator, is_training
 from sonnx.engine.tracing import NotTraceableError, deferred_checks, value_checks
 from sonnx.errors import BadInputError, BadModelError, SonnxError
 from sonnx.onnx.gradient_graph import with_forward_graphs
+from sonnx.onnx.model_file import StoredWeight
 from sonnx.onnx.model_loading import (
     ResolvedNode,
     check_graph_order,
@@ -443,13 +444,15 @@ def compile_graph(
     dev: Device,
     input_names: list[str],
     is_subgraph: bool = False,
+    stored: Mapping[str, StoredWeight] | None = None,
 ) -> GraphProgram:
     """Resolve, order and prepare every node of ``graph``; evaluate its Constant nodes.
 
     In a subgraph, names that nothing local defines are read from the enclosing scope at run
-    time, so they count as known here.
+    time, so they count as known here. ``stored`` says where the initializers whose data the
+    graph does not hold lie (see :func:`~sonnx.runtime.constants.initializer_tensors`).
     """
-    constants = initializer_tensors(graph, dev)
+    constants = initializer_tensors(graph, dev, stored)
     known = set(constants) | set(input_names) | {""}
     if is_subgraph:
         local = known | {o for n in graph.node for o in n.output}

@@ -33,6 +33,7 @@ from sonnx.device import Device, as_device
 from sonnx.engine.operator import is_training
 from sonnx.errors import BadInputError
 from sonnx.host_memory import release_freed_memory
+from sonnx.onnx.model_file import StoredWeight
 from sonnx.onnx.model_loading import ModelSource, load_model, opset_versions
 from sonnx.onnx.values import (
     GraphValue,
@@ -458,23 +459,29 @@ def prepare(
     """
     if options:
         raise BadInputError(f"prepare: unknown option(s) {sorted(options)}")
-    rep = _prepared(load_model(model), as_device(device), use_graph)
+    # From a path, the large weights stay in the file until each is read into its tensor.
+    proto, stored = load_model(model)
+    rep = _prepared(proto, as_device(device), use_graph, stored)
     if not isinstance(model, onnx.ModelProto):
         # The model read from the file or bytes is gone now, its weights' bytes with it:
         # hand that memory back (glibc keeps freed blocks under its mmap threshold, up to
         # 32 MiB each, on its heap). A caller's ModelProto is the caller's to free.
+        del proto
         release_freed_memory()
     return rep
 
 
-def _prepared(proto: onnx.ModelProto, dev: Device, use_graph: bool) -> SingaRep:
-    """The SingaRep of a loaded model; it keeps the model without its weights' bytes."""
+def _prepared(
+    proto: onnx.ModelProto, dev: Device, use_graph: bool, stored: Mapping[str, StoredWeight]
+) -> SingaRep:
+    """The SingaRep of a loaded model; it keeps the model without its weights' bytes.
+    ``stored``: where the initializers that ``proto`` holds as headers only lie."""
     # Model-local functions run inlined; the export writes the original calls (GraphSource).
     graph = onnx.inliner.inline_local_functions(proto).graph if proto.functions else proto.graph
     initializer_names = {i.name for i in graph.initializer}
     input_specs = [input_spec(v) for v in graph.input if v.name not in initializer_names]
     opsets = opset_versions(proto)
-    program = compile_graph(graph, opsets, dev, [s.name for s in input_specs])
+    program = compile_graph(graph, opsets, dev, [s.name for s in input_specs], stored=stored)
     weights = {
         name: program.constants[name]
         for name in initializer_names

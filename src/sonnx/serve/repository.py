@@ -22,12 +22,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import onnx
 import torch
 
 from sonnx import tensor
 from sonnx.errors import SonnxError
-from sonnx.onnx.model_loading import load_model
 from sonnx.runtime.rep import SingaRep, prepare
 from sonnx.serve.batcher import Arrays, Batcher, BatchPolicy, RunFn
 from sonnx.serve.checkpoints import CHECKPOINT_FILE, checkpoint_to_onnx
@@ -266,18 +264,25 @@ def _prepare_model(folder: Path) -> list[tuple[int, ModelConfig, ModelSignature,
         chosen = list(config.versions)
     prepared = []
     for version in chosen:
-        proto = _version_model(folder / str(version), config, str(folder / CONFIG_FILE))
-        signature = ModelSignature.from_model(proto, config)
-        rep = prepare(proto, device=config.device, use_graph=config.use_graph)
+        rep = _prepared_version(folder / str(version), config, str(folder / CONFIG_FILE))
+        # the kept model has every input, output and initializer name the signature reads
+        signature = ModelSignature.from_model(rep.model, config)
         prepared.append((version, config, signature, rep))
     return prepared
 
 
-def _version_model(directory: Path, config: ModelConfig, where: str) -> onnx.ModelProto:
-    """The ONNX model of one version: its ``model.onnx``, or its checkpoint's export."""
-    if (directory / MODEL_FILE).is_file():
-        return load_model(directory / MODEL_FILE)
-    return checkpoint_to_onnx(directory / CHECKPOINT_FILE, config, where)
+def _prepared_version(directory: Path, config: ModelConfig, where: str) -> SingaRep:
+    """The prepared model of one version: its ``model.onnx``, or its checkpoint's export.
+
+    The file goes to ``prepare`` by its path, so each weight is read from it straight into
+    its tensor rather than held in a parsed model besides."""
+    model_file = directory / MODEL_FILE
+    source = (
+        model_file
+        if model_file.is_file()
+        else checkpoint_to_onnx(directory / CHECKPOINT_FILE, config, where)
+    )
+    return prepare(source, device=config.device, use_graph=config.use_graph)
 
 
 def _runner(name: str, rep: SingaRep) -> RunFn:
