@@ -14,6 +14,8 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 import sonnx
 from sonnx.runtime import compiled_graphs, conv_prepack
+from sonnx.runtime.library_constants import SOURCES_FILE
+from sonnx.runtime.store import store_root
 from sonnx.tensor import to_numpy
 from sonnx.testing import torch_models as tm
 
@@ -68,6 +70,11 @@ def test_symbolic_graphs_pack_weights_for_a_symbolic_batch_and_match_eager_at_ot
     assert graph.graph_runner.fallback is None
     assert graph.graph_runner.compile_count == 1
     assert len(packed) == packed_count
+    # Packed weights (opaque) stay inside the library; plain ones are read from the model.
+    root = store_root()
+    assert root is not None
+    (library,) = (root / "graphs").glob("*/*/graph.so")
+    assert library.with_name(SOURCES_FILE).exists() == (packed_count == 0)
 
 
 def _pointwise_graph(example: torch.Tensor) -> torch.fx.GraphModule:

@@ -301,10 +301,10 @@ def test_a_segment_inductor_rejects_is_split_at_the_step_it_fails_on(monkeypatch
     from sonnx.runtime import symbolic_graphs
     compile_library = symbolic_graphs.compile_library
 
-    def no_tanh(graph: torch.fx.GraphModule, example_inputs, library) -> None:
+    def no_tanh(graph: torch.fx.GraphModule, example_inputs, library, named) -> None:
         if any(n.target is torch.ops.aten.tanh.default for n in graph.graph.nodes):
             raise RuntimeError("planted: inductor cannot compile tanh")
-        compile_library(graph, example_inputs, library)
+        compile_library(graph, example_inputs, library, named)
 
     monkeypatch.setattr(symbolic_graphs, "compile_library", no_tanh)
     model = _chain_with_a_tanh()

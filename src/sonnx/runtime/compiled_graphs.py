@@ -1,10 +1,12 @@
 """A segment of steps compiled ahead of time into a shared library, and the guards it serves.
 
-Graph mode compiles with AOTInductor: inductor writes the kernels, the C++ code launching
-them and the frozen weights into one ``.so``, which a runner loads with ``dlopen`` (0.07 s for
-ResNet-50) and calls from C++, with no Python per kernel. Unlike a graph compiled in memory,
-the library outlives the process: :mod:`sonnx.runtime.store` keeps it, so a new process's
-first run of a model seen before loads its graphs instead of tracing and compiling them.
+Graph mode compiles with AOTInductor: inductor writes the kernels and the C++ code launching
+them into one ``.so``, which a runner loads with ``dlopen`` (0.07 s for ResNet-50) and calls
+from C++, with no Python per kernel. The weights it froze in stay outside the library where
+they can: the runner reads the model's own tensors (:mod:`sonnx.runtime.library_constants`).
+Unlike a graph compiled in memory, the library outlives the process: :mod:`sonnx.runtime.store`
+keeps it, so a new process's first run of a model seen before loads its graphs instead of
+tracing and compiling them.
 
 A library serves the inputs its *guards* admit: a Python expression over the inputs
 (``L['t0'].size()[0] <= 1``, a stride), kept as text beside the library and checked before each
@@ -15,7 +17,7 @@ for a batch of one back for a batch of eight without the guards that say so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,13 @@ import torch
 from torch.fx import GraphModule
 
 from sonnx.runtime.conv_prepack import prepack_convolution_weights
+from sonnx.runtime.library_constants import (
+    SOURCES_FILE,
+    ConstantRecorder,
+    LibraryWeights,
+    load_constants,
+    save_sources,
+)
 from sonnx.runtime.plain_linears import keep_linears_plain
 from sonnx.runtime.transposed_convs import fold_into_transposed_convolutions
 
@@ -80,9 +89,18 @@ def freeze(graph: GraphModule, params: list[torch.Tensor]) -> GraphModule:
     return graph
 
 
-def compile_library(graph: GraphModule, example_inputs: Sequence[Any], library: Path) -> None:
+def compile_library(
+    graph: GraphModule,
+    example_inputs: Sequence[Any],
+    library: Path,
+    named: Mapping[str, torch.Tensor],
+) -> None:
     """Compile ``graph`` (weights frozen in as attributes) into the shared library ``library``,
     for the sizes of ``example_inputs`` (fake tensors with symbolic sizes, or real ones).
+
+    ``named`` are the model's tensors by name: the constants the library reads that are
+    among them (or their transposes) are read from the model when it is loaded, the others
+    saved beside it (:mod:`~sonnx.runtime.library_constants`).
 
     inductor's pattern rewrites (attention fusion) can reject a graph whose constants are
     tensors (a softmax scale computed from a shape); without them the graph still compiles.
@@ -94,12 +112,15 @@ def compile_library(graph: GraphModule, example_inputs: Sequence[Any], library: 
 
     fold_into_transposed_convolutions(graph)
     for pattern_matcher in (True, False):
+        recorder = ConstantRecorder()
         options = {
             "freezing": True,
             "pattern_matcher": pattern_matcher,
             "fx_graph_cache": False,
             "aot_inductor.output_path": str(library),
+            "aot_inductor.package_constants_in_so": False,
             "post_grad_custom_pre_pass": _weight_passes,
+            "post_grad_custom_post_pass": recorder,
         }
         if hasattr(inductor_config.aot_inductor, "embed_kernel_binary"):
             # GPU kernels inside the library, not in cubin files beside it: the store moves
@@ -108,10 +129,13 @@ def compile_library(graph: GraphModule, example_inputs: Sequence[Any], library: 
             options["aot_inductor.embed_kernel_binary"] = True
         try:
             compile_fx_aot(graph, list(example_inputs), config_patches=options)
-            return
         except Exception:
             if not pattern_matcher:
                 raise
+            continue
+        if not recorder.inside:
+            save_sources(recorder.values, named, library.with_name(SOURCES_FILE))
+        return
 
 
 def _weight_passes(graph: torch.fx.Graph) -> None:
@@ -123,23 +147,26 @@ def _weight_passes(graph: torch.fx.Graph) -> None:
 
 
 def load_library(
-    library: Path, device: torch.device, weights: Sequence[torch.Tensor] = ()
+    library: Path, device: torch.device, weights: LibraryWeights | None = None
 ) -> Callable[..., list[torch.Tensor]]:
-    """A callable running the compiled library ``library`` on ``device``'s tensors.
-
-    ``weights`` are the model's own tensors: on the CPU, the library's constants equal to one
-    of them are switched to it (:func:`_share_weights`), so a loaded graph holds no second copy
-    of the model's weights.
-    """
+    """A callable running the compiled library ``library`` on ``device``'s tensors, reading
+    its constants from ``weights`` where they are outside it (see
+    :mod:`~sonnx.runtime.library_constants`; :class:`StaleLibraryError` where ``weights``
+    lack one)."""
     aoti = torch._C._aoti
     if device.type == "cpu":
         runner = aoti.AOTIModelContainerRunnerCpu(str(library), 1)
-        kept = _share_weights(runner, weights) if weights else {}
     elif device.type == "cuda":
         runner = aoti.AOTIModelContainerRunnerCuda(str(library), 1, str(device))
-        kept = {}
     else:
         raise NotImplementedError(f"graph mode cannot load a compiled graph on {device}")
+    sources = library.with_name(SOURCES_FILE)
+    reads: dict[str, torch.Tensor] = {}
+    if sources.exists():
+        names = runner.get_constant_names_to_original_fqns()
+        reads = load_constants(sources, names, device, weights or LibraryWeights())
+        # The runner reads these tensors themselves (user-managed: no copy).
+        runner.update_constant_buffer(reads, False, True, True)
 
     def run(*inputs: torch.Tensor) -> list[torch.Tensor]:
         # The library's OpenMP loops and oneDNN calls use the calling thread's OpenMP thread
@@ -149,55 +176,5 @@ def load_library(
         torch.get_num_threads()
         return runner.run(list(inputs))
 
-    run.constants = kept  # type: ignore[attr-defined]  # the tensors the runner reads
+    run.constants = reads  # type: ignore[attr-defined]  # the tensors the runner reads
     return run
-
-
-def _share_weights(runner: Any, weights: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Point ``runner``'s constants at the equal tensors among ``weights``, and free its own
-    copy of them; returns the constants it now reads.
-
-    A library holds its frozen weights in one block it copies out of the ``.so`` when loaded:
-    a second copy of weights the model already holds (for an LLM, one more copy of the model
-    per compiled graph). Each constant byte-equal to a model tensor (the same dtype, shape and
-    strides) is handed to the runner as that tensor, which the runner reads without copying;
-    the others (constants inductor computed: folded or re-laid-out weights) are copied out of
-    the block, and then the whole block is freed. A library holding oneDNN's packed
-    convolution weights (opaque tensors, which cannot be copied out) keeps its block. A weight
-    changed in place afterwards bumps its version, and graph mode then runs another graph, as
-    it does for frozen copies.
-    """
-    constants = runner.extract_constants_map(False)
-    if any(c.layout != torch.strided for c in constants.values()):
-        return {}  # oneDNN's packed weights (opaque tensors) stay in the block
-    candidates: dict[tuple[Any, ...], list[torch.Tensor]] = {}
-    for w in weights:
-        if isinstance(w, torch.Tensor) and w.device.type == "cpu" and w.is_contiguous():
-            candidates.setdefault(_fingerprint(w), []).append(w)
-    shared = 0
-    reads: dict[str, torch.Tensor] = {}
-    for name, constant in constants.items():
-        same = None
-        if constant.is_contiguous():
-            equal = (w for w in candidates.get(_fingerprint(constant), ()) if w.equal(constant))
-            same = next(equal, None)
-        shared += same is not None
-        reads[name] = same.detach() if same is not None else constant.clone()
-    if not shared:
-        return {}
-    runner.update_constant_buffer(reads, True, True, True)
-    runner.swap_constant_buffer()
-    runner.free_inactive_constant_buffer()
-    return reads
-
-
-def _fingerprint(t: torch.Tensor) -> tuple[Any, ...]:
-    """What tells contiguous tensors apart without reading them whole: dtype, shape, strides
-    and up to 192 of their bytes (the first, middle and last 64)."""
-    # Elements in order from the storage offset (what contiguous means), read flat; not
-    # ``reshape(-1)``, which keeps a stride of 0 that a tensor of one element or none may
-    # have, and which ``view`` as bytes rejects.
-    raw = t.detach().as_strided((t.numel(),), (1,)).view(torch.uint8)
-    n = raw.numel()
-    sample = torch.cat([raw[:64], raw[n // 2 : n // 2 + 64], raw[-64:]])
-    return (t.dtype, tuple(t.shape), t.stride(), bytes(sample.numpy()))

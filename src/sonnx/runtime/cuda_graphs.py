@@ -28,10 +28,10 @@ It is opt-in, and holds where a CUDA graph holds:
 - the weights are those captured (frozen in, as in graph mode): after a training step or
   ``load_states``, capture again.
 
-The captured run has its own copy of the compiled library (loaded again from the graph store,
-its weights copied to the GPU once more): AOTInductor's runner records a CUDA event at the end
-of each run and waits on the last one before the next, and an event recorded during capture
-cannot be waited on by a run outside it, so the runner captured is never run again.
+The captured run has its own copy of the compiled library (loaded again from the graph store;
+it reads the model's weights, as the first does): AOTInductor's runner records a CUDA event at
+the end of each run and waits on the last one before the next, and an event recorded during
+capture cannot be waited on by a run outside it, so the runner captured is never run again.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def capture_cuda_graph(
             "is off), and the capture loads its own copy from there"
         )
     inputs = {n: feeds[n].data if n in held else feeds[n].data.clone() for n in traced}
-    run = load_library(entry.library, device)
+    run = load_library(entry.library, device, runner.library_weights())
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):  # loads the kernels, outside the capture

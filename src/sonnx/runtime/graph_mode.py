@@ -53,6 +53,7 @@ from sonnx.runtime.graph_keys import (
     is_shape_value,
     signature,
 )
+from sonnx.runtime.library_constants import LibraryWeights
 from sonnx.runtime.program import GraphProgram
 from sonnx.runtime.segments import (
     Choice,
@@ -373,7 +374,7 @@ class GraphRunner:
             return entry
         try:
             stored = self._store_key(segment, key)
-            entry = self.store.find(stored, traced, versions, self._device, self._weights())
+            entry = self.store.find(stored, traced, versions, self._device, self.library_weights())
             if entry is None:
                 entry = self._compile(segment, args, baked, versions, stored)
         except NotTraceableError as e:
@@ -426,15 +427,17 @@ class GraphRunner:
         datas = list(map(_DATA, self.constants.values()))
         return (*map(id, datas), *map(_VERSION, datas))
 
-    def _weights(self) -> list[torch.Tensor]:
-        """The tensors a graph loaded now reads instead of its own copies of them: the
-        constants, and what the graphs loaded before read (two graphs of one model, as a
-        prompt's and a decode step's, fold the same weights alike: a dequantized 4-bit
-        weight is then held once)."""
-        held = [d for d in map(_DATA, self.constants.values()) if isinstance(d, torch.Tensor)]
-        for graph in self._graphs():
-            held += getattr(graph.run, "constants", {}).values()
-        return held
+    def library_weights(self) -> LibraryWeights:
+        """What a compiled graph loaded now reads: the constants by name, and what the graphs
+        loaded before read (two graphs of one model, as a prompt's and a decode step's, fold
+        the same weights alike: a dequantized 4-bit weight is then held once)."""
+        named = {
+            n: d
+            for n, d in zip(self.constants, map(_DATA, self.constants.values()), strict=True)
+            if isinstance(d, torch.Tensor)
+        }
+        shared = [t for g in self._graphs() for t in getattr(g.run, "constants", {}).values()]
+        return LibraryWeights(named, shared)
 
     @property
     def _device(self) -> torch.device:
@@ -547,15 +550,17 @@ class GraphRunner:
 
                 if self.dynamic and segment.per_shape is None:
                     try:
-                        return compile_symbolic(pure, params, xs, library, declared)
+                        return compile_symbolic(pure, params, xs, library, named, declared)
                     except NotTraceableError:
                         raise
                     except Exception as e:  # a symbolic trace or compile torch cannot do
                         segment.per_shape = _reason(e)
-                return compile_static(pure, params, xs, library)
+                return compile_static(pure, params, xs, library, named)
 
         keep = versions == self._loaded_versions
-        return self.store.compile(stored, build, versions, self._device, keep, self._weights())
+        weights = self.library_weights()
+        named = weights.named
+        return self.store.compile(stored, build, versions, self._device, keep, weights)
 
 
 def _reason(error: Exception) -> str:

@@ -12,7 +12,9 @@ compiled its loops for and the CPU's instruction-set flags.
 Where: ``$SONNX_CACHE_DIR``, by default ``$XDG_CACHE_HOME/sonnx`` (``~/.cache/sonnx``);
 ``SONNX_CACHE_DIR=off`` keeps compiled graphs in memory only. Layout::
 
-    graphs/<digest>/<entry>/graph.so    one compiled graph (kernels, launcher, frozen weights)
+    graphs/<digest>/<entry>/graph.so    one compiled graph (kernels, launcher)
+    graphs/<digest>/<entry>/constants.pt  where its constants come from (the model's
+                                        weights by name; what the compile computed)
     graphs/<digest>/<entry>/guards.txt  the inputs it serves (several entries: several shapes)
     plans/<model digest>.json           the steps graph mode found must run eagerly
 
@@ -43,6 +45,7 @@ import onnx
 import torch
 
 from sonnx.runtime.compiled_graphs import CompiledGraph, admits, load_library
+from sonnx.runtime.library_constants import SOURCES_FILE, LibraryWeights
 
 ENV_VAR = "SONNX_CACHE_DIR"
 _LIBRARY = "graph.so"
@@ -148,9 +151,9 @@ class GraphStore:
         inputs: Sequence[torch.Tensor],
         versions: tuple[Any, ...],
         device: torch.device,
-        weights: Sequence[torch.Tensor] = (),
+        weights: LibraryWeights | None = None,
     ) -> CompiledGraph | None:
-        """A stored graph for ``key`` whose guards admit ``inputs``, loaded (sharing
+        """A stored graph for ``key`` whose guards admit ``inputs``, loaded (reading
         ``weights``: see :func:`~sonnx.runtime.compiled_graphs.load_library`); or None."""
         if self.root is None:
             return None
@@ -176,7 +179,7 @@ class GraphStore:
         versions: tuple[Any, ...],
         device: torch.device,
         keep: bool = True,
-        weights: Sequence[torch.Tensor] = (),
+        weights: LibraryWeights | None = None,
     ) -> CompiledGraph:
         """``build(library)`` compiles a graph into the file ``library`` and returns its
         guards; the graph is stored under ``key`` (unless not to ``keep``) and returned
@@ -202,7 +205,7 @@ class GraphStore:
         try:
             guards = build(scratch / _LIBRARY)
             for extra in scratch.iterdir():  # inductor's generated sources and objects
-                if extra.name != _LIBRARY:
+                if extra.name not in (_LIBRARY, SOURCES_FILE):
                     shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
             (scratch / _GUARDS).write_text(guards, encoding="utf-8")
             if root is None:

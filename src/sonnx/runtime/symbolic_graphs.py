@@ -37,7 +37,7 @@ the other shapes' graph is traced at their sizes and stays symbolic.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -67,17 +67,19 @@ def compile_symbolic(
     params: list[torch.Tensor],
     xs: list[torch.Tensor],
     library: Path,
+    named: Mapping[str, torch.Tensor],
     declared: Sequence[Sequence[Any] | None] | None = None,
 ) -> str:
     """``pure(*params, *xs)`` traced with symbolic sizes for ``xs`` and compiled into the
     shared library ``library`` with ``params`` frozen in as constants; returns the guards
-    saying which inputs it serves.
+    saying which inputs it serves. ``named``: the model's tensors, which the library reads
+    when loaded (see :func:`~sonnx.runtime.compiled_graphs.compile_library`).
 
     ``declared`` holds each input's shape as the model declares it, if it does: an int for a
     fixed dimension, which is traced fixed; anything else is free, a symbol.
     """
     with _COMPILING:
-        return _compile_symbolic(pure, params, xs, library, declared)
+        return _compile_symbolic(pure, params, xs, library, named, declared)
 
 
 def _compile_symbolic(
@@ -85,6 +87,7 @@ def _compile_symbolic(
     params: list[torch.Tensor],
     xs: list[torch.Tensor],
     library: Path,
+    named: Mapping[str, torch.Tensor],
     declared: Sequence[Sequence[Any] | None] | None,
 ) -> str:
     env = ShapeEnv(specialize_zero_one=False, duck_shape=False)
@@ -97,7 +100,7 @@ def _compile_symbolic(
             *fake_params, *fake_xs
         )
         with _size_oblivious_views():
-            compile_library(freeze(graph, params), fake_xs, library)
+            compile_library(freeze(graph, params), fake_xs, library, named)
     # Produced after compiling: inductor adds the guards of its own size decisions.
     return env.produce_guards_expression(fake_xs, ignore_static=False) or ""
 
@@ -107,10 +110,11 @@ def compile_static(
     params: list[torch.Tensor],
     xs: list[torch.Tensor],
     library: Path,
+    named: Mapping[str, torch.Tensor],
 ) -> str:
     """As :func:`compile_symbolic`, for exactly the shapes of ``xs`` (every dimension traced
     fixed); the guards admit those shapes and strides only."""
-    return compile_symbolic(pure, params, xs, library, [tuple(x.shape) for x in xs])
+    return compile_symbolic(pure, params, xs, library, named, [tuple(x.shape) for x in xs])
 
 
 @contextmanager
