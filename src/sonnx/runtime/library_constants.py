@@ -147,30 +147,51 @@ def load_constants(
     tensor a source names."""
     kept = torch.load(path, map_location=device, weights_only=True)
     sources, saved = kept["sources"], kept["saved"]
-    earlier: dict[tuple[Any, ...], list[torch.Tensor]] = {}
-    for t in weights.shared:
-        if t.layout == torch.strided and t.is_contiguous():
-            earlier.setdefault(_fingerprint(t), []).append(t)
+    earlier = _EqualTensors(weights.shared)
     reads: dict[str, torch.Tensor] = {}
     for constant, original in names.items():
         if original not in sources:
             raise StaleLibraryError(f"the library reads a constant {original!r} of no source")
         kind, name, shape = sources[original]
-        if kind == "saved":
-            value = saved[name]
+        if kind == "weight":
+            reads[constant] = _model_tensor(weights.named, name, shape)
+        elif kind == "transposed":
+            transposed = _model_tensor(weights.named, name, shape[::-1]).t().contiguous()
+            reads[constant] = earlier.equal_to(transposed)
         else:
-            weight = weights.named.get(name)
-            if weight is not None:
-                value = weight.detach() if kind == "weight" else weight.detach().t().contiguous()
-            if weight is None or tuple(value.shape) != shape:
-                raise StaleLibraryError(
-                    f"the library reads the model's tensor {name!r} as shape {list(shape)}; "
-                    + ("the model has none" if weight is None else f"it is {list(weight.shape)}")
-                )
-        if kind != "weight":  # computed: an earlier graph may read an equal tensor
-            value = next((t for t in earlier.get(_fingerprint(value), ()) if t.equal(value)), value)
-        reads[constant] = value
+            reads[constant] = earlier.equal_to(saved[name])
     return reads
+
+
+def _model_tensor(
+    named: Mapping[str, torch.Tensor], name: str, shape: tuple[int, ...]
+) -> torch.Tensor:
+    """The model's tensor ``name``, of ``shape``."""
+    weight = named.get(name)
+    if weight is None or tuple(weight.shape) != tuple(shape):
+        raise StaleLibraryError(
+            f"the library reads the model's tensor {name!r} as shape {list(shape)}; "
+            + ("the model has none" if weight is None else f"it is {list(weight.shape)}")
+        )
+    return weight.detach()
+
+
+class _EqualTensors:
+    """The tensors graphs loaded before read, found by value (indexed when first asked)."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
+        self.tensors = tensors
+        self.index: dict[tuple[Any, ...], list[torch.Tensor]] | None = None
+
+    def equal_to(self, value: torch.Tensor) -> torch.Tensor:
+        """A tensor already read that equals ``value``, or ``value``."""
+        if self.index is None:
+            self.index = {}
+            for t in self.tensors:
+                if t.layout == torch.strided and t.is_contiguous():
+                    self.index.setdefault(_fingerprint(t), []).append(t)
+        same = (t for t in self.index.get(_fingerprint(value), ()) if t.equal(value))
+        return next(same, value)
 
 
 def _identity(t: torch.Tensor) -> tuple[Any, ...]:
