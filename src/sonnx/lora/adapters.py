@@ -19,8 +19,7 @@ import torch
 from sonnx.errors import BadInputError
 from sonnx.lora.graph import Adapter, adapters_of, attach, strip
 from sonnx.lora.targets import LoraTargetError, select
-from sonnx.runtime.kept_model import with_current_values
-from sonnx.runtime.rep import SingaRep, prepare
+from sonnx.runtime.rep import SingaRep, prepare_rewritten
 
 __all__ = ["adapter_values", "add", "merge", "rebuild", "weight_delta", "weight_float_type"]
 
@@ -49,11 +48,11 @@ def adapter_values(rep: SingaRep) -> dict[str, tuple[torch.Tensor, torch.Tensor]
 
 
 def rebuild(rep: SingaRep, model: onnx.ModelProto, trainable: set[str] | None) -> None:
-    """Prepare ``model`` into ``rep`` in place, its initializers that ``rep`` holds taking their
-    current values from ``rep`` (``model``, derived from ``rep.model``, lacks the bytes of the
-    large ones); ``trainable`` names the weights that train (None: all of them)."""
-    whole = with_current_values(model, rep.constants)
-    fresh = prepare(whole, device=rep.device, use_graph=rep.graph_runner is not None)
+    """Prepare ``model`` into ``rep`` in place, its initializers that ``rep`` holds being
+    ``rep``'s tensors, their storage shared (``model``, derived from ``rep.model``, lacks the
+    bytes of the large ones): the weights are held once throughout; ``trainable`` names the
+    weights that train (None: all of them)."""
+    fresh = prepare_rewritten(model, rep)
     for name, t in fresh.params.items():
         t.requires_grad = trainable is None or name in trainable
     for field in dataclasses.fields(rep):

@@ -28,31 +28,29 @@ CPU = Device("cpu")
 
 
 def initializer_tensors(
-    graph: onnx.GraphProto, dev: Device, stored: Mapping[str, StoredWeight] | None = None
+    graph: onnx.GraphProto,
+    dev: Device,
+    stored: Mapping[str, StoredWeight] | None = None,
+    held: Mapping[str, Tensor] | None = None,
 ) -> dict[str, Tensor]:
     """Initializers as tensors: float ones are trainable parameters, the rest constants.
 
     :param stored: where the initializers that are headers only lie (see
         :func:`~sonnx.onnx.model_loading.load_model` of a path): each is read straight into its
         tensor, one at a time, so a weight's bytes are never held twice.
+    :param held: tensors already holding initializers' values, by name (a prepared graph's
+        own, when its model is prepared again after a rewrite): each initializer named here
+        gets a new tensor over the same storage, never a copy, whatever its proto holds.
     """
     stored = stored or {}
+    held = held or {}
     tensors: dict[str, Tensor] = {}
     for init in graph.initializer:
-        try:
-            where = stored.get(init.name)
-            # np.array: the array over the proto's bytes is read-only; a stored one is not
-            array = (
-                read_stored_weight(init, where)
-                if where is not None
-                else np.array(numpy_helper.to_array(init))
-            )
-        except BadModelError:
-            raise
-        except Exception as e:  # malformed or unreadable initializer data
-            raise BadModelError(f"initializer {init.name!r} cannot be decoded: {e}") from e
-        t = Tensor(data=array, device=CPU, requires_grad=False, name=init.name)
-        place_constant(t, dev)
+        if init.name in held:
+            # detach: a new tensor over the held storage (on its device), flagged afresh below
+            t = Tensor(data=held[init.name].data.detach(), requires_grad=False, name=init.name)
+        else:
+            t = _decoded(init, stored.get(init.name), dev)
         # A 0-d float is a constant that parameterises an operation (an epsilon, an exponent,
         # a quantization scale), not a weight.
         if dtypes.is_float(t.dtype) and t.data.dim() > 0:
@@ -64,6 +62,25 @@ def initializer_tensors(
         tensors[name] = Tensor(data=densify(sparse), device=CPU, requires_grad=False, name=name)
         place_constant(tensors[name], dev)
     return tensors
+
+
+def _decoded(init: onnx.TensorProto, where: StoredWeight | None, dev: Device) -> Tensor:
+    """The initializer's values read from where they are stored, or from its proto, on the
+    graph's device."""
+    try:
+        # np.array: the array over the proto's bytes is read-only; a stored one is not
+        array = (
+            read_stored_weight(init, where)
+            if where is not None
+            else np.array(numpy_helper.to_array(init))
+        )
+    except BadModelError:
+        raise
+    except Exception as e:  # malformed or unreadable initializer data
+        raise BadModelError(f"initializer {init.name!r} cannot be decoded: {e}") from e
+    t = Tensor(data=array, device=CPU, requires_grad=False, name=init.name)
+    place_constant(t, dev)
+    return t
 
 
 def place_constant(t: Tensor, dev: Device) -> None:

@@ -445,14 +445,16 @@ def compile_graph(
     input_names: list[str],
     is_subgraph: bool = False,
     stored: Mapping[str, StoredWeight] | None = None,
+    held: Mapping[str, Tensor] | None = None,
 ) -> GraphProgram:
     """Resolve, order and prepare every node of ``graph``; evaluate its Constant nodes.
 
     In a subgraph, names that nothing local defines are read from the enclosing scope at run
     time, so they count as known here. ``stored`` says where the initializers whose data the
-    graph does not hold lie (see :func:`~sonnx.runtime.constants.initializer_tensors`).
+    graph does not hold lie, and ``held`` the tensors that already hold initializers' values
+    (see :func:`~sonnx.runtime.constants.initializer_tensors`).
     """
-    constants = initializer_tensors(graph, dev, stored)
+    constants = initializer_tensors(graph, dev, stored, held)
     known = set(constants) | set(input_names) | {""}
     if is_subgraph:
         local = known | {o for n in graph.node for o in n.output}

@@ -471,17 +471,44 @@ def prepare(
     return rep
 
 
+def prepare_rewritten(model: onnx.ModelProto, rep: SingaRep) -> SingaRep:
+    """A new SingaRep of ``model``, a rewrite of ``rep.model`` (new nodes, new initializers),
+    on ``rep``'s device and in its mode, holding the weights once with ``rep``.
+
+    Each initializer of ``model`` that ``rep`` holds gets ``rep``'s tensor, its storage
+    shared (current values, trained ones included), whatever ``model`` has for it: so
+    ``model`` may carry those as headers without bytes, as ``rep.model`` does, and preparing
+    it copies no weight. Its other initializers are decoded from ``model``.
+
+    :param model: the rewritten model (the headers of ``rep``'s large initializers suffice).
+    :param rep: the prepared model it was rewritten from.
+    :returns: the prepared rewrite.
+    :raises BadModelError: as :func:`prepare`; also an initializer without values that
+        ``rep`` does not hold.
+    :raises UnsupportedOperatorError: as :func:`prepare`.
+    """
+    proto, stored = load_model(model)
+    use_graph = rep.graph_runner is not None
+    return _prepared(proto, rep.device, use_graph, stored, held=rep.constants)
+
+
 def _prepared(
-    proto: onnx.ModelProto, dev: Device, use_graph: bool, stored: Mapping[str, StoredWeight]
+    proto: onnx.ModelProto,
+    dev: Device,
+    use_graph: bool,
+    stored: Mapping[str, StoredWeight],
+    held: Mapping[str, Tensor] | None = None,
 ) -> SingaRep:
     """The SingaRep of a loaded model; it keeps the model without its weights' bytes.
-    ``stored``: where the initializers that ``proto`` holds as headers only lie."""
+    ``stored``: where the initializers that ``proto`` holds as headers only lie; ``held``:
+    tensors whose storage the initializers of their names take (no copy)."""
     # Model-local functions run inlined; the export writes the original calls (GraphSource).
     graph = onnx.inliner.inline_local_functions(proto).graph if proto.functions else proto.graph
     initializer_names = {i.name for i in graph.initializer}
     input_specs = [input_spec(v) for v in graph.input if v.name not in initializer_names]
     opsets = opset_versions(proto)
-    program = compile_graph(graph, opsets, dev, [s.name for s in input_specs], stored=stored)
+    names = [s.name for s in input_specs]
+    program = compile_graph(graph, opsets, dev, names, stored=stored, held=held)
     weights = {
         name: program.constants[name]
         for name in initializer_names
