@@ -124,6 +124,20 @@ def test_merge_folds_adapters_into_the_weights_of_each_layout() -> None:
     np.testing.assert_allclose(_run(rep), adapted, rtol=1e-5, atol=1e-5)
 
 
+def test_add_and_merge_keep_the_weights_tensors_where_they_were() -> None:
+    rep = sonnx.prepare(_model())
+    where = {n: t.data.data_ptr() for n, t in rep.params.items()}
+    lora.add(rep, "q_proj", rank=2)
+    lora.add(rep, "up_proj", rank=2)
+    assert {n: rep.params[n].data.data_ptr() for n in where} == where
+    q_b = "model.layers.0.attn.q_proj.lora_B.MatMul.weight"
+    where[q_b] = rep.params[q_b].data.data_ptr()
+    lora.add(rep, "down_proj", rank=2)
+    assert rep.params[q_b].data.data_ptr() == where.pop(q_b)
+    lora.merge(rep)
+    assert {n: t.data.data_ptr() for n, t in rep.params.items()} == where
+
+
 def test_to_onnx_of_a_rep_with_adapters_runs_in_onnxruntime() -> None:
     rep = sonnx.prepare(_model())
     lora.add(rep, ["q_proj", "down_proj"], rank=2)

@@ -218,3 +218,43 @@ def test_minus_one_zero_and_missing_dims_mean_any_size(declared) -> None:
     np.testing.assert_array_equal(to_numpy(rep.run([data])[0]), np.maximum(data, 0))
     with pytest.raises(BadInputError, match=r"input 'x' expects .*received shape \(5, 4, 2\)"):
         rep.run([np.zeros((5, 4, 2), np.float32)])
+
+
+def _large_weight_model() -> onnx.ModelProto:
+    """x (N, 32) @ w (32 x 32 floats: 4 KiB, kept without its bytes) -> y."""
+    w = np.random.default_rng(1).standard_normal((32, 32)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "large",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 32])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_prepare_rewritten_runs_a_rewrite_of_the_kept_model_over_the_reps_own_weights() -> None:
+    from sonnx.runtime.rep import prepare_rewritten
+
+    rep = sonnx.prepare(_large_weight_model())
+    rewrite = onnx.ModelProto()
+    rewrite.CopyFrom(rep.model)  # its weight a header without bytes
+    rewrite.graph.node[0].output[0] = "xw"
+    rewrite.graph.node.append(helper.make_node("Neg", ["xw"], ["y"], name="neg"))
+    fresh = prepare_rewritten(rewrite, rep)
+    assert fresh.constants["w"].data.data_ptr() == rep.constants["w"].data.data_ptr()
+    assert fresh.params["w"].is_param
+    x = np.random.default_rng(2).standard_normal((3, 32)).astype(np.float32)
+    np.testing.assert_array_equal(to_numpy(fresh.run([x])[0]), -to_numpy(rep.run([x])[0]))
+
+
+def test_prepare_rewritten_names_a_header_without_bytes_that_the_rep_lacks() -> None:
+    from sonnx.runtime.rep import prepare_rewritten
+
+    rep = sonnx.prepare(_large_weight_model())
+    rewrite = onnx.ModelProto()
+    rewrite.CopyFrom(rep.model)
+    rewrite.graph.initializer[0].name = "other"
+    rewrite.graph.node[0].input[1] = "other"
+    with pytest.raises(BadModelError, match="'other'"):
+        prepare_rewritten(rewrite, rep)
