@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import sonnx
 from sonnx import autograd, opt
-from sonnx.runtime.kept_model import LARGE_INITIALIZER_BYTES
+from sonnx.runtime.kept_model import LARGE_INITIALIZER_BYTES, save_with_values
 from sonnx.tensor import Tensor, to_numpy
 
 RNG = np.random.default_rng(0)
@@ -198,3 +198,29 @@ def test_a_model_prepared_from_its_file_runs_and_exports_as_from_its_proto(
         np.testing.assert_array_equal(to_numpy(ours), to_numpy(theirs))
     assert _values(sonnx.to_onnx(list(xs.values()), outputs)) == _values(original)
     assert _values(from_file.current_model()) == _values(original)
+
+
+def test_save_with_values_writes_the_tensors_values_beside_a_kept_model(tmp_path) -> None:
+    """Every element type from the rep's tensors (plain ones straight from their memory,
+    bfloat16 and int4 through their protos, strings kept inside the file); a value the
+    callback changes is written changed; onnxruntime runs the file."""
+    original = _model()
+    rep = sonnx.prepare(original)
+    changed = torch.from_numpy(INITIALIZERS["w"] * 2)
+
+    def value_of(name: str) -> torch.Tensor | None:
+        return changed if name == "w" else rep.constants[name].data
+
+    path = tmp_path / "saved.onnx"
+    save_with_values(rep.model, path, value_of)
+    assert path.stat().st_size < 4 * LARGE_INITIALIZER_BYTES  # the large values are outside
+    saved = onnx.load(str(path))
+    expected = onnx.ModelProto()
+    expected.CopyFrom(original)
+    expected.graph.initializer[0].CopyFrom(numpy_helper.from_array(changed.numpy(), "w"))
+    assert _values(saved) == _values(expected)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(
+        session.run(["y2"], FEEDS)[0].reshape(-1, 64), FEEDS["x"] @ (2 * INITIALIZERS["w"])
+        + INITIALIZERS["b"], rtol=1e-5, atol=1e-5,
+    )

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+import torch
 
 from sonnx.errors import BadInputError
 from sonnx.generation.cache_layout import read_genai_config
 from sonnx.lora.adapters import adapter_values, weight_delta
 from sonnx.lora.graph import Adapter, adapters_of, attach, strip
+from sonnx.runtime.kept_model import save_with_values
 from sonnx.runtime.rep import SingaRep
 
 __all__ = ["export"]
@@ -54,25 +56,34 @@ def _scaled_values(rep: SingaRep, adapters: list[Adapter]) -> dict[str, tuple]:
     return out
 
 
-def _merged(base: onnx.ModelProto, adapters: list[Adapter], values: dict) -> onnx.ModelProto:
-    """Float adapters added into their weights; 4-bit ones kept as constant side nodes."""
-    import torch
-
-    inits = {i.name: i for i in base.graph.initializer}
+def _weight_values(
+    rep: SingaRep, base: onnx.ModelProto, merging: list[Adapter], values: dict
+) -> Callable[[str], torch.Tensor | None]:
+    """The value to write for each initializer of ``base`` by name: the rep's current weight,
+    with the adapters in ``merging`` added to theirs (each sum made as it is written, so one
+    merged weight at a time exists); None for any other initializer (the adapters' own, written
+    as the graph holds them)."""
     nodes = {n.name: n for n in base.graph.node}
-    for a in adapters:
-        if a.op_type == "MatMulNBits":
-            continue
-        init = inits[nodes[a.node].input[1]]
-        weight = numpy_helper.to_array(init)
-        # host: the trained values, merged into the exported initializers
-        lora_a, lora_b = (torch.from_numpy(v) for v in values[a.module])
-        # values hold B already scaled: merge with scale 1.
-        unit = dataclasses.replace(a, scale=1.0)
-        delta = weight_delta(unit, lora_a, lora_b, nodes[a.node]).numpy()
-        init.CopyFrom(numpy_helper.from_array((weight + delta).astype(weight.dtype), init.name))
-    side = [a for a in adapters if a.op_type == "MatMulNBits"]
-    return attach(base, side, values, "constants") if side else base
+    by_weight: dict[str, list[Adapter]] = {}
+    for a in merging:
+        by_weight.setdefault(nodes[a.node].input[1], []).append(a)
+    held = {i.name for i in base.graph.initializer if i.name in rep.constants}
+
+    def value_of(name: str) -> torch.Tensor | None:
+        if name not in held:
+            return None
+        weight = rep.constants[name].data
+        if name not in by_weight:
+            return weight
+        merged = weight.detach().clone()
+        for a in by_weight[name]:
+            # host: the trained values (B already scaled: merge with scale 1)
+            lora_a, lora_b = (torch.from_numpy(v).to(weight.device) for v in values[a.module])
+            unit = dataclasses.replace(a, scale=1.0)
+            merged += weight_delta(unit, lora_a, lora_b, nodes[a.node]).to(weight.dtype)
+        return merged
+
+    return value_of
 
 
 def _write_adapter_file(path: Path, values: dict[str, tuple], adapters: list[Adapter]) -> None:
@@ -121,10 +132,14 @@ def export(
     if out.resolve() == source.resolve():
         raise BadInputError(f"lora.export: out_dir must differ from model_dir ({source})")
     out.mkdir(parents=True, exist_ok=True)
-    base = strip(rep.current_model())
+    base = strip(rep.model)  # headers: the weights are written from the rep's tensors
     values = _scaled_values(rep, adapters)
+    merging: list[Adapter] = []
     if merged:
-        model = _merged(base, adapters, values)
+        # A 4-bit weight cannot take the sum: its adapters stay, as constant side nodes.
+        side = [a for a in adapters if a.op_type == "MatMulNBits"]
+        merging = [a for a in adapters if a.op_type != "MatMulNBits"]
+        model = attach(base, side, values, "constants") if side else base
     else:
         zeros = {m: (np.zeros_like(a), np.zeros_like(b)) for m, (a, b) in values.items()}
         model = attach(base, adapters, zeros, "inputs")
@@ -132,7 +147,5 @@ def export(
     for f in source.iterdir():
         if f.is_file() and not f.name.endswith(_MODEL_SUFFIXES):
             shutil.copy2(f, out / f.name)
-    data = out / f"{filename}.data"
-    data.unlink(missing_ok=True)
-    onnx.save(model, str(out / filename), save_as_external_data=True, location=data.name)
+    save_with_values(model, out / filename, _weight_values(rep, base, merging, values))
     return out

@@ -10,8 +10,10 @@ axes and index constants it needs. (A model read from its path never holds the d
 large ones, by the same threshold: see :mod:`sonnx.onnx.model_file`.)
 
 Whatever needs the values reads them from the tensors: the exporter writes each initializer
-from the tensor of its name, and :func:`with_current_values` builds a whole model again, on
-demand, with the tensors' current values (trained weights included).
+from the tensor of its name, :func:`with_current_values` builds a whole model again, on
+demand, with the tensors' current values (trained weights included), and
+:func:`save_with_values` writes a model file whose large initializers' values go from their
+tensors to its external data file one at a time, never all held by a proto at once.
 
 Only the main graph's dense initializers are stripped; those of subgraphs (``If`` branches,
 ``Loop`` bodies) and sparse ones are kept as they are.
@@ -20,16 +22,25 @@ Only the main graph's dense initializers are stripped; those of subgraphs (``If`
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
+import numpy as np
 import onnx
+import torch
 from google.protobuf.message import Message
 
+from sonnx import dtypes
 from sonnx.onnx.model_file import LARGE_INITIALIZER_BYTES
 from sonnx.proto.graph_builder import tensor_proto
 from sonnx.tensor import Tensor
 
-__all__ = ["LARGE_INITIALIZER_BYTES", "with_current_values", "without_large_values"]
+__all__ = [
+    "LARGE_INITIALIZER_BYTES",
+    "save_with_values",
+    "with_current_values",
+    "without_large_values",
+]
 
 #: The fields of a TensorProto that hold its values (all but one are empty in any tensor).
 _DATA_FIELDS = frozenset(
@@ -74,6 +85,66 @@ def with_current_values(
         value = init if current is None else tensor_proto(current.data, init.name)
         full.graph.initializer.add().CopyFrom(value)
     return full
+
+
+def save_with_values(
+    model: onnx.ModelProto, path: Path, value_of: Callable[[str], torch.Tensor | None]
+) -> None:
+    """Write ``model`` to ``path``, each initializer holding ``value_of(its name)`` (None: what
+    ``model`` holds for it), those of :data:`LARGE_INITIALIZER_BYTES` and more in the external
+    data file ``<file name>.data`` beside it (replaced if there).
+
+    Each value goes to the file on its own, straight from its tensor's memory where ONNX lays
+    out its elements as NumPy does (no copy), so no proto ever holds the weights' bytes:
+    ``onnx.save`` of a whole model would (a protobuf message frees none of its fields' bytes
+    until the whole message goes).
+
+    :param model: the model: a kept model (headers without bytes) or any other.
+    :param path: the model file to write.
+    :param value_of: each initializer's value by name, or None to keep ``model``'s.
+    """
+    location = f"{path.name}.data"
+    out = _without_initializers(model)
+    with open(path.parent / location, "wb") as data:
+        for init in model.graph.initializer:
+            value = value_of(init.name)
+            array = _plain_array(value) if isinstance(value, torch.Tensor) else None
+            if array is not None and array.nbytes >= LARGE_INITIALIZER_BYTES:
+                header = out.graph.initializer.add()
+                _copy_fields(init, header, skip=_DATA_FIELDS | {"dims", "data_type"})
+                header.data_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+                header.dims.extend(array.shape)
+                _refer(header, location, data.tell(), array.nbytes)
+                data.write(array.data)
+                continue
+            full = init if value is None else tensor_proto(value, init.name)
+            raw = full.raw_data if full.HasField("raw_data") else b""
+            if len(raw) < LARGE_INITIALIZER_BYTES:
+                out.graph.initializer.add().CopyFrom(full)
+                continue
+            header = out.graph.initializer.add()
+            _copy_fields(full, header, skip=_DATA_FIELDS)
+            _refer(header, location, data.tell(), len(raw))
+            data.write(raw)
+    onnx.save(out, str(path))
+
+
+def _plain_array(value: torch.Tensor) -> np.ndarray | None:
+    """``value``'s elements as a contiguous NumPy array (over its memory on the host) when
+    ONNX stores them byte for byte as NumPy does (bool, ints, floats); None for the types ONNX
+    packs or NumPy lacks (4-bit, bfloat16, float8: :func:`tensor_proto` writes those)."""
+    array = dtypes.torch_to_array(value.detach().cpu())
+    if array.dtype.kind not in "biuf" or not array.dtype.isnative:
+        return None
+    return np.ascontiguousarray(array)
+
+
+def _refer(header: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    """Point ``header`` at ``length`` bytes at ``offset`` of the external data file."""
+    header.data_location = onnx.TensorProto.EXTERNAL
+    for key, text in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = header.external_data.add()
+        entry.key, entry.value = key, text
 
 
 def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
