@@ -20,14 +20,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from common import Row, available_cores, emit, machine_facts
-from memory import LLAMA, peak_mb, resident_mb, weights_mb
+from memory import LLAMA, child_result, peak_mb, resident_mb, weights_mb
 
 OPS = ("add", "merge", "load", "export")
 TARGETS = r"layers\.\d+/.*_proj"
@@ -80,15 +78,6 @@ def save_adapters(model_dir: Path, out: Path) -> None:
     lora.save(rep, out)
 
 
-def measure(op: str, model_dir: Path, adapters: Path, threads: int) -> dict[str, float]:
-    command = [sys.executable, __file__, "--child", op, str(model_dir), str(adapters)]
-    command += ["--threads", str(threads)]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"lora.{op} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
@@ -112,7 +101,7 @@ def main() -> None:
         save_adapters(model_dir, adapters)
         weights = weights_mb(model_dir / "model.onnx")
         for op in args.ops:
-            m = measure(op, model_dir, adapters, threads)
+            m = child_result(__file__, [op, str(model_dir), str(adapters)], threads, f"lora.{op}")
             extra = {"peak MB": m["peak_mb"], "kept MB": m["kept_mb"], "weights MB": weights,
                      "peak / weights": m["peak_mb"] / weights}
             rows.append(Row(f"lora.{op}", m["seconds"], float("nan"), "none", extra=extra))

@@ -135,13 +135,18 @@ def weights_mb(model: Path) -> float:
     return sum(init.ByteSize() for init in loaded.graph.initializer) / 2**20
 
 
-def measure(side: str, model: Path, feeds: Path, threads: int) -> dict[str, float]:
-    command = [sys.executable, __file__, "--child", side, str(model), str(feeds)]
-    command += ["--threads", str(threads)]
+def child_result(script: str, args: list[str], threads: int, what: str) -> dict[str, float]:
+    """Run ``script --child ARGS --threads N`` in a fresh process; the JSON of its last line."""
+    command = [sys.executable, script, "--child", *args, "--threads", str(threads)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"{side} on {model.name} failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"{what} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(side: str, model: Path, feeds: Path, threads: int) -> dict[str, float]:
+    return child_result(__file__, [side, str(model), str(feeds)], threads,
+                        f"{side} on {model.name}")
 
 
 def main() -> None:
