@@ -48,6 +48,9 @@ _DATA_FIELDS = frozenset(
      "uint64_data"}
 )
 
+#: What a header written by :func:`save_with_values` takes from its value, not from ``model``.
+_LAYOUT_FIELDS = frozenset({"dims", "data_type", "data_location", "external_data"})
+
 
 def without_large_values(
     model: onnx.ModelProto, constants: Mapping[str, Tensor]
@@ -101,7 +104,8 @@ def save_with_values(
 
     :param model: the model: a kept model (headers without bytes) or any other.
     :param path: the model file to write.
-    :param value_of: each initializer's value by name, or None to keep ``model``'s.
+    :param value_of: each initializer's value by name (a torch tensor, or a string array
+        as a string tensor holds it), or None to keep ``model``'s.
     """
     location = f"{path.name}.data"
     out = _without_initializers(model)
@@ -111,7 +115,7 @@ def save_with_values(
             array = _plain_array(value) if isinstance(value, torch.Tensor) else None
             if array is not None and array.nbytes >= LARGE_INITIALIZER_BYTES:
                 header = out.graph.initializer.add()
-                _copy_fields(init, header, skip=_DATA_FIELDS | {"dims", "data_type"})
+                _copy_fields(init, header, skip=_DATA_FIELDS | _LAYOUT_FIELDS)
                 header.data_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
                 header.dims.extend(array.shape)
                 _refer(header, location, data.tell(), array.nbytes)
@@ -123,7 +127,7 @@ def save_with_values(
                 out.graph.initializer.add().CopyFrom(full)
                 continue
             header = out.graph.initializer.add()
-            _copy_fields(full, header, skip=_DATA_FIELDS)
+            _copy_fields(full, header, skip=_DATA_FIELDS | {"data_location", "external_data"})
             _refer(header, location, data.tell(), len(raw))
             data.write(raw)
     onnx.save(out, str(path))
