@@ -542,6 +542,8 @@ class GraphRunner:
         if segment.stop - segment.start < steps:
             what += f" (steps {segment.start}-{segment.stop - 1} of {steps})"
 
+        weights = self.library_weights()
+
         def build(library: Path) -> str:
             with compiling(what), torch.no_grad(), torch_deprecations_ignored():
                 # Imported when a graph is first compiled: it loads inductor (1-2 s), which a
@@ -550,16 +552,14 @@ class GraphRunner:
 
                 if self.dynamic and segment.per_shape is None:
                     try:
-                        return compile_symbolic(pure, params, xs, library, named, declared)
+                        return compile_symbolic(pure, params, xs, library, weights.named, declared)
                     except NotTraceableError:
                         raise
                     except Exception as e:  # a symbolic trace or compile torch cannot do
                         segment.per_shape = _reason(e)
-                return compile_static(pure, params, xs, library, named)
+                return compile_static(pure, params, xs, library, weights.named)
 
         keep = versions == self._loaded_versions
-        weights = self.library_weights()
-        named = weights.named
         return self.store.compile(stored, build, versions, self._device, keep, weights)
 
 
