@@ -22,13 +22,6 @@ F = np.float32
 OTHER_VARIANT = 1
 
 
-@pytest.fixture(autouse=True)
-def inference_afterwards():
-    previous = autograd.training
-    yield
-    autograd.training = previous
-
-
 def _tensors(feeds: dict[str, np.ndarray]) -> dict[str, Tensor]:
     return {n: Tensor(data=a, requires_grad=False) for n, a in feeds.items()}
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
@@ -12,13 +11,6 @@ import sonnx
 from sonnx import autograd, opt
 from sonnx.tensor import Tensor, to_numpy
 from tests.onnx.imported_families import int8_weights
-
-
-@pytest.fixture(autouse=True)
-def inference_afterwards():
-    previous = autograd.training
-    yield
-    autograd.training = previous
 
 
 def _transposed_weight() -> onnx.ModelProto:

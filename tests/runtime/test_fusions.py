@@ -14,13 +14,6 @@ from tests.onnx.export_check import ort_session
 from tests.onnx.imported_families import bert
 
 
-@pytest.fixture(autouse=True)
-def inference_afterwards():
-    previous = autograd.training
-    yield
-    autograd.training = previous
-
-
 def test_exported_gelu_is_found_and_matches_node_by_node() -> None:
     family = bert()
     rep = sonnx.prepare(family.model)

@@ -76,13 +76,6 @@ def _values(model: onnx.ModelProto) -> dict[str, tuple[int, list[int], bytes]]:
     return found
 
 
-@pytest.fixture(autouse=True)
-def inference_afterwards():
-    previous = autograd.training
-    yield
-    autograd.training = previous
-
-
 def test_the_kept_model_has_every_initializer_header_but_no_bytes_of_large_ones() -> None:
     original = _model()
     loaded = original.SerializeToString()
