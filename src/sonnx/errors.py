@@ -91,3 +91,13 @@ class DistributedError(SonnxError, RuntimeError):
     Raised by ``DistOpt`` (joining the group, or a collective in any update mode) and
     ``sonnx.dist``; a ``RuntimeError``.
     """
+
+
+class GraphModeWarning(RuntimeWarning):
+    """Graph mode runs part of a model eagerly instead of compiled, with the same results.
+
+    Warned once per cause by ``prepare(..., use_graph=True)`` runs: a step whose results
+    depend on its input values, a segment inductor could not compile, a compiled graph whose
+    first run differed from the eager steps or that raised while running, or a spent compile
+    budget; the message names the steps and why. A ``RuntimeWarning``.
+    """

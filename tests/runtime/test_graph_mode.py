@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 
 import sonnx
 from sonnx import autograd
+from sonnx.errors import GraphModeWarning
 from sonnx.runtime.graph_keys import RECENT_SIGNATURES
 from sonnx.runtime.graph_mode import Segment
 from sonnx.runtime.imported_graph import ImportedGraph
@@ -295,9 +296,12 @@ def _chain_with_a_tanh() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_a_segment_inductor_rejects_is_split_at_the_step_it_fails_on(monkeypatch) -> None:
-    """A planted compiler failure on any graph holding a tanh: the Tanh step runs eagerly, and
-    the steps before and after it are compiled (not the whole rest of the model eager)."""
+def test_a_segment_inductor_rejects_is_split_once_and_a_failing_half_runs_eagerly(
+    monkeypatch,
+) -> None:
+    """A planted compiler failure on any graph holding a tanh: the whole graph fails, so it is
+    split in halves; the half before the Tanh compiles, the half holding it fails too and runs
+    eagerly, unsplit (no search down to one step: each halving costs a full compile)."""
     from sonnx.runtime import symbolic_graphs
     compile_library = symbolic_graphs.compile_library
 
@@ -312,22 +316,20 @@ def test_a_segment_inductor_rejects_is_split_at_the_step_it_fails_on(monkeypatch
     runner = rep.graph_runner
     assert [p.why_eager for p in runner.parts()] == ["not run yet"]
     rng = np.random.default_rng(0)
-    with pytest.warns(RuntimeWarning, match="node 'tanh' .*planted"):
+    with pytest.warns(GraphModeWarning, match=r"steps 3-5 \('tanh' .. 'squash'; .*planted"):
         rep.run([rng.standard_normal((2, 3)).astype(np.float32)])
     for n in (1, 4):
         _same(rep, eager, [rng.standard_normal((n, 3)).astype(np.float32)])
     parts = [(p.nodes, p.compiled) for p in runner.parts()]
     assert parts == [
         (("relu", "double", "skip"), True),
-        (("tanh",), False),
-        (("gate", "squash"), True),
+        (("tanh", "gate", "squash"), False),
     ]
     assert "inductor could not compile it: planted" in runner.fallback
-    assert runner.compile_count == 2  # the halves before and after the Tanh, for every batch
+    assert runner.compile_count == 1  # the half before the Tanh, for every batch
     assert rep.explain().splitlines()[1:] == [
-        "  part 1 of 3, compiled: steps 0-2 (relu .. skip)",
-        "  part 2 of 3, eager (inductor could not compile it: planted: inductor cannot compile"
-        " tanh): step 3 (tanh)",
-        "  part 3 of 3, compiled: steps 4-5 (gate .. squash)",
+        "  part 1 of 2, compiled: steps 0-2 (relu .. skip)",
+        "  part 2 of 2, eager (inductor could not compile it: planted: inductor cannot compile"
+        " tanh): steps 3-5 (tanh .. squash)",
     ]
     assert rep.explain(last_layers=-2).startswith("the program: a cut")

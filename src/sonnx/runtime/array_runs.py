@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from sonnx.run_state import CACHES_IN_PLACE
+from sonnx.runtime.compiled_graphs import CompiledRunError
 from sonnx.runtime.graph_keys import RECENT_SIGNATURES, signature
 from sonnx.runtime.graph_mode import Choice, GraphRunner
 from sonnx.tensor import Tensor, computed_tensor
@@ -77,7 +78,10 @@ class ArrayRuns:
         if entry is None:
             return None
         datas = [torch.from_numpy(a) for a in arrays]
-        outs = entry.run(*[datas[inputs[i]] for i in choice.traced])
+        try:
+            outs = entry.compute(*[datas[inputs[i]] for i in choice.traced])
+        except CompiledRunError:  # the general path runs the steps eagerly, and says why
+            return None
         bound = {n: computed_tensor(d) for n, d in zip(self.names, datas, strict=True)}
         return bound, [outs[i] for i in outputs]
 

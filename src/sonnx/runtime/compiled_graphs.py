@@ -49,7 +49,21 @@ class CompiledGraph:
     run: Callable[..., Any]
     loaded: bool = False
     library: Path | None = None
+    #: Whether a first run was compared with the eager steps (or the graph was loaded from
+    #: the store, where only graphs that passed are kept).
+    checked: bool = False
     _check: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.checked = self.checked or self.loaded
+
+    def compute(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        """The graph's outputs for ``inputs``; :class:`CompiledRunError` where the compiled
+        code raises (an index check inductor generated, a kernel it could not run)."""
+        try:
+            return self.run(*inputs)
+        except Exception as e:
+            raise CompiledRunError(first_line(e)) from e
 
     def fits(self, inputs: Sequence[torch.Tensor]) -> bool:
         """Whether the guards admit ``inputs``."""
@@ -58,6 +72,18 @@ class CompiledGraph:
         if self._check is None:
             self._check = compile(self.guards, "<graph mode guards>", "eval")
         return _evaluate(self._check, inputs)
+
+
+class CompiledRunError(Exception):
+    """A compiled graph raised while running; graph mode then runs its steps eagerly (which
+    raise sonnx's typed error where the inputs themselves are at fault)."""
+
+
+def first_line(error: BaseException) -> str:
+    """An error's first line (its type's name where it says nothing): what a warning quotes
+    of a compiler's or a compiled graph's failure."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def admits(guards: str, inputs: Sequence[torch.Tensor]) -> bool:

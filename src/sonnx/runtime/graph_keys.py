@@ -9,15 +9,20 @@ dtype, device), the baked values, and the in-place switch.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from sonnx.engine.host_values import HOST_CONSTANT_SIZE, is_host_value
 from sonnx.run_state import CACHES_IN_PLACE
 
+if TYPE_CHECKING:
+    from sonnx.runtime.program import GraphProgram
+
 __all__ = [
     "RECENT_SIGNATURES",
+    "bake_tests",
     "baked_values",
     "compiled_key",
     "is_control_value",
@@ -47,7 +52,7 @@ def signature(datas: list[torch.Tensor]) -> tuple[Any, ...]:
 def layout(t: torch.Tensor) -> tuple[Any, ...]:
     """All a traced input's graph depends on: dtype, device, sizes, strides and offset (all its
     guards can read). Whether an input is baked in follows from its layout too (see
-    :meth:`~sonnx.runtime.graph_mode.GraphRunner._bake_test`); a baked input's graph depends
+    :func:`bake_tests`); a baked input's graph depends
     on its values as well."""
     return (t.dtype, t.device, t.shape, t.stride(), t.storage_offset())
 
@@ -93,3 +98,38 @@ def compiled_key(datas: list[torch.Tensor], baked: list[bool]) -> tuple[Any, ...
             for t, bake in zip(datas, baked, strict=True)
         ),
     )
+
+
+def bake_tests(program: GraphProgram) -> Callable[[str], Callable[[torch.Tensor], bool] | None]:
+    """For a segment input's name, how to tell whether its value is baked in: a shape value's
+    (:mod:`sonnx.runtime.shape_values`), if small integers on the host; that of a graph input
+    some ``If``'s condition is computed from, if one value (a switch); None: never baked."""
+    steps = program.steps
+    shape_values = {o for i in program.shape_value_steps for o in steps[i].outputs if o}
+    switches = _switch_inputs(program)
+
+    def test(name: str) -> Callable[[torch.Tensor], bool] | None:
+        if name in shape_values:
+            return is_shape_value
+        return is_control_value if name in switches else None
+
+    return test
+
+
+def _switch_inputs(program: GraphProgram) -> set[str]:
+    """The graph inputs some ``If``'s condition is computed from."""
+    inputs = set(program.input_names)
+    pending = [s.inputs[0] for s in program.steps if s.info.op_type == "If" and s.inputs]
+    found: set[str] = set()
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in inputs:
+            found.add(name)
+        producer = program.step_producing(name)
+        if producer is not None:
+            pending.extend(producer.reads())
+    return found

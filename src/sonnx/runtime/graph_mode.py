@@ -25,36 +25,53 @@ name; the steps found to run eagerly are stored with the model's compiled graphs
 An ``If`` whose condition comes from a one-value integer input (Silero-VAD's sample rate) is
 no such step: that input is baked into the graph like a shape value, and each of its values
 gets a graph holding the branch it takes.
+
+Graph mode is never silently wrong and never ends a run in the compiler's own error:
+
+* each newly compiled graph's first run is compared with the eager steps on the same inputs
+  (:mod:`sonnx.runtime.graph_checks`; ``prepare(..., verify=False)`` skips it); a graph that
+  differs is dropped, deleted from the store, and its steps run eagerly from then on;
+* a compiled graph that raises while running is dropped the same way, once the eager steps
+  have computed the same inputs without error (an error of the inputs themselves is raised
+  as the eager steps raise it, and the graph is kept);
+* a segment inductor fails on is split in halves once; a half that fails too runs eagerly
+  (a search down to the one failing step cost a full compile per halving: minutes on a large
+  model);
+* compiling stops when the model's compile budget is spent
+  (:mod:`sonnx.runtime.compile_budget`): what is not compiled yet runs eagerly.
+
+Each case is warned about once (:class:`~sonnx.errors.GraphModeWarning`), naming the steps and
+why; :meth:`GraphRunner.parts` and ``SingaRep.explain`` list them.
 """
 
 from __future__ import annotations
 
 import operator
+import shutil
 import warnings
 from collections.abc import Callable
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from sonnx.compiler_warnings import torch_deprecations_ignored
 from sonnx.engine.operator import Randomness
-from sonnx.engine.tracing import NotTraceableError, ValueFlow, tracing
-from sonnx.errors import BadInputError
+from sonnx.engine.tracing import NotTraceableError
+from sonnx.errors import BadInputError, GraphModeWarning
 from sonnx.onnx.registry import operator_class
-from sonnx.runtime.compile_notes import compiling, describe_inputs
-from sonnx.runtime.compiled_graphs import CompiledGraph
+from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget, CompileProgress
+from sonnx.runtime.compiled_graphs import CompiledGraph, CompiledRunError, first_line
+from sonnx.runtime.graph_checks import first_difference
 from sonnx.runtime.graph_keys import (
     RECENT_SIGNATURES,
+    bake_tests,
     baked_values,
     compiled_key,
-    is_control_value,
-    is_shape_value,
     signature,
 )
 from sonnx.runtime.library_constants import LibraryWeights
 from sonnx.runtime.program import GraphProgram
+from sonnx.runtime.segment_build import segment_builder
 from sonnx.runtime.segments import (
     Choice,
     RunPart,
@@ -64,7 +81,6 @@ from sonnx.runtime.segments import (
     whole_graph,
 )
 from sonnx.runtime.store import GraphStore, WeightDigests, digest
-from sonnx.symbolic_sizes import SymbolicInts, materialize, viewable
 from sonnx.tensor import Tensor, computed_tensor
 
 _DATA = operator.attrgetter("data")
@@ -74,6 +90,10 @@ _VERSION = operator.attrgetter("_version")
 class _ReplanError(Exception):
     """The segments changed (a step turned out not to be traceable, or inductor failed on a
     segment, which is split): the run starts over."""
+
+
+class _BudgetSpentError(Exception):
+    """A segment needs a graph compiled, and the compile budget is spent."""
 
 
 class GraphRunner:
@@ -89,6 +109,9 @@ class GraphRunner:
     ``identity`` names the model's graph (:func:`~sonnx.runtime.store.graph_digest`); with
     it, compiled graphs are stored on disk and loaded from there (see
     :mod:`sonnx.runtime.store`), without it they are kept in memory only.
+
+    ``verify`` compares each new graph's first run with the eager steps; ``compile_budget``
+    bounds the seconds spent compiling (None: no bound). See the module docstring.
     """
 
     def __init__(
@@ -96,6 +119,8 @@ class GraphRunner:
         program: GraphProgram,
         declared_shapes: dict[str, Any] | None = None,
         identity: str | None = None,
+        verify: bool = True,
+        compile_budget: float | None = DEFAULT_COMPILE_BUDGET,
     ) -> None:
         self.program = program
         #: The graph inputs' shapes as the model declares them (see ``compile_symbolic``).
@@ -106,6 +131,9 @@ class GraphRunner:
         self.input_names = program.input_names
         self.output_names = program.output_names
         self.identity = identity
+        self.verify = verify
+        self.budget = CompileBudget(compile_budget)
+        self._progress = CompileProgress()
         self.store = GraphStore.from_environment() if identity else GraphStore(None)
         self._weight_digests = WeightDigests()
         #: The constants as loaded: graphs of these are stored; graphs of weights changed
@@ -128,6 +156,10 @@ class GraphRunner:
         #: Where segments inductor failed on were split (the first step of each second half)
         #: while the step it fails on is searched for, in this process.
         self._splits: set[int] = set()
+        #: The halves of the splits made: one that fails too runs eagerly, unsplit.
+        self._halves: set[tuple[int, int]] = set()
+        #: The segments (by their steps) left eager because the compile budget was spent.
+        self._over_budget: set[tuple[int, int]] = set()
         #: The segments of the plan before the last change, kept by their steps: a new plan
         #: takes over the ones it still has, with their graphs.
         self._previous: dict[tuple[int, int], Segment] = {}
@@ -140,6 +172,10 @@ class GraphRunner:
                 if index < len(program.steps) and index not in self.eager_steps:
                     self.eager_steps[index] = why
                     self._warn(f"node {program.steps[index].info.name!r} ({why})")
+
+    @cached_property
+    def _bake_tests(self) -> Callable[[str], Callable[[torch.Tensor], bool] | None]:
+        return bake_tests(self.program)
 
     @property
     def fallback(self) -> str | None:
@@ -157,13 +193,21 @@ class GraphRunner:
         found: list[RunPart] = []
         for part in self.segments:
             if isinstance(part, int):
-                steps = range(part, part + 1)
-                found.append(RunPart(steps, (names[part],), False, self.eager_steps[part]))
+                why = self.eager_steps[part]
+                last = found[-1] if found else None
+                if last is not None and last.why_eager == why and last.steps.stop == part:
+                    # The steps of one dropped segment: one part, as they were.
+                    steps = range(last.steps.start, part + 1)
+                    found[-1] = RunPart(steps, (*last.nodes, names[part]), False, why)
+                else:
+                    found.append(RunPart(range(part, part + 1), (names[part],), False, why))
                 continue
             steps = range(part.start, part.stop)
             compiled = any(part.compiled.values())
             why = None
-            if not compiled:
+            if (part.start, part.stop) in self._over_budget:
+                why = self.budget.describe()
+            elif not compiled:
                 constant = any(not c.traced for c in part.recent.values())
                 why = "it reads only constants and shape values" if constant else "not run yet"
             found.append(RunPart(steps, tuple(names[i] for i in steps), compiled, why))
@@ -220,7 +264,10 @@ class GraphRunner:
         versions = self.current_versions()
         if self._whole is not None:  # the common case, without the general path's bookkeeping
             whole, positions = self._whole
-            outs = self._chosen_outputs(whole, [inputs[n].data for n in whole.inputs])
+            try:
+                outs = self._chosen_outputs(whole, [inputs[n].data for n in whole.inputs])
+            except CompiledRunError:  # the general path runs it again, and eagerly
+                outs = None
             if outs is not None:
                 return [outs[i] for i in positions]
         # Each new plan runs another step eagerly, or splits a segment further while the
@@ -288,19 +335,34 @@ class GraphRunner:
         entry = choice.graphs.get(baked_values(datas, choice.baked))
         if entry is None:
             return None
-        return entry.run(*[datas[i] for i in choice.traced])
+        return entry.compute(*[datas[i] for i in choice.traced])
 
     def _run_segment(
         self, segment: Segment, values: dict[str, Any], versions: tuple[Any, ...]
     ) -> None:
         args = [values.get(n) for n in segment.inputs]
-        if not all(isinstance(a, Tensor) for a in args):
+        bounds = (segment.start, segment.stop)
+        if bounds in self._over_budget or not all(isinstance(a, Tensor) for a in args):
             self._execute(values, segment.start, segment.stop)
             return
         datas = [a.data for a in args]
-        outs = self._chosen_outputs(segment, datas)
-        if outs is None:
-            outs = self._choose(segment, args, datas, versions)
+        try:
+            outs = self._chosen_outputs(segment, datas)
+            if outs is None:
+                outs = self._choose(segment, args, datas, versions, values)
+        except CompiledRunError as e:
+            # The eager steps raise sonnx's own error where the inputs are at fault (and the
+            # graph stays); where they compute, the graph is at fault.
+            self._execute(values, segment.start, segment.stop)
+            self._drop(segment, f"its compiled graph raised: {e}")
+            return
+        except _BudgetSpentError:
+            self._over_budget.add(bounds)
+            self._warn(
+                f"steps {segment.start}-{segment.stop - 1} and every other part not compiled "
+                f"yet ({self.budget.describe()}; prepare(..., compile_budget=None) lifts it)"
+            )
+            outs = None
         if outs is None:
             self._execute(values, segment.start, segment.stop)
             return
@@ -314,17 +376,18 @@ class GraphRunner:
         args: list[Tensor],
         datas: list[torch.Tensor],
         versions: tuple[Any, ...],
+        values: dict[str, Any],
     ) -> list[Any] | None:
         """The segment's outputs from the graph for these inputs, chosen now (and remembered);
         None when the segment has nothing to compile (its steps read only constants and shape
-        values)."""
+        values). A graph's first run is checked against the eager steps' on ``values``."""
         # A shape value (fixed by the input shapes) computed outside the segment is baked in,
         # and so is a one-value graph input an If's condition is computed from (a sample rate):
         # the graph then holds the branch taken, one graph per value. Other graph inputs (token
         # ids are small host integers too) or value-dependent results (NonZero's indices) never
         # are: a graph per value would compile at every new input.
         if segment.bake_tests is None:
-            segment.bake_tests = [self._bake_test(n) for n in segment.inputs]
+            segment.bake_tests = [self._bake_tests(n) for n in segment.inputs]
         layouts = signature(datas)
         choice = segment.recent.get(layouts)
         if choice is None:
@@ -348,7 +411,19 @@ class GraphRunner:
             choice.graphs.clear()
         choice.graphs[key] = entry
         # The compiled library records no autograd graph, so it needs no no_grad around it.
-        return entry.run(*traced)
+        outs = entry.compute(*traced)
+        if entry.checked or not self.verify:
+            return outs
+        entry.checked = True
+        expected = dict(values)
+        self._execute(expected, segment.start, segment.stop)
+        eager = [expected[n].data for n in segment.outputs]
+        difference = first_difference(segment.outputs, outs, eager)
+        if difference is None:
+            return outs
+        self._drop(segment, f"its compiled graph's first run differed from the eager steps: "
+                            f"{difference}")
+        return eager
 
     def _execute(self, values: dict[str, Any], start: int, stop: int) -> None:
         """Steps ``[start, stop)`` run eagerly, recording no autograd graph."""
@@ -376,51 +451,32 @@ class GraphRunner:
             stored = self._store_key(segment, key)
             entry = self.store.find(stored, traced, versions, self._device, self.library_weights())
             if entry is None:
-                entry = self._compile(segment, args, baked, versions, stored)
+                if self.budget.exhausted:
+                    raise _BudgetSpentError
+                with self.budget.counting():
+                    entry = self._compile(segment, args, baked, versions, stored)
         except NotTraceableError as e:
-            if e.step_index is None or e.step_index in self.eager_steps:
-                raise
-            self._run_eagerly(e.step_index, str(e))
+            index = e.step_index
+            if index is None or index in self.eager_steps:  # not one step's: the segment's
+                self._run_eagerly(range(segment.start, segment.stop), str(e))
+            else:
+                self._run_eagerly(range(index, index + 1), str(e))
             raise _ReplanError from e
-        except BadInputError:  # the caller's inputs, not the compiler: nothing to remember
+        except (BadInputError, _BudgetSpentError):  # the caller's inputs, not the compiler
             raise
         except Exception as e:  # inductor's own failure
             self._split(segment, e)
             raise _ReplanError from e
+        finally:
+            self._show_progress()
         graphs.append(entry)
         return entry
 
-    def _bake_test(self, name: str) -> Callable[[torch.Tensor], bool] | None:
-        """How to tell whether input ``name`` of a segment is baked in: a shape value's
-        name, if small integers; a switch input's, if one value (which is a shape value too)."""
-        if name in self._shape_value_names:
-            return is_shape_value
-        return is_control_value if name in self._switch_inputs else None
-
-    @cached_property
-    def _shape_value_names(self) -> set[str]:
-        """The values fixed by the input signature (see :mod:`sonnx.runtime.shape_values`)."""
-        steps = self.program.steps
-        return {o for i in self.program.shape_value_steps for o in steps[i].outputs if o}
-
-    @cached_property
-    def _switch_inputs(self) -> set[str]:
-        """The graph inputs some ``If``'s condition is computed from."""
-        program, inputs = self.program, set(self.input_names)
-        pending = [s.inputs[0] for s in program.steps if s.info.op_type == "If" and s.inputs]
-        found: set[str] = set()
-        seen: set[str] = set()
-        while pending:
-            name = pending.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            if name in inputs:
-                found.add(name)
-            producer = program.step_producing(name)
-            if producer is not None:
-                pending.extend(producer.reads())
-        return found
+    def _show_progress(self) -> None:
+        """The segments compiled so far, of those planned, and the budget spent."""
+        planned = [s for s in self.segments if isinstance(s, Segment)]
+        done = sum(1 for s in planned if any(s.compiled.values()))
+        self._progress.show(done, len(planned), self.budget)
 
     def _versions(self) -> tuple[Any, ...]:
         """Each constant's identity, then each one's version counter."""
@@ -458,25 +514,45 @@ class GraphRunner:
         )
 
     def _split(self, segment: Segment, error: Exception) -> None:
-        """After inductor failed on ``segment``: its one step runs eagerly, or it is split in
-        halves, each compiled on its own, to find the step inductor fails on. Once found,
-        the search's other splits around it go: the steps before it and after it are
-        segments again (the halves were a way to find it)."""
-        if segment.stop - segment.start > 1:
-            self._splits.add((segment.start + segment.stop) // 2)
+        """After inductor failed on ``segment``: it is split in halves, each compiled on its
+        own; a half that fails too (or a one-step segment) runs eagerly. Then the split's
+        other halves go: the steps before and after the eager ones are segments again."""
+        bounds = (segment.start, segment.stop)
+        if segment.stop - segment.start > 1 and bounds not in self._halves:
+            middle = (segment.start + segment.stop) // 2
+            self._splits.add(middle)
+            self._halves.update({(segment.start, middle), (middle, segment.stop)})
             self._replan()
             return
-        index = segment.start
-        eager = [i for i in self.eager_steps if i != index]
-        before = max((i for i in eager if i < index), default=-1)
-        after = min((i for i in eager if i > index), default=len(self.program.steps))
+        eager = [i for i in self.eager_steps if not segment.start <= i < segment.stop]
+        before = max((i for i in eager if i < segment.start), default=-1)
+        after = min((i for i in eager if i >= segment.stop), default=len(self.program.steps))
         self._splits = {i for i in self._splits if not before < i <= after}
-        self._run_eagerly(index, f"inductor could not compile it: {_reason(error)}")
+        reason = f"inductor could not compile it: {first_line(error)}"
+        self._run_eagerly(range(segment.start, segment.stop), reason)
 
-    def _run_eagerly(self, index: int, reason: str) -> None:
-        self.eager_steps[index] = reason
+    def _drop(self, segment: Segment, reason: str) -> None:
+        """``segment``'s graphs are wrong: they go (from the store too), and its steps run
+        eagerly from now on."""
+        for graph in (g for graphs in segment.compiled.values() for g in graphs):
+            if graph.library is not None:
+                shutil.rmtree(graph.library.parent, ignore_errors=True)
+        segment.compiled.clear()
+        segment.recent.clear()
+        self._run_eagerly(range(segment.start, segment.stop), reason)
+
+    def _run_eagerly(self, indices: range, reason: str) -> None:
+        """Steps ``indices`` run eagerly from now on, for ``reason``; remembered in the store."""
+        for index in indices:
+            self.eager_steps[index] = reason
         self._replan()
-        self._warn(f"node {self.program.steps[index].info.name!r} ({reason})")
+        steps = self.program.steps
+        first, last = steps[indices.start].info.name, steps[indices.stop - 1].info.name
+        if len(indices) == 1:
+            self._warn(f"node {first!r} ({reason})")
+        else:
+            span = f"steps {indices.start}-{indices.stop - 1} ({first!r} .. {last!r}"
+            self._warn(f"{span}; {reason})")
         if self.identity:
             self.store.save_plan(self.identity, self.eager_steps)
 
@@ -485,7 +561,7 @@ class GraphRunner:
             self._warned.add(what)
             warnings.warn(
                 f"graph mode runs {what} eagerly; the rest stays compiled, with the same results",
-                RuntimeWarning,
+                GraphModeWarning,
                 stacklevel=4,
             )
 
@@ -497,72 +573,16 @@ class GraphRunner:
         versions: tuple[Any, ...],
         stored: str,
     ) -> CompiledGraph:
-        reads = segment_reads(self.program, segment.start, segment.stop)
-        names = [n for n in reads if n in self.constants and self.constants[n].stores_grad]
-        fixed = {n: a for n, a, bake in zip(segment.inputs, args, baked, strict=True) if bake}
-        traced_names = [n for n, bake in zip(segment.inputs, baked, strict=True) if not bake]
-
-        def pure(*flat: torch.Tensor) -> list[torch.Tensor]:
-            params, inputs = flat[: len(names)], flat[len(names) :]
-            values: dict[str, Any] = dict(self.constants)
-            values.update(fixed)
-            values.update(
-                (n, Tensor(data=p, requires_grad=False, name=n))
-                for n, p in zip(names, params, strict=True)
-            )
-            values.update(
-                (n, Tensor(data=x, requires_grad=False, name=n))
-                for n, x in zip(traced_names, inputs, strict=True)
-            )
-            with tracing(), ValueFlow([*params, *inputs]):
-                self.program.execute(
-                    values, start=segment.start, stop=segment.stop, keep=set(segment.outputs)
-                )
-                outs = [values.get(n) for n in segment.outputs]
-                if not all(isinstance(o, Tensor) for o in outs):
-                    error = NotTraceableError(
-                        "an output is not a tensor (a sequence or an optional)"
-                    )
-                    error.step_index = segment.stop - 1
-                    raise error
-                # A shape value leaving the segment becomes a tensor of the graph; a strided
-                # output of symbolic sizes leaves contiguous (inductor cannot always give a
-                # symbolic output the strides of the trace).
-                return [
-                    materialize(o.data) if type(o.data) is SymbolicInts else viewable(o.data)
-                    for o in outs
-                ]
-
-        params = [self.constants[n].data.detach() for n in names]
-        xs = [a.data for a, bake in zip(args, baked, strict=True) if not bake]
-        declared = [self.declared_shapes.get(n) for n in traced_names]
-
-        steps = len(self.program.steps)
-        what = describe_inputs(xs)
-        if segment.stop - segment.start < steps:
-            what += f" (steps {segment.start}-{segment.stop - 1} of {steps})"
-
         weights = self.library_weights()
-
-        def build(library: Path) -> str:
-            with compiling(what), torch.no_grad(), torch_deprecations_ignored():
-                # Imported when a graph is first compiled: it loads inductor (1-2 s), which a
-                # process that only loads stored graphs or runs eagerly never needs.
-                from sonnx.runtime.symbolic_graphs import compile_static, compile_symbolic
-
-                if self.dynamic and segment.per_shape is None:
-                    try:
-                        return compile_symbolic(pure, params, xs, library, weights.named, declared)
-                    except NotTraceableError:
-                        raise
-                    except Exception as e:  # a symbolic trace or compile torch cannot do
-                        segment.per_shape = _reason(e)
-                return compile_static(pure, params, xs, library, weights.named)
-
+        traced = [n for n, bake in zip(segment.inputs, baked, strict=True) if not bake]
+        build = segment_builder(
+            self.program,
+            segment,
+            dict(zip(segment.inputs, args, strict=True)),
+            traced,
+            [self.declared_shapes.get(n) for n in traced],
+            self.dynamic,
+            weights.named,
+        )
         keep = versions == self._loaded_versions
         return self.store.compile(stored, build, versions, self._device, keep, weights)
-
-
-def _reason(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

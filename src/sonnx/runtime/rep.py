@@ -43,6 +43,7 @@ from sonnx.onnx.values import (
     TensorSequence,
 )
 from sonnx.runtime.array_runs import ArrayRuns, is_plain_array
+from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget
 from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.runtime.imported_graph import GraphSource, ImportedGraph
 from sonnx.runtime.input_specs import InputSpec, declared_dims, input_spec
@@ -434,7 +435,13 @@ class SingaRep:
 
 
 def prepare(
-    model: ModelSource, device: Device | None = None, use_graph: bool = False, **options: Any
+    model: ModelSource,
+    device: Device | None = None,
+    use_graph: bool = False,
+    *,
+    verify: bool = True,
+    compile_budget: float | None = DEFAULT_COMPILE_BUDGET,
+    **options: Any,
 ) -> SingaRep:
     """Load and check an ONNX model and make it runnable on ``device``.
 
@@ -449,19 +456,26 @@ def prepare(
         :func:`sonnx.device.get_default_device`).
     :param use_graph: run whole-model inference through one compiled graph per input
         signature.
+    :param verify: with ``use_graph``, compare each newly compiled graph's first run with the
+        eager steps; a graph that differs is dropped and its steps run eagerly, with a
+        :class:`~sonnx.errors.GraphModeWarning` (one eager run per new graph).
+    :param compile_budget: with ``use_graph``, the seconds compiling may take for this model
+        (None: no bound); once spent, what is not compiled yet runs eagerly, with a warning.
     :param options: no keyword options are accepted; any is an error.
     :returns: the runnable model.
     :raises BadModelError: the file is missing, the file or bytes are not a valid ONNX model,
         or a node breaks its ``onnx.defs`` schema (counts, attributes, types).
     :raises UnsupportedOperatorError: the model uses operators sonnx has no converter for (all
         of them listed).
-    :raises BadInputError: an unknown keyword option.
+    :raises BadInputError: an unknown keyword option, or a ``compile_budget`` that is not a
+        positive number of seconds.
     """
     if options:
         raise BadInputError(f"prepare: unknown option(s) {sorted(options)}")
+    graph = GraphSettings(verify, CompileBudget(compile_budget).seconds) if use_graph else None
     # From a path, the large weights stay in the file until each is read into its tensor.
     proto, stored = load_model(model)
-    rep = _prepared(proto, as_device(device), use_graph, stored)
+    rep = _prepared(proto, as_device(device), graph, stored)
     if not isinstance(model, onnx.ModelProto):
         # The model read from the file or bytes is gone now, its weights' bytes with it:
         # hand that memory back (glibc keeps freed blocks under its mmap threshold, up to
@@ -488,20 +502,30 @@ def prepare_rewritten(model: onnx.ModelProto, rep: SingaRep) -> SingaRep:
     :raises UnsupportedOperatorError: as :func:`prepare`.
     """
     proto, stored = load_model(model)
-    use_graph = rep.graph_runner is not None
-    return _prepared(proto, rep.device, use_graph, stored, held=rep.constants)
+    runner = rep.graph_runner
+    graph = None if runner is None else GraphSettings(runner.verify, runner.budget.seconds)
+    return _prepared(proto, rep.device, graph, stored, held=rep.constants)
+
+
+@dataclass(frozen=True)
+class GraphSettings:
+    """How a model prepared with ``use_graph=True`` compiles (see :func:`prepare`)."""
+
+    verify: bool
+    compile_budget: float | None
 
 
 def _prepared(
     proto: onnx.ModelProto,
     dev: Device,
-    use_graph: bool,
+    graph_settings: GraphSettings | None,
     stored: Mapping[str, StoredWeight],
     held: Mapping[str, Tensor] | None = None,
 ) -> SingaRep:
     """The SingaRep of a loaded model; it keeps the model without its weights' bytes.
-    ``stored``: where the initializers that ``proto`` holds as headers only lie; ``held``:
-    tensors whose storage the initializers of their names take (no copy)."""
+    ``graph_settings``: graph mode's, None without it; ``stored``: where the initializers that
+    ``proto`` holds as headers only lie; ``held``: tensors whose storage the initializers of
+    their names take (no copy)."""
     # Model-local functions run inlined; the export writes the original calls (GraphSource).
     graph = onnx.inliner.inline_local_functions(proto).graph if proto.functions else proto.graph
     initializer_names = {i.name for i in graph.initializer}
@@ -519,8 +543,10 @@ def _prepared(
             program,
             declared_shapes={s.name: s.shape for s in input_specs},
             identity=graph_digest(graph, opsets),
+            verify=graph_settings.verify,
+            compile_budget=graph_settings.compile_budget,
         )
-        if use_graph
+        if graph_settings is not None
         else None
     )
     source = GraphSource(without_large_values(proto, program.constants), program)

@@ -1,0 +1,191 @@
+"""Graph mode is never silently wrong and never ends a run in the compiler's own error: a
+miscompiled graph is caught at its first run, a graph raising while it runs falls back, and a
+spent compile budget leaves the rest eager; each says so in one GraphModeWarning.
+
+The faults are planted in test doubles of the compiler and of the compiled library; expected
+values come from the same model run eagerly by sonnx."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import sonnx
+from sonnx.errors import BadInputError, GraphModeWarning
+from sonnx.runtime import store, symbolic_graphs
+from sonnx.tensor import to_numpy
+
+
+def _chain() -> onnx.ModelProto:
+    """Relu -> Mul -> Add -> Tanh -> Mul -> Sigmoid: one compiled segment."""
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Mul", ["a", "two"], ["b"], name="double"),
+        helper.make_node("Add", ["b", "x"], ["c"], name="skip"),
+        helper.make_node("Tanh", ["c"], ["d"], name="tanh"),
+        helper.make_node("Mul", ["d", "c"], ["e"], name="gate"),
+        helper.make_node("Sigmoid", ["e"], ["y"], name="squash"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [two],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _around_a_nonzero() -> onnx.ModelProto:
+    """Two compiled segments around an eager NonZero."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Mul", ["r", "r"], ["sq"], name="square"),
+        helper.make_node("NonZero", ["sq"], ["where"], name="nonzero"),
+        helper.make_node("Cast", ["where"], ["wf"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["wf"], ["total"], name="total", keepdims=0),
+        helper.make_node("Mul", ["sq", "total"], ["y"], name="scaled"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "around",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def miscompiling(monkeypatch) -> None:
+    """A compiler that gets Tanh wrong: every tanh it compiles computes a sigmoid."""
+    compile_library = symbolic_graphs.compile_library
+
+    def wrong_tanh(graph: torch.fx.GraphModule, example_inputs, library, named) -> None:
+        for node in graph.graph.nodes:
+            if node.target is torch.ops.aten.tanh.default:
+                node.target = torch.ops.aten.sigmoid.default
+        graph.recompile()
+        compile_library(graph, example_inputs, library, named)
+
+    monkeypatch.setattr(symbolic_graphs, "compile_library", wrong_tanh)
+
+
+def _x(batch: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((batch, 3)).astype(np.float32)
+
+
+def test_a_miscompiled_graph_is_caught_at_its_first_run_and_its_steps_run_eagerly(
+    miscompiling,
+) -> None:
+    model = _chain()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    with pytest.warns(
+        GraphModeWarning,
+        match=r"steps 0-5 \('relu' .. 'squash'; its compiled graph's first run differed from "
+        r"the eager steps: output 'y': max difference .* at \[",
+    ):
+        (got,) = rep.run([_x(4)])
+    np.testing.assert_array_equal(to_numpy(got), to_numpy(eager.run([_x(4)])[0]))
+    runner = rep.graph_runner
+    assert [(p.nodes[0], p.nodes[-1], p.compiled) for p in runner.parts()] == [
+        ("relu", "squash", False)
+    ]
+    assert "differed from the eager steps" in rep.explain().splitlines()[1]
+    with warnings.catch_warnings():  # later runs are eager, and quiet
+        warnings.simplefilter("error", GraphModeWarning)
+        for batch in (1, 4, 7):
+            (got,) = rep.run([_x(batch, batch)])
+            expected = eager.run([_x(batch, batch)])[0]
+            np.testing.assert_array_equal(to_numpy(got), to_numpy(expected))
+    assert runner.compile_count == 0  # the wrong graph is gone
+
+
+def test_a_dropped_graph_leaves_the_store_and_a_new_process_runs_those_steps_eagerly(
+    miscompiling, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv(store.ENV_VAR, str(tmp_path))
+    model = _chain()
+    with pytest.warns(GraphModeWarning, match="differed from the eager steps"):
+        sonnx.prepare(model, use_graph=True).run([_x(2)])
+    assert not list((tmp_path / "graphs").glob("*/*/graph.so"))
+    with pytest.warns(GraphModeWarning, match="differed from the eager steps"):
+        again = sonnx.prepare(model, use_graph=True)  # the stored plan says so up front
+    again.run([_x(2)])
+    assert again.graph_runner.compile_count == 0
+    assert set(again.graph_runner.eager_steps) == set(range(6))
+
+
+def test_without_verify_the_first_run_is_not_checked(miscompiling) -> None:
+    """``verify=False`` is for those who measured: a wrong graph then goes unnoticed."""
+    model = _chain()
+    rep, eager = sonnx.prepare(model, use_graph=True, verify=False), sonnx.prepare(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GraphModeWarning)
+        (got,) = rep.run([_x(4)])
+    assert not np.allclose(to_numpy(got), to_numpy(eager.run([_x(4)])[0]), atol=1e-3)
+    assert rep.graph_runner.compile_count == 1
+
+
+def test_a_graph_raising_while_it_runs_falls_back_to_the_eager_steps(monkeypatch) -> None:
+    """A compiled library that raises (inductor's generated bounds check) for a batch of 5:
+    that run computes eagerly, the graph goes, and a warning says why."""
+    load_library = store.load_library
+
+    def raising_for_five(*args, **kwargs):
+        run = load_library(*args, **kwargs)
+
+        def checked(*inputs: torch.Tensor) -> list[torch.Tensor]:
+            if inputs[0].shape[0] == 5:
+                raise RuntimeError("index out of bounds: 0 <= tmp39 < ks0 (planted)")
+            return run(*inputs)
+
+        return checked
+
+    monkeypatch.setattr(store, "load_library", raising_for_five)
+    model = _chain()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    for batch in (2, 3):  # one symbolic graph serves both
+        np.testing.assert_allclose(
+            to_numpy(rep.run([_x(batch)])[0]), to_numpy(eager.run([_x(batch)])[0]), rtol=1e-5
+        )
+    assert rep.graph_runner.compile_count == 1
+    with pytest.warns(GraphModeWarning, match=r"its compiled graph raised: index out of bounds"):
+        (got,) = rep.run([_x(5)])
+    np.testing.assert_array_equal(to_numpy(got), to_numpy(eager.run([_x(5)])[0]))
+    assert not any(p.compiled for p in rep.graph_runner.parts())
+    # Plain arrays (the fast path of a server) take the same way.
+    (got,) = rep.run([_x(2)])
+    np.testing.assert_array_equal(to_numpy(got), to_numpy(eager.run([_x(2)])[0]))
+
+
+def test_a_spent_compile_budget_leaves_the_parts_not_compiled_yet_eager(caplog) -> None:
+    model = _around_a_nonzero()
+    rep, eager = sonnx.prepare(model, use_graph=True, compile_budget=2), sonnx.prepare(model)
+    x = _x(3)
+    with pytest.warns(GraphModeWarning, match=r"steps 3-5 and every other part not compiled yet "
+                      r"\(the compile budget of 2 s is spent \(\d+ s compiling\)"):
+        (got,) = rep.run([x])
+    np.testing.assert_array_equal(to_numpy(got), to_numpy(eager.run([x])[0]))
+    parts = rep.graph_runner.parts()
+    assert [(p.nodes[0], p.compiled) for p in parts] == [
+        ("relu", True),
+        ("nonzero", False),
+        ("cast", False),
+    ]
+    assert parts[2].why_eager.startswith("the compile budget of 2 s is spent")
+    assert rep.graph_runner.compile_count == 1  # one compile (of ~10 s) spent the 2 s
+    (again,) = rep.run([_x(6, 1)])
+    np.testing.assert_array_equal(to_numpy(again), to_numpy(eager.run([_x(6, 1)])[0]))
+
+
+@pytest.mark.parametrize("budget", [0, -1, "60", True])
+def test_a_compile_budget_must_be_positive_seconds(budget) -> None:
+    with pytest.raises(BadInputError, match="compile_budget must be a number of seconds"):
+        sonnx.prepare(_chain(), use_graph=True, compile_budget=budget)
