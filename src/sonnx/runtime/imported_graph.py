@@ -21,7 +21,7 @@ import torch
 from sonnx import dtypes
 from sonnx.engine.operator import Operator, next_call_number, recorded_input
 from sonnx.errors import ExportError
-from sonnx.onnx.model_loading import needed_inputs
+from sonnx.onnx.model_loading import check_graph_order, needed_inputs
 from sonnx.proto.graph_builder import GraphBuilder, tensor_proto
 from sonnx.runtime.constants import STATISTICS_SUFFIX
 from sonnx.runtime.kept_model import with_current_values
@@ -66,8 +66,30 @@ class GraphSource:
 
     def current_model(self) -> onnx.ModelProto:
         """The whole model with every initializer's current value (see
-        :func:`~sonnx.runtime.kept_model.with_current_values`)."""
-        return with_current_values(self.model, self.constants)
+        :func:`~sonnx.runtime.kept_model.with_current_values`), its nodes in
+        :attr:`node_order`."""
+        full = with_current_values(self.model, self.constants)
+        if self.node_order != tuple(range(len(self.node_order))):
+            del full.graph.node[:]
+            full.graph.node.extend(self.model.graph.node[i] for i in self.node_order)
+        return full
+
+    @cached_property
+    def node_order(self) -> tuple[int, ...]:
+        """The graph's node indices in an order where each node reads only what the graph's
+        inputs, initializers and earlier nodes define, as ONNX requires: the graph's own order
+        when it is one. onnxruntime and ``prepare`` run nodes in any order, so a model whose
+        string front end was appended after the nodes reading its output runs; written in its
+        own order, its export would be a file the ONNX checker rejects. Found when first
+        needed (an export, :meth:`current_model`), not by ``prepare``: most models are never
+        exported."""
+        known = {*self.graph_inputs, *self.initializers, *self.sparse_initializers, ""}
+        return tuple(check_graph_order(self.model.graph, known))
+
+    def in_order(self, nodes: tuple[int, ...]) -> list[int]:
+        """Node indices ``nodes`` in :attr:`node_order`."""
+        wanted = set(nodes)
+        return [i for i in self.node_order if i in wanted]
 
     @property
     def opset(self) -> int:
@@ -302,7 +324,7 @@ class ImportedExport:
             if name not in self.op.weight_names:
                 self._write_constant(g, name)
         graph = self.source.model.graph
-        for index in self.part.nodes:
+        for index in self.source.in_order(self.part.nodes):
             node = onnx.NodeProto()
             node.CopyFrom(graph.node[index])
             self._rewire_statistics(g, node)
