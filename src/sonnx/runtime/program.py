@@ -59,6 +59,7 @@ from sonnx.runtime.shape_values import (
     shape_value_steps,
 )
 from sonnx.runtime.step_errors import free_inputs, node_error
+from sonnx.runtime.string_steps import typed_strings
 from sonnx.strings import StringArray
 from sonnx.symbolic_sizes import SymbolicInts
 from sonnx.tensor import Tensor, computed_tensor, string_tensor, symbolic_tensor
@@ -160,6 +161,9 @@ class GraphProgram:
     output_names: list[str]
     steps: list[Step]
     device: Device
+    #: The values ONNX types as strings (see :mod:`sonnx.runtime.string_steps`): graph mode
+    #: runs the steps that read or make them eagerly.
+    string_values: frozenset[str] = frozenset()
     # Results of foldable steps, kept while the tensors they read are unchanged.
     _folded: FoldedResults = field(default_factory=FoldedResults, repr=False)
     _shape_values: ShapeValueCache = field(default_factory=ShapeValueCache, repr=False)
@@ -479,7 +483,8 @@ def compile_graph(
         if out.name not in produced:
             raise BadModelError(f"graph output {out.name!r} is not produced by any node")
     outputs = [o.name for o in graph.output]
-    program = GraphProgram(constants, list(input_names), outputs, steps, dev)
+    strings = frozenset() if is_subgraph else typed_strings(graph, versions)
+    program = GraphProgram(constants, list(input_names), outputs, steps, dev, strings)
     free = free_inputs(graph, input_names, is_subgraph)
     if is_subgraph:
         free |= known - set(constants) - set(input_names)  # the enclosing scope's names

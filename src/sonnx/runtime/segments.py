@@ -1,6 +1,7 @@
 """How graph mode splits a program's steps into parts: compiled segments between the steps
-that run eagerly (see :mod:`sonnx.runtime.graph_mode`), what each segment reads and leaves for
-later steps, and what a run did, part by part (:class:`RunPart`)."""
+that run eagerly (see :mod:`sonnx.runtime.graph_mode`), which steps do so by design
+(:func:`eager_by_design`), what each segment reads and leaves for later steps, and what a run
+did, part by part (:class:`RunPart`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from typing import Any
 
 import torch
 
+from sonnx.engine.operator import Randomness
+from sonnx.onnx.registry import operator_class
 from sonnx.runtime.compiled_graphs import CompiledGraph
 from sonnx.runtime.program import GraphProgram
+from sonnx.runtime.string_steps import string_steps
 
 
 @dataclass
@@ -58,6 +62,19 @@ class RunPart:
     compiled: bool
     #: Why the steps ran eagerly (None when compiled).
     why_eager: str | None = None
+
+
+def eager_by_design(program: GraphProgram) -> dict[int, str]:
+    """The steps no compiled graph can hold whatever the inputs, with why: random draws (a
+    compiled graph would repeat one draw) and the steps that read or make strings (see
+    :mod:`sonnx.runtime.string_steps`). Graph mode runs them eagerly from the start, without
+    a warning; the steps it finds it cannot compile while tracing join them."""
+    found = {
+        i: f"it draws random numbers ({step.info.op_type})"
+        for i, step in enumerate(program.steps)
+        if operator_class(step.info).random is Randomness.ALWAYS
+    }
+    return {**string_steps(program), **found}
 
 
 def segment_reads(program: GraphProgram, start: int, stop: int) -> list[str]:
