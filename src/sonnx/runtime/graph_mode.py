@@ -55,10 +55,8 @@ from typing import Any
 
 import torch
 
-from sonnx.engine.operator import Randomness
 from sonnx.engine.tracing import NotTraceableError
 from sonnx.errors import BadInputError, GraphModeWarning
-from sonnx.onnx.registry import operator_class
 from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget, CompileProgress
 from sonnx.runtime.compiled_graphs import CompiledGraph, CompiledRunError, first_line
 from sonnx.runtime.graph_checks import first_difference
@@ -76,6 +74,7 @@ from sonnx.runtime.segments import (
     Choice,
     RunPart,
     Segment,
+    eager_by_design,
     plan_segments,
     segment_reads,
     whole_graph,
@@ -147,11 +146,7 @@ class GraphRunner:
         #: that way is compiled for each input shape. False compiles every segment per shape.
         self.dynamic = True
         #: Why the steps that run eagerly do, by step index.
-        self.eager_steps: dict[int, str] = {
-            i: f"it draws random numbers ({step.info.op_type})"
-            for i, step in enumerate(program.steps)
-            if operator_class(step.info).random is Randomness.ALWAYS
-        }
+        self.eager_steps: dict[int, str] = eager_by_design(program)
         self._segments: list[Segment | int] | None = None
         #: Where segments inductor failed on were split (the first step of each second half)
         #: while the step it fails on is searched for, in this process.

@@ -509,7 +509,11 @@ def prepare_rewritten(model: onnx.ModelProto, rep: SingaRep) -> SingaRep:
 
 @dataclass(frozen=True)
 class GraphSettings:
-    """How a model prepared with ``use_graph=True`` compiles (see :func:`prepare`)."""
+    """How a model prepared with ``use_graph=True`` compiles.
+
+    :param verify: compare each new graph's first run with the eager steps (see :func:`prepare`).
+    :param compile_budget: the seconds compiling may take for the model (None: no bound).
+    """
 
     verify: bool
     compile_budget: float | None
