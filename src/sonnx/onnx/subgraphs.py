@@ -10,13 +10,21 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from sonnx.engine.tracing import NotTraceableError, value_checks
 from sonnx.errors import BadInputError, BadModelError, ResourceLimitError
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.runtime.program import GraphProgram
 
-__all__ = ["DEFAULT_LOOP_LIMIT", "LOOP_LIMIT_VAR", "BoundSubgraph", "Subgraph", "loop_limit"]
+__all__ = [
+    "DEFAULT_LOOP_LIMIT",
+    "LOOP_LIMIT_VAR",
+    "UNROLL_LIMIT",
+    "BoundSubgraph",
+    "Subgraph",
+    "loop_limit",
+]
 
 
 class Subgraph:
@@ -37,6 +45,12 @@ class Subgraph:
 #: runs forever by the spec; past the limit it fails instead.
 LOOP_LIMIT_VAR = "SONNX_MAX_LOOP_ITERATIONS"
 DEFAULT_LOOP_LIMIT = 10_000_000
+
+
+#: How many steps a traced Loop or Scan may unroll into a compiled graph (runs of its body
+#: times the body's steps). A decoder's Loop of 500 trips unrolled into one graph kept inductor
+#: compiling for minutes; past the limit the node runs eagerly and the rest stays compiled.
+UNROLL_LIMIT = 512
 
 
 def loop_limit() -> int:
@@ -77,6 +91,12 @@ class BoundSubgraph:
                 f"{self.runs} runs"
             )
         program = self.subgraph.program
+        if not value_checks() and self.runs * len(program.steps) > UNROLL_LIMIT:
+            raise NotTraceableError(
+                f"subgraph {self.subgraph.name!r} would be unrolled into more than "
+                f"{UNROLL_LIMIT} steps of a compiled graph ({self.runs} runs of "
+                f"{len(program.steps)} steps)"
+            )
         values = dict(self.scope)
         values.update(program.constants)
         for name, t in zip(program.input_names, inputs, strict=False):

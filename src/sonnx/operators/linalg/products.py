@@ -13,6 +13,7 @@ import torch
 
 from sonnx import dtypes
 from sonnx.engine.operator import OutputShape, host_ints
+from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError
 from sonnx.operators.activation.base import StrictExport
 from sonnx.operators.elementwise.base import broadcast_shapes
@@ -309,6 +310,14 @@ class MatMulInteger(StrictExport):
         _int8_types("MatMulInteger", A=a, B=b)
         a32 = a.to(torch.int32) - _zero_point(a_zero_point, row_wise=True)
         b32 = b.to(torch.int32) - _zero_point(b_zero_point, row_wise=False)
+        if not value_checks() and a32.device.type == "cpu":
+            # Traced for a compiled graph: inductor's freezing hands every product by a
+            # constant weight to oneDNN, whatever its type, and oneDNN takes no int32
+            # ("itensor_view_from_dense expects float ... input Int"; every compile of a
+            # quantize_dynamic model failed). The product of 8-bit differences (at most 255
+            # each) is exact in float32 while K * 255**2 < 2**24, and in float64 beyond.
+            exact = torch.float32 if a32.shape[-1] * 255**2 < 2**24 else torch.float64
+            return _matmul("MatMulInteger", a32.to(exact), b32.to(exact)).to(torch.int32)
         return _matmul("MatMulInteger", a32, b32)
 
 
