@@ -6,17 +6,19 @@ it is fed against them, and error messages and ``sonnx info`` print them in ONNX
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 import onnx
+import torch
 
 from sonnx import dtypes
+from sonnx.tensor import Tensor
 
-__all__ = ["InputSpec", "declared_dims", "input_spec"]
+__all__ = ["InputSpec", "cast_hint", "declared_dims", "input_spec", "is_map_list"]
 
 
 @dataclass(frozen=True)
@@ -103,3 +105,24 @@ def input_spec(value: onnx.ValueInfoProto) -> InputSpec:
     tt = value.type.tensor_type
     dtype = dtypes.onnx_to_torch(tt.elem_type) if tt.elem_type else None
     return InputSpec(value.name, dtype, declared_dims(value))
+
+
+def cast_hint(value: Any, dtype: Any) -> str:
+    """How to give ``value`` the element type an input expects, in the words of its kind
+    (sonnx narrows no type silently: ``np.random.rand`` makes float64, models take float32)."""
+    name = dtypes.dtype_name(dtype)
+    if isinstance(value, Tensor):
+        return f"; cast it with x.as_type({name!r})"
+    if isinstance(value, torch.Tensor):
+        return f"; cast it with x.to(torch.{name})"
+    if dtypes.torch_to_numpy(dtype) is None or name == "string":
+        return ""
+    target = f"{'np' if hasattr(np, name) else 'ml_dtypes'}.{name}"
+    if isinstance(value, np.ndarray):
+        return f"; cast it with x.astype({target})"
+    return f"; make it with np.asarray(x, dtype={target})"
+
+
+def is_map_list(value: Any) -> bool:
+    """A non-empty list of dicts: a ``seq(map(K, V))`` input (ZipMap's output fed back)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)

@@ -46,7 +46,13 @@ from sonnx.runtime.array_runs import ArrayRuns, is_plain_array
 from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget
 from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.runtime.imported_graph import GraphSource, ImportedGraph
-from sonnx.runtime.input_specs import InputSpec, declared_dims, input_spec
+from sonnx.runtime.input_specs import (
+    InputSpec,
+    cast_hint,
+    declared_dims,
+    input_spec,
+    is_map_list,
+)
 from sonnx.runtime.kept_model import without_large_values
 from sonnx.runtime.program import GraphProgram, compile_graph
 from sonnx.runtime.run_paths import Path, choose_path, debugging, explain_run, report
@@ -291,7 +297,7 @@ class SingaRep:
                     f"{type(value).__name__}"
                 )
             return MapValue(dict(value), spec.dtype)
-        if spec.kind == "sequence_type" and _is_map_list(value):
+        if spec.kind == "sequence_type" and is_map_list(value):
             return MapSequence([dict(v) for v in value])
         if spec.kind == "sequence_type":
             return TensorSequence([self._as_tensor(spec.name, v) for v in value])
@@ -310,7 +316,7 @@ class SingaRep:
             raise BadInputError(
                 f"run: input {spec.name!r} expects {spec.describe()}, received "
                 f"{dtypes.dtype_name(t.dtype)} with shape {tuple(data.shape)}"
-                f"{_cast_hint(value, spec.dtype)}"
+                f"{cast_hint(value, spec.dtype)}"
             )
         if spec.shape == () and data.dim() > 0 and data.numel() == 1:
             # A one-element tensor is accepted for a scalar input (official cases feed them).
@@ -571,27 +577,6 @@ def _prepared(
             else None
         ),
     )
-
-
-def _cast_hint(value: Any, dtype: Any) -> str:
-    """How to give ``value`` the element type an input expects, in the words of its kind
-    (sonnx narrows no type silently: ``np.random.rand`` makes float64, models take float32)."""
-    name = dtypes.dtype_name(dtype)
-    if isinstance(value, Tensor):
-        return f"; cast it with x.as_type({name!r})"
-    if isinstance(value, torch.Tensor):
-        return f"; cast it with x.to(torch.{name})"
-    if dtypes.torch_to_numpy(dtype) is None or name == "string":
-        return ""
-    target = f"{'np' if hasattr(np, name) else 'ml_dtypes'}.{name}"
-    if isinstance(value, np.ndarray):
-        return f"; cast it with x.astype({target})"
-    return f"; make it with np.asarray(x, dtype={target})"
-
-
-def _is_map_list(value: Any) -> bool:
-    """A non-empty list of dicts: a ``seq(map(K, V))`` input (ZipMap's output fed back)."""
-    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
 
 
 def _inferred_shapes(model: onnx.ModelProto) -> dict[str, str]:
