@@ -247,3 +247,20 @@ def test_ops_newer_than_the_target_opset_refuse_to_export():
     op(_tensor(np.ones(3)), _tensor(np.array(0)))
     with pytest.raises(ExportError, match="CumProd: no such ONNX operator at opset 20"):
         op.export(GraphBuilder(20), ["x", "axis"], ["y"])
+
+
+@pytest.mark.parametrize(("k", "batched"), [(258, False), (259, False), (1000, True), (1, False)])
+def test_matmul_integer_is_exact_at_the_extremes_of_8_bit_differences(k, batched):
+    """The product runs as float32 GEMMs over runs of 258 terms: exact even where every
+    difference is 255 and the sum passes float32's 2**24."""
+    rng = np.random.default_rng(k)
+    a = rng.choice(np.array([0, 255], np.uint8), (2, 3, k) if batched else (3, k))
+    b = rng.choice(np.array([-128, 127], np.int8), (2, k, 4) if batched else (k, 4))
+    a[..., 0, :] = 255  # a row of 255 - 0 against a column of -128 - 127: k * -65025
+    b[..., :, 0] = -128
+    a_zp, b_zp = np.array(0, np.uint8), np.array(127, np.int8)
+    got = la.matmul_integer(_tensor(a), _tensor(b), _tensor(a_zp), _tensor(b_zp)).numpy()
+    expected = (a.astype(np.int64) - 0) @ (b.astype(np.int64) - 127)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, expected)
+    assert got[..., 0, 0].min() == -65025 * k
