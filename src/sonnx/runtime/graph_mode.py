@@ -411,7 +411,7 @@ class GraphRunner:
             return outs
         entry.checked = True
         expected = dict(values)
-        self._execute(expected, segment.start, segment.stop)
+        self._execute(expected, segment.start, segment.stop, set(segment.outputs))
         eager = [expected[n].data for n in segment.outputs]
         difference = first_difference(segment.outputs, outs, eager)
         if difference is None:
@@ -420,10 +420,13 @@ class GraphRunner:
                             f"{difference}")
         return eager
 
-    def _execute(self, values: dict[str, Any], start: int, stop: int) -> None:
-        """Steps ``[start, stop)`` run eagerly, recording no autograd graph."""
+    def _execute(
+        self, values: dict[str, Any], start: int, stop: int, keep: set[str] | None = None
+    ) -> None:
+        """Steps ``[start, stop)`` run eagerly, recording no autograd graph (with ``keep``,
+        freeing each other value after its last use)."""
         with torch.no_grad():
-            self.program.execute(values, start=start, stop=stop)
+            self.program.execute(values, start=start, stop=stop, keep=keep)
 
     def _graph_for(
         self,
