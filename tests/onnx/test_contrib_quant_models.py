@@ -27,7 +27,7 @@ import sonnx
 from sonnx import autograd
 from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm
-from tests.contrib_quant_helpers import both
+from tests.contrib_quant_helpers import both, reference_run, sonnx_run
 
 RNG = np.random.default_rng(0)
 
@@ -200,23 +200,53 @@ def _optimized(path: Path, tmp_path: Path) -> onnx.ModelProto:
     return onnx.load(options.optimized_model_filepath)
 
 
+def _quantize_dynamic(path: Path, tmp_path: Path, reduce_range: bool) -> Path:
+    quantized = tmp_path / "dynamic.onnx"
+    quantize_dynamic(path, quantized, reduce_range=reduce_range)
+    return quantized
+
+
+# reduce_range: 7-bit weights, where onnxruntime's uint8 x int8 products are exact on every x86
+# CPU (tests/contrib_quant_helpers.py); the full_range tests cover quantize_dynamic's 8 bits.
 def test_quantize_dynamic_cnn_matches_onnxruntime(cnn_path, tmp_path):
-    path = tmp_path / "dynamic.onnx"
-    quantize_dynamic(cnn_path, path)
+    model = onnx.load(_quantize_dynamic(cnn_path, tmp_path, reduce_range=True))
     x = RNG.standard_normal((3, 3, 8, 8)).astype(np.float32)
-    (expected,), (got,) = both(onnx.load(path), {"x": x})
+    (expected,), (got,) = both(model, {"x": x})
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_quantize_dynamic_cnn_full_range_equals_exact_reference(cnn_path, tmp_path):
+    """ConvInteger and MatMulInteger on 8-bit weights, whose products with uint8 onnxruntime
+    saturates in int16 on x86 without VNNI: sonnx equals onnx.reference's exact ones."""
+    model = onnx.load(_quantize_dynamic(cnn_path, tmp_path, reduce_range=False))
+    feeds = {"x": RNG.standard_normal((3, 3, 8, 8)).astype(np.float32)}
+    np.testing.assert_allclose(
+        sonnx_run(model, feeds)[0], reference_run(model, feeds)[0], rtol=1e-4, atol=1e-5
+    )
+
+
+def _optimized_dynamic_mlp(tmp_path: Path, reduce_range: bool) -> onnx.ModelProto:
+    """quantize_dynamic then onnxruntime's optimizer: DynamicQuantizeMatMul."""
+    path = _quantize_dynamic(_saved(_mlp(), tmp_path), tmp_path, reduce_range)
+    model = _optimized(path, tmp_path)
+    assert "DynamicQuantizeMatMul" in {n.op_type for n in model.graph.node}
+    return model
 
 
 def test_optimized_quantize_dynamic_mlp_matches_onnxruntime(tmp_path):
-    """quantize_dynamic then onnxruntime's optimizer: DynamicQuantizeMatMul."""
-    path = tmp_path / "dynamic.onnx"
-    quantize_dynamic(_saved(_mlp(), tmp_path), path)
-    model = _optimized(path, tmp_path)
-    assert "DynamicQuantizeMatMul" in {n.op_type for n in model.graph.node}
+    model = _optimized_dynamic_mlp(tmp_path, reduce_range=True)
     x = RNG.standard_normal((5, 3, 64)).astype(np.float32)
     (expected,), (got,) = both(model, {"x": x})
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_optimized_quantize_dynamic_mlp_full_range_equals_exact_reference(tmp_path):
+    """DynamicQuantizeMatMul on 8-bit weights: sonnx equals the exact product."""
+    model = _optimized_dynamic_mlp(tmp_path, reduce_range=False)
+    feeds = {"x": RNG.standard_normal((5, 3, 64)).astype(np.float32)}
+    np.testing.assert_allclose(
+        sonnx_run(model, feeds)[0], reference_run(model, feeds)[0], rtol=1e-4, atol=1e-5
+    )
 
 
 def test_optimized_float_cnn_matches_onnxruntime(cnn_path, tmp_path):

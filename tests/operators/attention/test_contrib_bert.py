@@ -15,6 +15,7 @@ from sonnx.onnx.exporter import to_onnx
 from sonnx.operators.attention.contrib_bert import Attention, MultiHeadAttention, QAttention
 from sonnx.operators.attention.contrib_decoder import DecoderMaskedMultiHeadAttention
 from sonnx.tensor import Tensor, to_numpy
+from tests.contrib_quant_helpers import int8_weights_7_bits
 from tests.helpers import check_grad
 from tests.operators.attention.contrib_helpers import RNG, close, contrib_model, randn, run_both
 
@@ -193,10 +194,15 @@ def test_attention_names_a_bad_mask() -> None:
                    torch.ones(B, 7, dtype=torch.int32))  # fmt: skip
 
 
-def _quantized(weight_dtype: type, per_column: bool) -> list[np.ndarray]:
-    """QAttention's input, weight, bias, scales and zero points (in its input order)."""
-    info = np.iinfo(weight_dtype)
-    weight = RNG.integers(info.min, info.max, (X_IN, 3 * D)).astype(weight_dtype)
+def _quantized(weight_dtype: type, per_column: bool, full_range: bool = False) -> list[np.ndarray]:
+    """QAttention's input, weight, bias, scales and zero points (in its input order). int8
+    weights keep to 7 bits unless ``full_range``: there onnxruntime's uint8 x int8 product is
+    exact on every x86 CPU (tests/contrib_quant_helpers.py)."""
+    if weight_dtype == np.int8 and not full_range:
+        weight = int8_weights_7_bits(RNG, X_IN, 3 * D)
+    else:
+        info = np.iinfo(weight_dtype)
+        weight = RNG.integers(info.min, info.max, (X_IN, 3 * D)).astype(weight_dtype)
     x = RNG.integers(0, 255, (B, S, X_IN)).astype(np.uint8)
     if per_column:
         w_scale = (RNG.uniform(size=3 * D) * 0.02).astype(np.float32)
@@ -259,3 +265,24 @@ def test_qattention_matches_onnxruntime(weight_dtype, per_column, extra, n_out, 
     expected, got = run_both(model, inputs)
     for e, g in zip(expected, got, strict=True):
         close(g, e)
+
+
+def _dequantized(inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Attention's inputs from QAttention's: the input and weights dequantized in float64."""
+    x, w, bias, x_scale, w_scale, mask, x_zero, w_zero = inputs
+    x = (x - x_zero.astype(np.float64)) * x_scale
+    w = (w - w_zero.astype(np.float64)) * w_scale
+    return [x.astype(np.float32), w.astype(np.float32), bias, mask]
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_qattention_full_int8_range_equals_float_attention(per_column) -> None:
+    """int8 weights over all 8 bits, whose products with uint8 onnxruntime's QAttention saturates
+    in int16 on x86 without VNNI: sonnx equals onnxruntime's float Attention (a float product, no
+    saturation) on the dequantized input and weights."""
+    inputs = _quantized(np.int8, per_column, full_range=True)
+    inputs[5] = lengths(3, 1)
+    _, got = run_both(contrib_model("QAttention", inputs, 1, num_heads=N), inputs)
+    floats = _dequantized(inputs)
+    expected, _ = run_both(contrib_model("Attention", floats, 1, num_heads=N), floats)
+    close(got[0], expected[0])

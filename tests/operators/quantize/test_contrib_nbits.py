@@ -13,7 +13,14 @@ from sonnx.errors import BadInputError
 from sonnx.operators.quantize.contrib_integer import MatMulIntegerToFloat
 from sonnx.operators.quantize.contrib_nbits import GatherBlockQuantized, MatMulNBits
 from sonnx.tensor import Tensor
-from tests.contrib_quant_helpers import both, node_model, ort_run
+from tests.contrib_quant_helpers import (
+    both,
+    int8_weights_7_bits,
+    node_model,
+    ort_run,
+    reference_run,
+    sonnx_run,
+)
 from tests.helpers import check_grad
 
 RNG = np.random.default_rng(0)
@@ -283,22 +290,39 @@ def _int8(dtype, *shape):
     return RNG.integers(info.min, info.max + 1, shape).astype(dtype)
 
 
+def _dynamic_quantize_matmul(b: np.ndarray, per_column: bool, optional: bool):
+    """A DynamicQuantizeMatMul node on the weights ``b`` (K, N), and its feeds."""
+    n = b.shape[1]
+    shape = (n,) if per_column else ()
+    inputs = {
+        "A": RNG.standard_normal((2, 3, b.shape[0])).astype(F32),
+        "B": b,
+        "b_scale": RNG.uniform(0.01, 0.1, shape).astype(F32),
+        "b_zero_point": _int8(b.dtype, *shape) if optional else None,
+        "bias": RNG.standard_normal(n).astype(F32) if optional else None,
+    }
+    return node_model("DynamicQuantizeMatMul", inputs, ["A"]), {"A": inputs["A"]}
+
+
 @pytest.mark.parametrize("b_dtype", [np.int8, np.uint8])
 @pytest.mark.parametrize("per_column", [False, True])
 @pytest.mark.parametrize("optional", [False, True])
 def test_dynamic_quantize_matmul_equals_onnxruntime(b_dtype, per_column, optional):
-    k, n = 24, 7
-    shape = (n,) if per_column else ()
-    inputs = {
-        "A": RNG.standard_normal((2, 3, k)).astype(F32),
-        "B": _int8(b_dtype, k, n),
-        "b_scale": RNG.uniform(0.01, 0.1, shape).astype(F32),
-        "b_zero_point": _int8(b_dtype, *shape) if optional else None,
-        "bias": RNG.standard_normal(n).astype(F32) if optional else None,
-    }
-    model = node_model("DynamicQuantizeMatMul", inputs, ["A"])
-    (expected,), (got,) = both(model, {"A": inputs["A"]})
+    # int8 weights in 7 bits, where onnxruntime's uint8 x int8 product is exact on every x86 CPU
+    # (tests/contrib_quant_helpers.py); the test below covers all 8 bits.
+    b = int8_weights_7_bits(RNG, 24, 7) if b_dtype == np.int8 else _int8(np.uint8, 24, 7)
+    model, feeds = _dynamic_quantize_matmul(b, per_column, optional)
+    (expected,), (got,) = both(model, feeds)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("optional", [False, True])
+def test_dynamic_quantize_matmul_full_int8_range_equals_exact_reference(per_column, optional):
+    """int8 weights over all 8 bits, whose products with uint8 onnxruntime saturates in int16
+    on x86 without VNNI: sonnx equals the exact product, scaled in onnxruntime's order."""
+    model, feeds = _dynamic_quantize_matmul(_int8(np.int8, 24, 7), per_column, optional)
+    np.testing.assert_array_equal(sonnx_run(model, feeds)[0], reference_run(model, feeds)[0])
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
