@@ -1,0 +1,15 @@
+"""Quantization of imported ONNX models, the way onnxruntime's ``quantize_static`` does it:
+calibrate the float model in sonnx, then write the QDQ model (integer weights behind
+DequantizeLinear, activations through QuantizeLinear/DequantizeLinear pairs), which sonnx and
+onnxruntime both run.
+
+Modules: :mod:`~sonnx.quantization.static` (the entry point),
+:mod:`~sonnx.quantization.calibration` and :mod:`~sonnx.quantization.histograms` (ranges),
+:mod:`~sonnx.quantization.placement` (which tensors), :mod:`~sonnx.quantization.rewrite`
+(the Q/DQ nodes), :mod:`~sonnx.quantization.qtypes` (types, scales, zero points),
+:mod:`~sonnx.quantization.options`.
+"""
+
+from sonnx.quantization.static import quantize_static
+
+__all__ = ["quantize_static"]
