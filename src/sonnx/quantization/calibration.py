@@ -209,7 +209,7 @@ def _checked_array(value: Any, spec: _Spec, where: str) -> np.ndarray:
         len(spec.dims) != array.ndim
         or any(d is not None and d != n for d, n in zip(spec.dims, array.shape, strict=True))
     ):
-        declared = tuple("?" if d is None else d for d in spec.dims)
+        declared = "(" + ", ".join("?" if d is None else str(d) for d in spec.dims) + ")"
         raise BadInputError(
             f"{where}: input {spec.name!r} must have shape {declared}, received shape {array.shape}"
         )
