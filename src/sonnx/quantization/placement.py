@@ -161,7 +161,7 @@ def _largest_suffix(initializers: dict[str, onnx.TensorProto], name: str) -> int
     suffixes = [
         int(k[len(name) :]) for k in initializers if k[len(name) :].isdigit() and k.startswith(name)
     ]
-    return max(suffixes, default=0)
+    return max(suffixes, default=-1)
 
 
 def _attr(node: onnx.NodeProto, name: str, default: object) -> object:

@@ -323,21 +323,33 @@ def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
 
 
 def _sort_nodes(graph: onnx.GraphProto) -> None:
-    """Kahn's order, stable: a node goes as soon as everything it reads is defined."""
-    defined = {t.name for t in graph.initializer} | {v.name for v in graph.input} | {""}
-    pending = list(graph.node)
-    ordered: list[onnx.NodeProto] = []
-    while pending:
-        rest = []
-        for node in pending:
-            if all(name in defined for name in node.input):
-                ordered.append(node)
-                defined.update(node.output)
-            else:
-                rest.append(node)
-        if len(rest) == len(pending):
-            ordered.extend(rest)  # reads a value no node defines: left for the checker
-            break
-        pending = rest
+    """onnxruntime's ``ONNXModel.topological_sort``, so that the nodes come in its order:
+    nodes reading nothing first, then the readers of the initializers and graph inputs (by
+    sorted name), then breadth first through the outputs."""
+    nodes = list(graph.node)
+    waiting = [sum(1 for name in n.input if name) for n in nodes]
+    readers: dict[str, list[int]] = {}
+    ordered = [i for i, count in enumerate(waiting) if count == 0]
+    for i, node in enumerate(nodes):
+        if waiting[i]:
+            for name in node.input:
+                if name:
+                    readers.setdefault(name, []).append(i)
+
+    def release(name: str) -> None:
+        for i in readers.get(name, []):
+            waiting[i] -= 1
+            if waiting[i] == 0:
+                ordered.append(i)
+
+    for name in sorted({t.name for t in graph.initializer} | {v.name for v in graph.input}):
+        release(name)
+    start = 0
+    while start < len(ordered):
+        for name in nodes[ordered[start]].output:
+            release(name)
+        start += 1
+    placed = set(ordered)
+    ordered += [i for i in range(len(nodes)) if i not in placed]  # left for the checker
     del graph.node[:]
-    graph.node.extend(ordered)
+    graph.node.extend(nodes[i] for i in ordered)
