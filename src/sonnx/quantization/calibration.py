@@ -96,12 +96,14 @@ def calibrate(
 
     rep = prepare(model)
     specs = _input_specs(model)
+    # minmax keeps each batch's min and max only; the histogram methods need every value
+    keep = _min_max if options.method == "minmax" else np.ravel
     seen: dict[str, list[np.ndarray]] = {n: [] for n in names}
     fed = 0
     for feed in _feeds(calibration, specs):
         values = rep.run(feed, aux_output=names)[len(rep.outputs) :]
         for name, value in zip(names, values, strict=True):
-            seen[name].append(to_numpy(value))
+            seen[name].append(keep(to_numpy(value)))
         fed += 1
     if not fed:
         raise BadInputError(
@@ -111,11 +113,17 @@ def calibrate(
     return {name: _range(batches, options) for name, batches in seen.items()}
 
 
+def _min_max(value: np.ndarray) -> np.ndarray:
+    """A batch's min and max, as onnxruntime's ReduceMin/ReduceMax give them (NaN when
+    empty)."""
+    if not value.size:
+        return np.array([np.nan, np.nan], dtype=np.float32)
+    return np.array([value.min(), value.max()], dtype=np.float32)
+
+
 def _range(batches: list[np.ndarray], options: CalibrationOptions) -> tuple[Any, Any]:
     if options.method == "minmax":
-        # per batch, what onnxruntime's ReduceMin/ReduceMax outputs give (NaN when empty)
-        lows = [np.min(b) if b.size else np.float32(np.nan) for b in batches]
-        highs = [np.max(b) if b.size else np.float32(np.nan) for b in batches]
+        lows, highs = [b[0] for b in batches], [b[1] for b in batches]
         if options.moving_average:
             low, high = np.nanmean(lows, axis=0), np.nanmean(highs, axis=0)
         else:
@@ -125,7 +133,7 @@ def _range(batches: list[np.ndarray], options: CalibrationOptions) -> tuple[Any,
             bound = np.float32(max(abs(low), abs(high)))
             return -bound, bound
         return low, high
-    values = np.concatenate([b.ravel() for b in batches]).astype(np.float32, copy=False)
+    values = np.concatenate(batches).astype(np.float32, copy=False)
     if options.method == "percentile":
         symmetric = True if options.symmetric is None else options.symmetric
         return percentile_range(values, options.percentile, symmetric)
