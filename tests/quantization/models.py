@@ -79,6 +79,36 @@ def tiny_bert() -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]]]:
     return model, feeds
 
 
+class OperatorMix(nn.Module):
+    """Pads (zero, reflect, constant 1), Concat, Split, Sigmoid, Mul, Add, AveragePool,
+    Transpose, Reshape and MatMul with a constant, around one Conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.weight = nn.Parameter(torch.randn(4, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        zero = nn.functional.pad(y, (1, 1, 1, 1))
+        reflect = nn.functional.pad(y, (1, 1, 1, 1), mode="reflect")
+        one = nn.functional.pad(y, (1, 1, 1, 1), value=1.0)
+        z = torch.cat([zero, reflect * torch.sigmoid(one)], 1)
+        a, b = torch.split(z, 4, 1)
+        z = nn.functional.avg_pool2d(a + b, 2)
+        z = z.transpose(1, 3).reshape(z.shape[0], -1, 4)
+        return z @ self.weight
+
+
+def operator_mix() -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]]]:
+    """The exported :class:`OperatorMix` and 3 feeds of 2 images."""
+    torch.manual_seed(0)
+    model = tm.export(OperatorMix(), (torch.randn(1, 3, 14, 14),), 13, ["x"])
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((2, 3, 14, 14)).astype(np.float32)} for _ in range(3)]
+    return model, feeds
+
+
 class Reader(CalibrationDataReader):
     """onnxruntime's data reader over a list of feeds."""
 

@@ -21,7 +21,7 @@ from onnxruntime.quantization import CalibrationMethod, QuantType
 import sonnx
 from sonnx.errors import BadInputError, BadModelError
 from sonnx.quantization import quantize_static
-from tests.quantization.models import Reader, depthwise_cnn, ort_quantized, tiny_bert
+from tests.quantization.models import Reader, depthwise_cnn, operator_mix, ort_quantized, tiny_bert
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +108,20 @@ def test_tiny_bert_matches_onnxruntime(bert, tmp_path: Path, method: str, per_ch
         if any(i.endswith("_DequantizeLinear_Output") for i in n.input)
     }
     assert {"MatMul", "Add", "Softmax", "LayerNormalization", "Gemm"} <= quantized_ops
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"activation_type": "uint8", "per_channel": True, "calibrate_method": "percentile"}],
+    ids=["int8", "uint8-per-channel-percentile"],
+)
+def test_pads_splits_and_elementwise_ops_match_onnxruntime(tmp_path: Path, options: dict):
+    model, feeds = operator_mix()
+    ours = quantize_static(model, feeds, **options)
+    assert_same_qdq(ours, ort_quantized(model, feeds, tmp_path, **options))
+    assert {"Pad", "Split", "Concat", "Sigmoid", "AveragePool"} <= {
+        n.op_type for n in ours.graph.node
+    }
 
 
 def test_tiny_bert_percentile_survives_constant_tensors(bert):

@@ -13,6 +13,8 @@ in graph order and marks the tensors each operator wants quantized.
 - Gather: a constant table or a quantized input, the output sharing its scale;
 - LayerNormalization, InstanceNormalization, BatchNormalization: the input, the scale as a
   weight, the bias to int32, the output;
+- Pad: every input, the output sharing the input's scale when it pads with input values
+  or 0;
 - Where: the output, when both values are quantized;
 - every other operator asked for (Add, Mul, Concat, Softmax, Sigmoid, GlobalAveragePool,
   ...): every float input and output as activations.
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from sonnx.quantization.options import QuantizeOptions
 
@@ -133,6 +136,15 @@ class _Marker:
             node.input[list(node.input).index(name)] = copy.name
             name = copy.name
         self.p.biases[name] = Bias(node.name, x, w, beta)
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of a Constant node's output or of an initializer; None otherwise."""
+        for node in self.p.model.graph.node:
+            if node.op_type == "Constant" and node.output[0] == name:
+                value = next((a.t for a in node.attribute if a.name == "value"), None)
+                return None if value is None else numpy_helper.to_array(value)
+        init = self.initializers.get(name)
+        return None if init is None else numpy_helper.to_array(init)
 
     def outputs(self, node: onnx.NodeProto) -> list[str]:
         return [] if node.op_type in self.options.exclude_output_ops else list(node.output)
@@ -260,6 +272,36 @@ def _norm(m: _Marker, node: onnx.NodeProto) -> None:
         m.activation(out)
 
 
+def _pad(m: _Marker, node: onnx.NodeProto) -> None:
+    """Every input; the output shares the input's scale when padding only repeats input
+    values or pads with 0 (which every range holds)."""
+    for name in node.input:
+        if name:
+            m.activation(name)
+    for out in m.outputs(node)[:1]:
+        if _pads_with_input_values(m, node):
+            m.same_as_input(out, node.input[0], node)
+        else:
+            m.activation(out)
+
+
+def _pads_with_input_values(m: _Marker, node: onnx.NodeProto) -> bool:
+    mode = _attr(node, "mode", b"constant")
+    if mode in (b"reflect", b"edge", b"wrap"):
+        return True
+    if mode != b"constant" or m.types.get(node.input[0]) is None:
+        return False
+    if m.opset < 11:
+        value: np.ndarray | None = np.array(_attr(node, "value", 0.0), dtype=np.float32)
+    elif len(node.input) >= 3 and node.input[2]:
+        value = m.constant(node.input[2])
+    else:
+        value = np.array(0, dtype=onnx.helper.tensor_dtype_to_np_dtype(m.types[node.input[0]]))
+    return (
+        value is not None and value.dtype in (np.float32, np.float16) and float(value.item()) == 0
+    )
+
+
 def _where(m: _Marker, node: onnx.NodeProto) -> None:
     if m.options.force_quantize_no_input_check:
         for name in node.input[1:]:
@@ -299,6 +341,7 @@ _RULES: dict[str, Callable[[_Marker, onnx.NodeProto], None]] = {
     "InstanceNormalization": _norm,
     "BatchNormalization": _norm,
     "Where": _where,
+    "Pad": _pad,
 }
 
 #: The operator types quantized by default: those with a rule above, and those onnxruntime
