@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
 from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationMethod, QuantType
 
@@ -156,6 +157,21 @@ def test_model_as_path_rep_and_reader_give_the_same_model(cnn, tmp_path: Path):
     from_rep = quantize_static(sonnx.prepare(model), [list(f.values()) for f in feeds])
     for other in (from_path, from_rep):
         assert_same_qdq(other, expected)
+
+
+def test_a_rep_is_quantized_with_its_current_weights(cnn):
+    """A SingaRep's weights after training (here: doubled in place) are the ones quantized."""
+    model, feeds = cnn
+    rep = sonnx.prepare(model)
+    with torch.no_grad():
+        rep.params["fc.weight"].data.mul_(2.0)
+    before = _initializer(quantize_static(model, feeds), "fc.weight_scale")
+    after = _initializer(quantize_static(rep, feeds), "fc.weight_scale")
+    np.testing.assert_allclose(after, 2.0 * before, rtol=1e-6)
+
+
+def _initializer(model: onnx.ModelProto, name: str) -> np.ndarray:
+    return numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == name))
 
 
 def test_onnxruntime_enums_are_accepted(cnn, tmp_path: Path):
