@@ -18,7 +18,7 @@ import sonnx
 from sonnx import autograd
 from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.tensor import to_numpy
-from sonnx.testing import zoo_audio, zoo_text, zoo_vision
+from sonnx.testing import zoo_audio, zoo_ocr, zoo_text, zoo_vision
 
 Feeds = dict[str, np.ndarray]
 
@@ -77,6 +77,16 @@ def dbnet_paddle() -> Case:
     return _detector(zoo_vision.PaddleDBHead(), spatial_outputs=True)
 
 
+def ppocr_det() -> Case:
+    detector = zoo_ocr.PPOCRDetector(zoo_ocr.PPOCRDetector.SMALL, inner=16)
+    module = zoo_ocr.trained_statistics(detector)
+    feeds = [
+        {"x": zoo_ocr.normalized_images(1, 64, 64)},
+        {"x": zoo_ocr.normalized_images(2, 96, 128, seed=1)},
+    ]
+    return Case(zoo_ocr.export_ppocr_detector(module), module, feeds)
+
+
 def crnn() -> Case:
     module = zoo_text.CRNN(num_classes=11, width=4, hidden=8)
     rng = np.random.default_rng(0)
@@ -109,6 +119,7 @@ FAMILIES: dict[str, Callable[[], Case]] = {
     "yolov8": yolov8,
     "dbnet": dbnet,
     "dbnet_paddle": dbnet_paddle,
+    "ppocr_det": ppocr_det,
     "crnn": crnn,
     "bert_int8": bert_int8,
     "vad": vad,
@@ -122,6 +133,8 @@ FEATURES = {
                "ConstantOfShape", "Softmax"},
     "dbnet": {"HardSwish", "Shape", "Slice", "Resize", "ConvTranspose", "Sigmoid"},
     "dbnet_paddle": {"ConvTranspose", "Add", "BatchNormalization", "Sigmoid"},
+    "ppocr_det": {"HardSigmoid", "Clip", "Resize", "ConvTranspose", "BatchNormalization",
+                  "Sigmoid"},
     "crnn": {"Squeeze", "Transpose", "LSTM", "Softmax"},
     "bert_int8": {"DequantizeLinear", "Cast", "Mul", "Range", "Gather", "MatMul", "Erf"},
     "vad": {"If", "Equal", "Pad", "Conv", "Sqrt", "LSTM"},

@@ -15,9 +15,9 @@ ONNX files people deploy, exported with torch's TorchScript-based exporter.
   an FPN whose upsampling ``Resize`` takes its ``sizes`` from other feature maps' shapes
   (nearest top-down, bilinear for the fusion), and a head with two ``ConvTranspose`` and a
   sigmoid probability map.
-- :class:`PaddleDBHead` imitates the head of a DB text detector as paddle2onnx writes it: each
-  ``ConvTranspose`` without its bias input, followed by an ``Add`` of the bias, the last one
-  from 24 channels to one.
+- :class:`PaddleDBHead` imitates the head of a DB text detector as paddle2onnx writes it
+  (:class:`PaddleDBUpsample`): each ``ConvTranspose`` without its bias input, followed by an
+  ``Add`` of the bias, the last one from 24 channels to one.
 
 YOLOv8 and DBNet take any height and width that are multiples of 32 (export them with
 :func:`dynamic_image_axes`).
@@ -390,17 +390,14 @@ class DBNet(nn.Module):
         return torch.sigmoid(self.head(torch.cat(fused[::-1], 1)))
 
 
-class PaddleDBHead(nn.Module):
-    """A small Conv-BatchNorm-ReLU backbone and DB's probability head, its transposed
-    convolutions' biases added separately as paddle2onnx exports them: ``ConvTranspose``
-    (no bias) + ``Add`` + ``BatchNormalization`` + ``Relu``, then ``ConvTranspose`` to one
-    channel (weight [channels, 1, 2, 2]) + ``Add`` + ``Sigmoid``."""
+class PaddleDBUpsample(nn.Module):
+    """The two transposed convolutions that bring DB's probability map to the image's size, as
+    paddle2onnx writes them: ``ConvTranspose`` (no bias) + ``Add`` of its bias +
+    ``BatchNormalization`` + ``Relu``, then ``ConvTranspose`` to one channel (weight
+    [channels, 1, 2, 2]) + ``Add`` + ``Sigmoid``."""
 
-    def __init__(self, channels: int = 24) -> None:
+    def __init__(self, channels: int) -> None:
         super().__init__()
-        self.backbone = nn.Sequential(
-            *_conv_bn(3, channels, 3, 2), nn.ReLU(), *_conv_bn(channels, channels, 3, 2), nn.ReLU()
-        )
         self.up = nn.ConvTranspose2d(channels, channels, 2, 2, bias=False)
         self.up_bias = nn.Parameter(torch.randn(channels))
         self.norm = nn.BatchNorm2d(channels)
@@ -408,6 +405,22 @@ class PaddleDBHead(nn.Module):
         self.out_bias = nn.Parameter(torch.randn(1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.up(self.backbone(x)) + self.up_bias.reshape(1, -1, 1, 1)
+        y = self.up(x) + self.up_bias.reshape(1, -1, 1, 1)
         y = torch.relu(self.norm(y))
         return torch.sigmoid(self.out(y) + self.out_bias.reshape(1, -1, 1, 1))
+
+
+class PaddleDBHead(nn.Module):
+    """A small Conv-BatchNorm-ReLU backbone and DB's probability head, its transposed
+    convolutions' biases added separately as paddle2onnx exports them
+    (:class:`PaddleDBUpsample`)."""
+
+    def __init__(self, channels: int = 24) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(
+            *_conv_bn(3, channels, 3, 2), nn.ReLU(), *_conv_bn(channels, channels, 3, 2), nn.ReLU()
+        )
+        self.head = PaddleDBUpsample(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(x))
