@@ -4,6 +4,7 @@
     python bench/infer.py --models bert --batches 1 8 32 --repeats 21 --json
     python bench/infer.py --models resnet18 --profile 15
     python bench/infer.py --models yolov8 dbnet --det-sizes 320 480x640   # zoo: batch 1 and 8
+    python bench/infer.py --models ppocr-det --det-sizes 320x480 --batches 1
 
 The models are exported from ``sonnx.testing.torch_models`` with torch's ONNX exporter (opset
 17, BatchNorm folded into Conv as for deployment, dynamic batch): a ResNet-18-style CNN, a
@@ -12,15 +13,19 @@ optimizer rewrites it (``bert-optimized``: com.microsoft Attention, SkipLayerNor
 EmbedLayerNormalization and BiasGelu, as optimized encoders are published). The zoo stand-ins
 (``sonnx.testing.zoo_*``, random weights) imitate deployed files: ResNet-50 and
 MobileNet-v3-Large at ``--image``, a YOLOv8n detector and a DBNet text detector at each of
-``--det-sizes`` (dynamic H x W, the YOLO anchor grid computed in the graph), a CRNN recogniser
-at 48 x each of ``--rec-widths``, a BERT-style encoder (hidden 256, 4 layers, BERT-base's
+``--det-sizes`` (dynamic H x W, the YOLO anchor grid computed in the graph), a PP-OCR text
+detector as paddle2onnx writes it at the same sizes (opset 11, BatchNormalization kept, the
+statistics of a trained network: ``sonnx.testing.zoo_ocr``), a CRNN recogniser at 48 x each of
+``--rec-widths``, a BERT-style encoder (hidden 256, 4 layers, BERT-base's
 vocabulary; hidden 768 would make the run too long) with int8 weights behind DequantizeLinear /
 Cast at each of ``--qbert-seqs``, and a streaming VAD (an ``If`` on the sample rate, a stateful
 LSTM) on 512-sample chunks at 16 and 8 kHz. Both sides load the same serialized bytes; the
 set-up rows time ``sonnx.prepare`` against creating the onnxruntime session. Each batch has two
 sonnx rows: the eager interpreter, and graph mode (``prepare(..., use_graph=True)``: graphs
 traced with symbolic sizes and compiled by inductor, a new one only for a shape the ones before
-do not serve; ``compile_s`` is the first run at each shape, compiling or not). Each run feeds
+do not serve; ``compile_s`` is the first run at each shape, compiling or not; ``eager_max`` and
+``eager_mean``, graph mode's largest and mean absolute difference from the eager run on the same
+inputs, show what the compile changed in the results). Each run feeds
 NumPy arrays and ends with NumPy outputs on both sides, in inference mode
 (``sonnx.autograd.training = False``). ``--profile N`` also prints the N most expensive torch
 operators of one sonnx run, and how much of the run was spent outside them (Python dispatch).
@@ -32,7 +37,7 @@ graph mode is from what torch's kernels can do at all. ``--torch-onednn-graph`` 
 module traced to TorchScript per shape, frozen, and run through oneDNN Graph (torch's LLGA
 fuser, ``torch.jit.enable_onednn_fusion``), which keeps compiled oneDNN partitions between calls
 where eager torch and inductor's graphs set up each convolution call anew: what a backend built
-on it could reach. """
+on it could reach."""
 
 from __future__ import annotations
 
@@ -63,11 +68,11 @@ from torch.fx.experimental.optimization import fuse
 import sonnx
 from sonnx import autograd, tensor
 from sonnx.runtime.graph_mode import GraphRunner
-from sonnx.testing import torch_models, zoo_audio, zoo_text, zoo_vision
+from sonnx.testing import torch_models, zoo_audio, zoo_ocr, zoo_text, zoo_vision
 
 OPSET = 17
 MODELS = ("resnet18", "mobilenetv2", "bert", "bert-optimized")
-ZOO = ("resnet50", "mobilenetv3", "yolov8", "dbnet", "crnn", "bert-int8", "vad")
+ZOO = ("resnet50", "mobilenetv3", "yolov8", "dbnet", "ppocr-det", "crnn", "bert-int8", "vad")
 LLMS = ("llm-int4",)
 Feeds = dict[str, np.ndarray]
 
@@ -124,6 +129,11 @@ def zoo_spec(name: str, args: argparse.Namespace, batches: list[int]) -> Spec:
         module = zoo_vision.YoloV8() if name == "yolov8" else zoo_vision.DBNet()
         model = zoo_vision.export_image_model(module, OPSET, True, name == "dbnet")
         return _sized(name, model, module, [parse_size(s) for s in args.det_sizes], batches)
+    if name == "ppocr-det":
+        module = zoo_ocr.trained_statistics(zoo_ocr.PPOCRDetector())
+        model = zoo_ocr.export_ppocr_detector(module)
+        sizes = [parse_size(s) for s in args.det_sizes]
+        return _sized(name, model, module, sizes, batches, "x")
     if name == "crnn":
         module = zoo_text.CRNN()
         model = zoo_text.export_crnn(module, OPSET)
@@ -271,6 +281,12 @@ def _max_diff(ours: list[np.ndarray], theirs: list[np.ndarray]) -> float:
     return max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs, strict=True))
 
 
+def _mean_diff(ours: list[np.ndarray], theirs: list[np.ndarray]) -> float:
+    """The mean absolute difference over every element of every output."""
+    diffs = [np.abs(a - b).ravel() for a, b in zip(ours, theirs, strict=True)]
+    return float(np.concatenate(diffs).mean())
+
+
 def torch_compiled(module: Callable[..., object]) -> Callable[..., object]:
     """``module`` as torch runs it best on the CPU: compiled by inductor with its weights
     frozen in (constant-folded, convolution and linear weights prepacked), one graph per
@@ -352,8 +368,8 @@ def bench_model(
                 with torch.no_grad():
                     return onednn_graph(*(torch.from_numpy(a) for a in feed.values()))
 
-            reference = theirs()
-            results = [("", ours, _max_diff(ours(), reference))]
+            reference, eager_out = theirs(), ours()
+            results = [("", ours, _max_diff(eager_out, reference))]
             if graph_rep is not None:
                 graph_out, compile_s = time_once(graph)
                 compile_total += compile_s
@@ -396,6 +412,8 @@ def bench_model(
             if graph_rep is not None:
                 rows[-1].extra["compile_s"] = compile_s
                 rows[-1].extra["compiles"] = compile_count(graph_rep.graph_runner)
+                rows[-1].extra["eager_max"] = _max_diff(graph_out, eager_out)
+                rows[-1].extra["eager_mean"] = _mean_diff(graph_out, eager_out)
             if args.profile:
                 notes.append(f"-- sonnx {case}\n{profile_sonnx(ours, args.profile)}")
     if graph_rep is None:
@@ -499,6 +517,8 @@ def main() -> None:
             "vs_onednn_graph",
             "onednn_graph_ratio",
             "max_abs_diff",
+            "eager_max",
+            "eager_mean",
             "compile_s",
             "compiles",
         ),
@@ -510,6 +530,9 @@ def main() -> None:
             "not in the timings",
             "compiles: graphs compiled so far for the model (segments x the shapes that need "
             "their own graph)",
+            "eager_max, eager_mean (graph rows): the largest and the mean |graph - eager| over "
+            "every element of the outputs, on the same inputs: what graph mode's compile "
+            "changed in the results",
             "torch_ms: the source torch.nn module in eager mode under no_grad (BatchNorm folded "
             "into Conv like the file, except in yolov8, whose shape-dependent head torch.fx "
             "cannot trace); "
