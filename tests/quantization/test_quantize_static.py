@@ -54,7 +54,9 @@ def assert_same_qdq(ours: onnx.ModelProto, ref: onnx.ModelProto) -> None:
         got = mine[name]
         assert (got.dtype, got.shape) == (expected.dtype, expected.shape), name
         if np.issubdtype(expected.dtype, np.floating):
-            np.testing.assert_allclose(got, expected, rtol=1e-5, err_msg=name)
+            # a float16 scale may differ by its ulp (sonnx's float16 run is not onnxruntime's)
+            rtol = 1e-5 if expected.dtype == np.float32 else 1e-3
+            np.testing.assert_allclose(got, expected, rtol=rtol, err_msg=name)
         else:
             # one step; an int32 bias also the ulp its float32 scale may differ by (sonnx's
             # float activations, hence ranges, can differ from onnxruntime's in the last bit)

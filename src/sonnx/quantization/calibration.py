@@ -85,8 +85,8 @@ def tensors_to_calibrate(model: onnx.ModelProto, op_types: set[str]) -> list[str
 def calibrate(
     model: onnx.ModelProto, calibration: Any, names: list[str], options: CalibrationOptions
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Each of ``names``' (low, high) range, float32, over the feeds of ``calibration`` run
-    through ``model`` in sonnx.
+    """Each of ``names``' (low, high) range, in the tensor's float type, over the feeds of
+    ``calibration`` run through ``model`` in sonnx.
 
     :raises BadInputError: a feed names an unknown input, misses one, or has the wrong dtype
         or fixed dims (the error names the input and the batch), or there is no feed at all.
@@ -117,8 +117,8 @@ def _min_max(value: np.ndarray) -> np.ndarray:
     """A batch's min and max, as onnxruntime's ReduceMin/ReduceMax give them (NaN when
     empty)."""
     if not value.size:
-        return np.array([np.nan, np.nan], dtype=np.float32)
-    return np.array([value.min(), value.max()], dtype=np.float32)
+        return np.array([np.nan, np.nan], dtype=value.dtype)
+    return np.array([value.min(), value.max()], dtype=value.dtype)
 
 
 def _range(batches: list[np.ndarray], options: CalibrationOptions) -> tuple[Any, Any]:
@@ -128,12 +128,11 @@ def _range(batches: list[np.ndarray], options: CalibrationOptions) -> tuple[Any,
             low, high = np.nanmean(lows, axis=0), np.nanmean(highs, axis=0)
         else:
             low, high = np.nanmin(lows, axis=0), np.nanmax(highs, axis=0)
-        low, high = np.float32(low), np.float32(high)
         if options.symmetric:
-            bound = np.float32(max(abs(low), abs(high)))
+            bound = np.maximum(np.abs(low), np.abs(high))
             return -bound, bound
         return low, high
-    values = np.concatenate(batches).astype(np.float32, copy=False)
+    values = np.concatenate(batches)
     if options.method == "percentile":
         symmetric = True if options.symmetric is None else options.symmetric
         return percentile_range(values, options.percentile, symmetric)

@@ -17,7 +17,7 @@ __all__ = ["entropy_range", "percentile_range"]
 def percentile_range(
     values: np.ndarray, percentile: float, symmetric: bool, num_bins: int = 2048
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The range holding ``percentile`` percent of ``values`` (flat, float32): with
+    """The range holding ``percentile`` percent of ``values`` (flat, float32 or float16): with
     ``symmetric``, ``[-t, t]`` where ``t`` is the edge of the histogram of absolute values
     (``num_bins`` bins over ``[0, max |x|]``) below which ``percentile`` percent lie; without,
     both tails cut by half of the rest, over a histogram of ``[-max|x|, max|x|]``. Either
