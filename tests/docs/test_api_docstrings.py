@@ -213,6 +213,9 @@ OFF_PAGE = {
     # how prepare reads a graph input's declared type into an InputSpec
     "sonnx.runtime.input_specs.declared_dims",
     "sonnx.runtime.input_specs.input_spec",
+    # how SingaRep.run words a fed value's type problem, and tells a list of maps
+    "sonnx.runtime.input_specs.cast_hint",
+    "sonnx.runtime.input_specs.is_map_list",
     # the update step SONNXModel.train_one_batch shares with CausalLM and the walkthrough
     "sonnx.sonnx_model.apply_update",
     # the tensors an operator or a graph-mode trace makes, and their fast constructors

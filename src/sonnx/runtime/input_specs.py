@@ -109,7 +109,12 @@ def input_spec(value: onnx.ValueInfoProto) -> InputSpec:
 
 def cast_hint(value: Any, dtype: Any) -> str:
     """How to give ``value`` the element type an input expects, in the words of its kind
-    (sonnx narrows no type silently: ``np.random.rand`` makes float64, models take float32)."""
+    (sonnx narrows no type silently: ``np.random.rand`` makes float64, models take float32).
+
+    :param value: the value fed (a Tensor, a torch tensor, an array or anything else).
+    :param dtype: the element type the input declares (a torch dtype).
+    :returns: the hint, ``"; cast it with ..."``, or ``""`` where there is none to give.
+    """
     name = dtypes.dtype_name(dtype)
     if isinstance(value, Tensor):
         return f"; cast it with x.as_type({name!r})"
@@ -124,5 +129,10 @@ def cast_hint(value: Any, dtype: Any) -> str:
 
 
 def is_map_list(value: Any) -> bool:
-    """A non-empty list of dicts: a ``seq(map(K, V))`` input (ZipMap's output fed back)."""
+    """Whether ``value`` is a non-empty list of dicts: a ``seq(map(K, V))`` input (ZipMap's
+    output fed back).
+
+    :param value: the value fed.
+    :returns: True for a non-empty list of mappings.
+    """
     return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
