@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from sonnx.runtime.graph_checks import first_difference, tolerance
+from sonnx.runtime.graph_checks import first_difference, rounds_values, tolerance
 
 
 def test_reordering_noise_passes_and_a_miscompile_is_named_with_where_and_by_how_much() -> None:
@@ -57,3 +57,24 @@ def test_tolerances_follow_the_type() -> None:
     assert tolerance(torch.bfloat16)[0] > tolerance(torch.float16)[0] > tolerance(torch.float32)[0]
     assert tolerance(torch.complex64) == tolerance(torch.float32)
     assert tolerance(torch.int64) is None and tolerance(torch.bool) is None
+
+
+def test_values_rounded_to_a_grid_are_held_to_a_step_not_to_the_last_bits() -> None:
+    """A last-bit difference before a quantization moves a code by one step, which travels
+    on: within 1 % where the segment rounds, a difference where it does not."""
+    eager = torch.linspace(-3.9, 3.9, 64)
+    moved = eager + 0.011 * (torch.arange(64) % 2)
+    assert first_difference(["h"], [moved], [eager])
+    assert first_difference(["h"], [moved], [eager], rounded=True) is None
+    assert first_difference(["h"], [eager + 0.3], [eager], rounded=True)  # a miscompile still
+    codes = torch.tensor([0, 17, 255], dtype=torch.uint8)
+    flipped = torch.tensor([0, 18, 255], dtype=torch.uint8)
+    assert first_difference(["q"], [flipped], [codes])
+    assert first_difference(["q"], [flipped], [codes], rounded=True) is None
+
+
+def test_the_operators_that_round_values() -> None:
+    assert rounds_values(["Relu", "DynamicQuantizeLinear", "MatMul"])
+    for op in ("MatMulInteger", "QLinearConv", "MatMulNBits", "QAttention", "Round", "QGemm"):
+        assert rounds_values([op])
+    assert not rounds_values(["Conv", "Cast", "Softmax", "Gather"])

@@ -59,7 +59,7 @@ from sonnx.engine.tracing import NotTraceableError
 from sonnx.errors import BadInputError, GraphModeWarning
 from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget, CompileProgress
 from sonnx.runtime.compiled_graphs import CompiledGraph, CompiledRunError, first_line
-from sonnx.runtime.graph_checks import first_difference
+from sonnx.runtime.graph_checks import first_difference, rounds_values
 from sonnx.runtime.graph_keys import (
     RECENT_SIGNATURES,
     bake_tests,
@@ -175,9 +175,13 @@ class GraphRunner:
     @property
     def fallback(self) -> str | None:
         """What runs eagerly and why (None: the whole graph is compiled)."""
+        found = [p for p in self.parts() if not p.compiled and p.steps.start in self.eager_steps]
         parts = [
-            f"node {self.program.steps[i].info.name!r} runs eagerly: {why}"
-            for i, why in sorted(self.eager_steps.items())
+            f"node {p.nodes[0]!r} runs eagerly: {p.why_eager}"
+            if len(p.steps) == 1
+            else f"steps {p.steps.start}-{p.steps.stop - 1} ({p.nodes[0]!r} .. "
+            f"{p.nodes[-1]!r}) run eagerly: {p.why_eager}"
+            for p in found
         ]
         return "; ".join(parts) or None
 
@@ -413,7 +417,9 @@ class GraphRunner:
         expected = dict(values)
         self._execute(expected, segment.start, segment.stop, set(segment.outputs))
         eager = [expected[n].data for n in segment.outputs]
-        difference = first_difference(segment.outputs, outs, eager)
+        steps = self.program.steps[segment.start : segment.stop]
+        rounded = rounds_values(step.info.op_type for step in steps)
+        difference = first_difference(segment.outputs, outs, eager, rounded)
         if difference is None:
             return outs
         self._drop(segment, f"its compiled graph's first run differed from the eager steps: "
