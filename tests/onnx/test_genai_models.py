@@ -30,8 +30,15 @@ PROMPT = genai_builds.MISTRAL_WINDOW + 8
 RNG = np.random.default_rng(0)
 
 
-def close(actual: np.ndarray, expected: np.ndarray) -> None:
-    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5)
+def close(actual: np.ndarray, expected: np.ndarray, precision: str = "fp32") -> None:
+    """Equal within 1e-4 relative and 1e-5 absolute. For an int4 build, MatMulNBits rounds its
+    input to int8 per block (accuracy_level 4), and a last-bit difference before it (the CPU's
+    float kernels, onnxruntime's and torch's alike, differ by machine) can move one code: one
+    step of the input, about 2e-3 on these logits (seen on an AMD EPYC), and the step travels
+    on to later positions. So there, every value is within 5e-3 (MatMulNBits itself is held to
+    onnxruntime's exactly, on the same inputs, in tests/operators/quantize)."""
+    atol = 5e-3 if precision == "int4" else 1e-5
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=atol)
 
 
 class Runs:
@@ -87,7 +94,7 @@ def test_prompt_then_decode_steps_match_onnxruntime(family: str, precision: str)
         mask = np.ones((1, PROMPT + step), np.int64)
         expected, got = runs.both(runs.feeds(ids, mask, past))
         for e, g in zip(expected, got, strict=True):
-            close(g, e)
+            close(g, e, precision)
         ids, past = np.argmax(expected[0][:, -1:], -1), expected[1:]
 
 
@@ -105,10 +112,10 @@ def test_right_padded_batch_over_a_shared_buffer_matches_onnxruntime() -> None:
         rows = lengths + step if step else lengths  # the ids' rows that count
         for b in range(2):
             seq_rows = slice(None) if step else slice(rows[b])
-            close(got[0][b, seq_rows], expected[0][b, seq_rows])
+            close(got[0][b, seq_rows], expected[0][b, seq_rows], "int4")
             for e, g in zip(expected[1:], got[1:], strict=True):
                 assert g.shape == e.shape == (2, KV_HEADS, buffer, HEAD_SIZE)
-                close(g[b, :, : rows[b]], e[b, :, : rows[b]])
+                close(g[b, :, : rows[b]], e[b, :, : rows[b]], "int4")
         last = expected[0][np.arange(2), (lengths - 1) if step == 0 else 0]
         ids, past = np.argmax(last, -1)[:, None], expected[1:]
 
@@ -133,7 +140,7 @@ def test_build_exports_as_it_came(precision: str) -> None:
                                    providers=["CPUExecutionProvider"])  # fmt: skip
     given = {i.name: feeds[i.name] for i in exported.graph.input}
     for e, g in zip(session.run(None, given), outputs, strict=True):
-        close(to_numpy(g), e)
+        close(to_numpy(g), e, precision)
 
 
 def _loss(model: sonnx.SONNXModel, inputs: list[Tensor], weights: Tensor) -> Tensor:
