@@ -72,7 +72,17 @@ from sonnx.testing import torch_models, zoo_audio, zoo_ocr, zoo_text, zoo_vision
 
 OPSET = 17
 MODELS = ("resnet18", "mobilenetv2", "bert", "bert-optimized")
-ZOO = ("resnet50", "mobilenetv3", "yolov8", "dbnet", "ppocr-det", "crnn", "bert-int8", "vad")
+ZOO = (
+    "resnet50",
+    "mobilenetv3",
+    "yolov8",
+    "dbnet",
+    "ppocr-det",
+    "crnn",
+    "bert-int8",
+    "bert-dyn8",
+    "vad",
+)
 LLMS = ("llm-int4",)
 Feeds = dict[str, np.ndarray]
 
@@ -97,6 +107,18 @@ def _folded(module: torch.nn.Module) -> torch.nn.Module:
         return fuse(module.eval())
     except torch.fx.proxy.TraceError:
         return module.eval()
+
+
+def _dynamically_quantized(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` through onnxruntime's ``quantize_dynamic`` (int8 weights; reduce_range, as
+    onnxruntime advises where its u8s8 kernels saturate: AVX2 without VNNI)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as folder:
+        source, target = Path(folder) / "float.onnx", Path(folder) / "int8.onnx"
+        onnx.save(model, source)
+        quantize_dynamic(source, target, weight_type=QuantType.QInt8, reduce_range=True)
+        return onnx.load(target)
 
 
 def _random_images(batch: int, h: int, w: int, name: str = "images") -> Feeds:
@@ -138,15 +160,18 @@ def zoo_spec(name: str, args: argparse.Namespace, batches: list[int]) -> Spec:
         module = zoo_text.CRNN()
         model = zoo_text.export_crnn(module, OPSET)
         return _sized(name, model, module, [(48, w) for w in args.rec_widths], batches, "image")
-    if name == "bert-int8":
+    if name in ("bert-int8", "bert-dyn8"):
         module = zoo_text.BertEncoder()
         vocab = module.tokens.num_embeddings
         variants = {
             f"seq{s}": functools.partial(_text_feeds, seq=s, vocab=vocab) for s in args.qbert_seqs
         }
-        model = zoo_text.export_bert(module, OPSET)
+        if name == "bert-int8":  # int8 weights behind DequantizeLinear
+            model = zoo_text.export_bert(module, OPSET)
+        else:  # onnxruntime's quantize_dynamic: MatMulInteger on int8 activations and weights
+            model = _dynamically_quantized(zoo_text.export_bert(module, OPSET, quantize=False))
         # No torch counterpart: the float module does not compute the int8 model's function.
-        return Spec("bert-int8", model.SerializeToString(), variants, None, batches)
+        return Spec(name, model.SerializeToString(), variants, None, batches)
     module = zoo_audio.StreamingVAD().eval()
     variants = {
         f"512@{sr // 1000}kHz": functools.partial(_vad_feeds, sr=sr, hidden=module.hidden)
