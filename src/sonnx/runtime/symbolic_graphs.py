@@ -55,6 +55,7 @@ from torch.fx.experimental.symbolic_shapes import (
 )
 
 from sonnx.runtime.compiled_graphs import compile_library, freeze
+from sonnx.runtime.conv_input_strides import channels_last_convolution_inputs
 
 # One trace and compile at a time in the process: both swap torch functions and settings
 # process-wide (see _unguarded_kernel_choices), and inductor's config patches are global too.
@@ -99,7 +100,7 @@ def _compile_symbolic(
         graph = make_fx(pure, tracing_mode="symbolic", _allow_non_fake_inputs=True)(
             *fake_params, *fake_xs
         )
-        with _size_oblivious_views():
+        with _size_oblivious_views(), channels_last_convolution_inputs():
             compile_library(freeze(graph, params), fake_xs, library, named)
     # Produced after compiling: inductor adds the guards of its own size decisions.
     return env.produce_guards_expression(fake_xs, ignore_static=False) or ""
