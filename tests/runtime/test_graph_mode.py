@@ -24,6 +24,7 @@ from sonnx.runtime.imported_graph import ImportedGraph
 from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm
 from tests.onnx.switch_models import switch_model, unary_branch
+from tests.runtime.graph_mode_models import chain_with_a_tanh, compute_around_a_nonzero
 
 
 @pytest.fixture(scope="module")
@@ -189,28 +190,8 @@ def test_value_dependent_steps_run_eagerly_and_the_rest_stays_compiled(make, nod
     assert eager_ops == {node}
 
 
-def _compute_around_a_nonzero() -> onnx.ModelProto:
-    """Relu -> Mul (compiled) -> NonZero (eager) -> Cast -> ReduceSum -> Mul by the first
-    segment's output (compiled again)."""
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("Mul", ["r", "r"], ["sq"], name="square"),
-        helper.make_node("NonZero", ["sq"], ["where"], name="nonzero"),
-        helper.make_node("Cast", ["where"], ["wf"], name="cast", to=TensorProto.FLOAT),
-        helper.make_node("ReduceSum", ["wf"], ["total"], name="total", keepdims=0),
-        helper.make_node("Mul", ["sq", "total"], ["y"], name="scaled"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "around",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_the_steps_around_an_eager_step_are_compiled_segments(caplog) -> None:
-    model = _compute_around_a_nonzero()
+    model = compute_around_a_nonzero()
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     rng = np.random.default_rng(0)
     with pytest.warns(RuntimeWarning, match="node 'nonzero'"):
@@ -275,27 +256,6 @@ def test_bad_input_met_while_compiling_is_reported_and_later_runs_still_compile(
     assert rep.graph_runner.compile_count == 1
 
 
-def _chain_with_a_tanh() -> onnx.ModelProto:
-    """Relu -> Mul by 2 -> Add x -> Tanh -> Mul -> Sigmoid: six elementwise steps."""
-    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
-    nodes = [
-        helper.make_node("Relu", ["x"], ["a"], name="relu"),
-        helper.make_node("Mul", ["a", "two"], ["b"], name="double"),
-        helper.make_node("Add", ["b", "x"], ["c"], name="skip"),
-        helper.make_node("Tanh", ["c"], ["d"], name="tanh"),
-        helper.make_node("Mul", ["d", "c"], ["e"], name="gate"),
-        helper.make_node("Sigmoid", ["e"], ["y"], name="squash"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [two],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_a_segment_inductor_rejects_is_split_once_and_a_failing_half_runs_eagerly(
     monkeypatch,
 ) -> None:
@@ -311,7 +271,7 @@ def test_a_segment_inductor_rejects_is_split_once_and_a_failing_half_runs_eagerl
         compile_library(graph, example_inputs, library, named)
 
     monkeypatch.setattr(symbolic_graphs, "compile_library", no_tanh)
-    model = _chain_with_a_tanh()
+    model = chain_with_a_tanh()
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     runner = rep.graph_runner
     assert [p.why_eager for p in runner.parts()] == ["not run yet"]

@@ -11,55 +11,14 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 import torch
-from onnx import TensorProto, helper
 
 import sonnx
 from sonnx.errors import BadInputError, GraphModeWarning
 from sonnx.runtime import store, symbolic_graphs
 from sonnx.tensor import to_numpy
-
-
-def _chain() -> onnx.ModelProto:
-    """Relu -> Mul -> Add -> Tanh -> Mul -> Sigmoid: one compiled segment."""
-    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
-    nodes = [
-        helper.make_node("Relu", ["x"], ["a"], name="relu"),
-        helper.make_node("Mul", ["a", "two"], ["b"], name="double"),
-        helper.make_node("Add", ["b", "x"], ["c"], name="skip"),
-        helper.make_node("Tanh", ["c"], ["d"], name="tanh"),
-        helper.make_node("Mul", ["d", "c"], ["e"], name="gate"),
-        helper.make_node("Sigmoid", ["e"], ["y"], name="squash"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [two],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def _around_a_nonzero() -> onnx.ModelProto:
-    """Two compiled segments around an eager NonZero."""
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("Mul", ["r", "r"], ["sq"], name="square"),
-        helper.make_node("NonZero", ["sq"], ["where"], name="nonzero"),
-        helper.make_node("Cast", ["where"], ["wf"], name="cast", to=TensorProto.FLOAT),
-        helper.make_node("ReduceSum", ["wf"], ["total"], name="total", keepdims=0),
-        helper.make_node("Mul", ["sq", "total"], ["y"], name="scaled"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "around",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+from tests.runtime.graph_mode_models import chain_with_a_tanh, compute_around_a_nonzero
 
 
 @pytest.fixture
@@ -84,7 +43,7 @@ def _x(batch: int, seed: int = 0) -> np.ndarray:
 def test_a_miscompiled_graph_is_caught_at_its_first_run_and_its_steps_run_eagerly(
     miscompiling,
 ) -> None:
-    model = _chain()
+    model = chain_with_a_tanh()
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     with pytest.warns(
         GraphModeWarning,
@@ -111,7 +70,7 @@ def test_a_dropped_graph_leaves_the_store_and_a_new_process_runs_those_steps_eag
     miscompiling, tmp_path: Path, monkeypatch
 ) -> None:
     monkeypatch.setenv(store.ENV_VAR, str(tmp_path))
-    model = _chain()
+    model = chain_with_a_tanh()
     with pytest.warns(GraphModeWarning, match="differed from the eager steps"):
         sonnx.prepare(model, use_graph=True).run([_x(2)])
     assert not list((tmp_path / "graphs").glob("*/*/graph.so"))
@@ -124,7 +83,7 @@ def test_a_dropped_graph_leaves_the_store_and_a_new_process_runs_those_steps_eag
 
 def test_without_verify_the_first_run_is_not_checked(miscompiling) -> None:
     """``verify=False`` is for those who measured: a wrong graph then goes unnoticed."""
-    model = _chain()
+    model = chain_with_a_tanh()
     rep, eager = sonnx.prepare(model, use_graph=True, verify=False), sonnx.prepare(model)
     with warnings.catch_warnings():
         warnings.simplefilter("error", GraphModeWarning)
@@ -149,7 +108,7 @@ def test_a_graph_raising_while_it_runs_falls_back_to_the_eager_steps(monkeypatch
         return checked
 
     monkeypatch.setattr(store, "load_library", raising_for_five)
-    model = _chain()
+    model = chain_with_a_tanh()
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     for batch in (2, 3):  # one symbolic graph serves both
         np.testing.assert_allclose(
@@ -166,7 +125,7 @@ def test_a_graph_raising_while_it_runs_falls_back_to_the_eager_steps(monkeypatch
 
 
 def test_a_spent_compile_budget_leaves_the_parts_not_compiled_yet_eager(caplog) -> None:
-    model = _around_a_nonzero()
+    model = compute_around_a_nonzero()
     rep, eager = sonnx.prepare(model, use_graph=True, compile_budget=2), sonnx.prepare(model)
     x = _x(3)
     with pytest.warns(GraphModeWarning, match=r"steps 3-5 and every other part not compiled yet "
@@ -188,4 +147,4 @@ def test_a_spent_compile_budget_leaves_the_parts_not_compiled_yet_eager(caplog) 
 @pytest.mark.parametrize("budget", [0, -1, "60", True])
 def test_a_compile_budget_must_be_positive_seconds(budget) -> None:
     with pytest.raises(BadInputError, match="compile_budget must be a number of seconds"):
-        sonnx.prepare(_chain(), use_graph=True, compile_budget=budget)
+        sonnx.prepare(chain_with_a_tanh(), use_graph=True, compile_budget=budget)
