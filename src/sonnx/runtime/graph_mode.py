@@ -466,7 +466,7 @@ class GraphRunner:
             else:
                 self._run_eagerly(range(index, index + 1), str(e))
             raise _ReplanError from e
-        except (BadInputError, _BudgetSpentError):  # the caller's inputs, not the compiler
+        except (BadInputError, _BudgetSpentError):  # the caller's inputs, or no budget left
             raise
         except Exception as e:  # inductor's own failure
             self._split(segment, e)
