@@ -92,6 +92,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_request_mb=args.max_request_mb,
         shutdown_timeout=args.shutdown_timeout,
         log_level=args.log_level,
+        strict_readiness=not args.no_strict_readiness,
     )
 
 
@@ -267,6 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="info",
         choices=["debug", "info", "warning", "error"],
         help="the server's log level",
+    )
+    serve.add_argument(
+        "--no-strict-readiness",
+        action="store_true",
+        help="/v2/health/ready answers ready once the start-up load has finished, even while "
+        "a model failed to load; default: ready only while every model serves (Triton's "
+        "strict readiness)",
     )
     serve.set_defaults(func=_serve)
     cache = command("cache", "where graph mode stores compiled graphs, and how much")

@@ -68,12 +68,14 @@ def create_app(
     api_key: str | None = None,
     max_request_bytes: int = 64 * 2**20,
     services: Sequence[Service] = (),
+    strict_readiness: bool = True,
 ) -> Starlette:
     """A Starlette app serving ``model_repository``; the models load in the background once
-    the app starts (``/v2/health/ready`` turns 200 when they have). ``services`` (the gRPC
-    endpoint) start with the app over the same repository and stop before it closes."""
+    the app starts (``/v2/health/ready`` turns 200 when they have, and with
+    ``strict_readiness`` only while every model serves). ``services`` (the gRPC endpoint)
+    start with the app over the same repository and stop before it closes."""
     metrics = ServeMetrics()
-    repository = ModelRepository(Path(model_repository), metrics)
+    repository = ModelRepository(Path(model_repository), metrics, strict_readiness=strict_readiness)
     api = _Api(repository, metrics, max_request_bytes)
     generation = GenerateApi(repository, metrics, lambda r: read_body(r, max_request_bytes))
 
@@ -106,6 +108,13 @@ def create_app(
 
 
 async def _load_all(repository: ModelRepository) -> None:
+    if not repository.on_disk():
+        log.warning(
+            "the model repository %s holds no model directory (<model>/<version>/model.onnx); "
+            "the server is ready but has nothing to serve",
+            repository.root,
+            extra={"fields": {"event": "empty_repository", "root": str(repository.root)}},
+        )
     await repository.load_all()
     log.info(
         "ready" if repository.ready else "started with unavailable models",
@@ -198,7 +207,10 @@ class _Api:
 
     async def ready(self, request: Request) -> Response:
         ready = self.repository.ready
-        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+        body: dict[str, Any] = {"ready": ready}
+        if not ready and self.repository.loaded_all:
+            body["unavailable"] = self.repository.unavailable()
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     async def server_metadata(self, request: Request) -> Response:
         return JSONResponse({"name": "sonnx", "version": _version(), "extensions": EXTENSIONS})
@@ -296,8 +308,7 @@ class _Api:
                 f"model's config.json and files in the repository, received "
                 f"{sorted(options['parameters'])}"
             )
-        await self.repository.load(name)
-        self.repository.get(name)  # raises with the reason if the load failed
+        await self.repository.load(name, strict=True)
         return JSONResponse({})
 
     async def unload(self, request: Request) -> Response:

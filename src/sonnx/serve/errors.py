@@ -29,6 +29,11 @@ class ModelRunError(InvalidRequestError):
     (a token id past the vocabulary, an index out of range)."""
 
 
+class ModelLoadError(InvalidRequestError):
+    """A load request failed (a bad ``config.json``, an unreadable model file); the text says
+    why. Versions that already served before the request keep serving."""
+
+
 class UnsupportedError(InvalidRequestError):
     """The request or model uses a feature sonnx serve does not implement (named in the text)."""
 

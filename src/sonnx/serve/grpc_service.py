@@ -220,8 +220,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 f"model's config.json and files in the repository, received "
                 f"{sorted(request.parameters)}"
             )
-        await self.repository.load(request.model_name)
-        self.repository.get(request.model_name)  # raises with the reason if the load failed
+        await self.repository.load(request.model_name, strict=True)
         return pb.RepositoryModelLoadResponse()
 
     @_answered

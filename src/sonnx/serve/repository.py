@@ -5,7 +5,12 @@ loaded in a thread (``prepare`` can take seconds) while the server keeps answeri
 prepares the new versions first and swaps them in, so requests never see a half-loaded model,
 and the replaced versions finish their queued requests before their batchers stop. A model
 that fails to load is kept with the reason, which ``/v2/repository/index`` and every request
-for it report.
+for it report; a load request answers it as an error. A reload that fails leaves the versions
+already serving unchanged, as Triton's does.
+
+Readiness is Triton's strict readiness by default: the server is ready once the start-up load
+has finished and every model it knows serves. ``strict_readiness=False`` only waits for the
+start-up load, so that one bad directory does not keep the other models out of service.
 
 Each version is prepared once: its ``instance_count`` worker threads share the one
 :class:`~sonnx.runtime.rep.SingaRep` (which runs inference in several threads at once), and so
@@ -33,6 +38,7 @@ from sonnx.serve.config import ModelConfig, load_config
 from sonnx.serve.errors import (
     ConfigError,
     InvalidRequestError,
+    ModelLoadError,
     ModelNotFoundError,
     ModelRunError,
     ModelUnavailableError,
@@ -96,10 +102,11 @@ class ModelEntry:
 class ModelRepository:
     """Loads, serves and unloads the models under ``root``. Use it inside the event loop."""
 
-    def __init__(self, root: Path, metrics: ServeMetrics) -> None:
+    def __init__(self, root: Path, metrics: ServeMetrics, *, strict_readiness: bool = True) -> None:
         if not root.is_dir():
             raise ConfigError(f"model repository {root} is not a directory")
         self.root = root
+        self.strict_readiness = strict_readiness
         self._metrics = metrics
         self._entries: dict[str, ModelEntry] = {}
         self.loaded_all = False
@@ -144,10 +151,16 @@ class ModelRepository:
 
     @property
     def ready(self) -> bool:
-        """True once the start-up load has finished. A model that failed to load does not hold
-        the whole server back (its own ready endpoint and the index say why), otherwise one
-        bad directory would keep every other model out of service."""
-        return self.loaded_all
+        """True once the start-up load has finished and, with strict readiness (the default),
+        every known model serves; :meth:`unavailable` names those that do not."""
+        if not self.loaded_all:
+            return False
+        return not (self.strict_readiness and self.unavailable())
+
+    def unavailable(self) -> list[str]:
+        """The known models (loaded at start-up or by a load request) that serve no version:
+        failed to load, or loading."""
+        return sorted(name for name, entry in self._entries.items() if not entry.versions)
 
     def index(self, ready_only: bool = False) -> list[dict[str, str]]:
         """One row per served version, or per model that is not serving, with its state."""
@@ -172,9 +185,15 @@ class ModelRepository:
             await self.load(name)
         self.loaded_all = True
 
-    async def load(self, name: str) -> None:
-        """(Re)load ``name`` from disk. Failures are recorded on the model, not raised, except
-        for a name that is not in the repository."""
+    async def load(self, name: str, *, strict: bool = False) -> None:
+        """(Re)load ``name`` from disk. A failure is recorded on the model (a failed reload
+        keeps the versions already serving) and raised only when ``strict``.
+
+        :param name: the model directory's name.
+        :param strict: raise a failure instead of only recording it (a load request).
+        :raises ModelNotFoundError: ``name`` is not in the repository.
+        :raises ModelLoadError: with ``strict``, the model failed to load; the text says why.
+        """
         if name not in self.on_disk():
             raise ModelNotFoundError(f"unknown model {name!r}; the repository has {self.on_disk()}")
         entry = self._entries.setdefault(name, ModelEntry(name))
@@ -185,9 +204,9 @@ class ModelRepository:
             try:
                 prepared = await asyncio.to_thread(_prepare_model, self.root / name)
             except Exception as e:  # any failure leaves the server up and says why
-                log.error("model %r failed to load: %s", name, e)
-                await self._retire(entry, dict(entry.versions))
-                entry.state, entry.reason = "UNAVAILABLE", str(e)
+                reason = _failed(name, entry, e)
+                if strict:
+                    raise ModelLoadError(reason) from None
                 return
             old = dict(entry.versions)
             entry.versions = {
@@ -235,6 +254,19 @@ class ModelRepository:
         )
         batcher = Batcher(name, _runner(name, rep), policy, self._metrics.observer(name))
         return ModelVersion(name, version, config, signature, rep, batcher)
+
+
+def _failed(name: str, entry: ModelEntry, error: Exception) -> str:
+    """Record a failed (re)load on ``entry``; the reason a load request answers."""
+    if entry.versions:  # a reload: what served before still serves
+        served = sorted(entry.versions)
+        reason = f"model {name!r} failed to reload, still serving versions {served}: {error}"
+        entry.state, entry.reason = "READY", reason
+    else:
+        reason = f"model {name!r} failed to load: {error}"
+        entry.state, entry.reason = "UNAVAILABLE", str(error)
+    log.error("%s", reason)
+    return reason
 
 
 def _prepare_model(folder: Path) -> list[tuple[int, ModelConfig, ModelSignature, SingaRep]]:

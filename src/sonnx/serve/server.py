@@ -41,17 +41,23 @@ def run_server(
     max_request_mb: float = 64.0,
     shutdown_timeout: float = 30.0,
     log_level: str = "info",
+    strict_readiness: bool = True,
 ) -> int:
     """Serve ``model_repository`` until SIGTERM or SIGINT; the exit code (0 after a graceful
     stop). ``port`` 0 picks a free port, logged in the ``listening`` line. ``grpc_port`` (None:
-    no gRPC) serves the same models over gRPC too, logged in the ``grpc_listening`` line."""
+    no gRPC) serves the same models over gRPC too, logged in the ``grpc_listening`` line.
+    ``strict_readiness`` (Triton's) answers ready only while every model serves."""
     autograd.training = False  # serving never records gradients
     limit = int(max_request_mb * 2**20)
     services = []
     if grpc_port is not None:
         services.append(_grpc_endpoint(host, grpc_port, api_key, limit, shutdown_timeout))
     app = create_app(
-        Path(model_repository), api_key=api_key, max_request_bytes=limit, services=services
+        Path(model_repository),
+        api_key=api_key,
+        max_request_bytes=limit,
+        services=services,
+        strict_readiness=strict_readiness,
     )
     sock = bind_socket(host, port)
     configure_logging(log_level)
