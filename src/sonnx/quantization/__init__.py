@@ -11,5 +11,6 @@ Modules: :mod:`~sonnx.quantization.static` (the entry point),
 """
 
 from sonnx.quantization.static import quantize_static
+from sonnx.quantization.weights import quantize_weights
 
-__all__ = ["quantize_static"]
+__all__ = ["quantize_static", "quantize_weights"]
