@@ -7,6 +7,7 @@ sonnx run MODEL.onnx INPUT.npy [...] [--output NAME] [--cast] run a model on .np
 sonnx serve --model-repository DIR [--http-port 8000] [--grpc-port 8001]  KServe v2 server
 sonnx cache [--clear]                                         graph mode's stored graphs
 sonnx generate DIR --prompt "..." [--device D] [--graph]    stream generated text
+sonnx quantize MODEL OUT (--calibration DIR | --weights-only)  int8 QDQ or int4 MatMulNBits
 
 Every option's ``--help`` line ends in its default. Output into a closed pipe
 (``sonnx info model.onnx | head -1``) ends the command quietly.
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 
 from sonnx import dtypes
+from sonnx.cli_quantize import add_arguments as add_quantize_arguments
 from sonnx.errors import SonnxError
 from sonnx.generation.command import add_parser as add_generate_parser
 from sonnx.process_tuning import tune_process_for_serving
@@ -283,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cache.set_defaults(func=_cache)
     add_generate_parser(sub)
+    add_quantize_arguments(
+        command("quantize", "quantize a float model: int8 QDQ from .npy feeds, or int4 weights")
+    )
     return parser
 
 
