@@ -2,8 +2,9 @@
 
 Subclass it as SINGA's examples do: call ``super().forward(*x)`` (optionally with
 ``last_layers`` or ``output`` to cut the graph), append your own layers, override
-``train_one_batch``, ``set_optimizer`` and ``compile``. Every imported float weight is a
-registered parameter under its initializer name, so ``get_params``, ``get_states``,
+``train_one_batch``, ``set_optimizer`` and ``compile``. Every imported float weight (an
+initializer, a Constant node's weight, a weight inside an ``If`` or ``Loop`` body) is a
+registered parameter under its ONNX name, so ``get_params``, ``get_states``,
 ``save_states`` and ``load_states`` include them (``get_params`` after a cut only those the
 kept graph reads), and :meth:`SONNXModel.freeze` / :meth:`SONNXModel.unfreeze` choose which of
 them train.
@@ -55,15 +56,23 @@ class SONNXModel(Model):
 
     @property
     def _weight_names(self) -> list[str]:
-        """The initializers' names, read from the graph each time: a pass such as
-        :func:`sonnx.lora.add` may prepare the rep again with more weights."""
-        return [i.name for i in self._rep.model.graph.initializer]
+        """The initializers' names, then those of the weights Constant nodes and subgraphs
+        hold, read from the graph each time: a pass such as :func:`sonnx.lora.add` may
+        prepare the rep again with more weights."""
+        names = [i.name for i in self._rep.model.graph.initializer]
+        known = set(names)
+        return names + [n for n in self._rep.params if n not in known]
+
+    def _imported(self, name: str) -> Tensor:
+        found = self._rep.constants.get(name)
+        return found if found is not None else self._rep.params[name]
 
     def _children(self) -> Iterator[tuple[str, Layer | Tensor]]:
-        """The user's attributes, then the imported initializers under their ONNX names."""
+        """The user's attributes, then the imported initializers and weights under their ONNX
+        names."""
         yield from super()._children()
         for name in self._weight_names:
-            yield name, self._rep.constants[name]
+            yield name, self._imported(name)
 
     def forward(self, *x: Any, last_layers: int = -1, output: str | None = None) -> list[Tensor]:
         """The imported graph's outputs (a list), or those at a cut: ``last_layers=-k`` drops
@@ -81,7 +90,9 @@ class SONNXModel(Model):
             self._kept_weights = None
         else:
             names = tuple(t.name for t in outputs if isinstance(t, Tensor))
-            self._kept_weights = frozenset(self._rep.source.slice(names).initializers)
+            part = self._rep.source.slice(names)
+            inner = self._rep.source.inner_weights(part)
+            self._kept_weights = frozenset([*part.initializers, *inner])
         return outputs
 
     def get_params(self) -> dict[str, Tensor]:
@@ -94,9 +105,7 @@ class SONNXModel(Model):
         params = super().get_params()
         if self._kept_weights is None:
             return params
-        cut = {
-            id(self._rep.constants[n]) for n in self._weight_names if n not in self._kept_weights
-        }
+        cut = {id(t) for n, t in self._rep.params.items() if n not in self._kept_weights}
         return {name: t for name, t in params.items() if id(t) not in cut}
 
     def train_one_batch(
@@ -130,11 +139,7 @@ class SONNXModel(Model):
         return out, loss
 
     def _matching(self, patterns: tuple[str, ...], what: str) -> list[Tensor]:
-        params = {
-            n: self._rep.constants[n]
-            for n in self._weight_names
-            if self._rep.constants[n].stores_grad
-        }
+        params = self._rep.params
         chosen = []
         for pattern in patterns:
             # An exact name means that parameter alone; anything else is a prefix.
@@ -150,12 +155,16 @@ class SONNXModel(Model):
     def freeze(self, *names_or_prefixes: str) -> int:
         """Stop training imported parameters; returns how many.
 
-        Each argument is an initializer name (that parameter only) or else a name prefix
-        (``"features."``); no argument means every imported parameter.
+        Each argument is a parameter's name (that parameter only) or else a name prefix
+        (``"features."``); no argument means every imported parameter. A
+        BatchNormalization whose scale and bias are both frozen runs in inference mode from
+        then on, in training too, as a torch backbone after ``.eval()``: it normalises with
+        its running statistics and leaves them as they are (:meth:`unfreeze` gives it back
+        its batch statistics).
 
-        :param names_or_prefixes: initializer names or name prefixes.
+        :param names_or_prefixes: parameter names or name prefixes.
         :returns: how many parameters were frozen.
-        :raises BadInputError: no imported parameter (float initializer) matches.
+        :raises BadInputError: no imported parameter matches.
         """
         chosen = self._matching(names_or_prefixes or ("",), "freeze")
         for t in chosen:
@@ -165,10 +174,10 @@ class SONNXModel(Model):
     def unfreeze(self, *names_or_prefixes: str) -> int:
         """Train the imported parameters named (or prefixed) so again; returns how many.
 
-        :param names_or_prefixes: initializer names or name prefixes, as :meth:`freeze` takes
+        :param names_or_prefixes: parameter names or name prefixes, as :meth:`freeze` takes
             them; none means every imported parameter.
         :returns: how many parameters were unfrozen.
-        :raises BadInputError: no imported parameter (float initializer) matches.
+        :raises BadInputError: no imported parameter matches.
         """
         chosen = self._matching(names_or_prefixes or ("",), "unfreeze")
         for t in chosen:

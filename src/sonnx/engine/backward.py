@@ -63,6 +63,28 @@ def inference_only_operators(y: Tensor) -> list[str]:
     return found
 
 
+def untrained_models(y: Tensor) -> list[str]:
+    """Why the imported models ``y`` was computed with train nothing, one line each: those
+    that hold no trainable weight, or whose weights are all frozen (empty when any of them
+    trains, or none says)."""
+    found: list[str] = []
+    seen: set[int] = set()
+    stack = [y]
+    while stack:
+        op = stack.pop().creator
+        if op is None or id(op) in seen:
+            continue
+        seen.add(id(op))
+        untrained = getattr(op, "untrained_reason", None)
+        reason = untrained() if untrained is not None else None
+        if untrained is not None and reason is None:
+            return []
+        if reason is not None and reason not in found:
+            found.append(reason)
+        stack.extend(x for x in op.inputs if x is not None)
+    return found
+
+
 def parameter_gradients(
     y: Tensor, dy: Tensor | torch.Tensor | None = None
 ) -> tuple[list[Tensor], list[torch.Tensor]]:
@@ -75,6 +97,12 @@ def parameter_gradients(
                 "backward: the loss is computed by inference-only operators, which carry no "
                 f"gradient and have no trainable weights: {', '.join(blocking[:5])}; "
                 "classical ML models (ai.onnx.ml) run and export, but do not train"
+            )
+        untrained = untrained_models(y)
+        if untrained:
+            raise BadInputError(
+                "backward: the loss depends on no trainable parameter, so a training step "
+                f"would change nothing: {'; '.join(untrained[:3])}"
             )
         raise BadInputError(
             "backward: the loss carries no gradient graph; set sonnx.autograd.training = True "

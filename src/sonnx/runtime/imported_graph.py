@@ -24,6 +24,7 @@ from sonnx.errors import ExportError
 from sonnx.onnx.model_loading import check_graph_order, needed_inputs
 from sonnx.proto.graph_builder import GraphBuilder, tensor_proto
 from sonnx.runtime.constants import STATISTICS_SUFFIX
+from sonnx.runtime.graph_weights import graph_weights, write_constant_value
 from sonnx.runtime.kept_model import with_current_values
 from sonnx.runtime.program import GraphProgram, Subgraph
 from sonnx.tensor import Tensor
@@ -72,6 +73,8 @@ class GraphSource:
         if self.node_order != tuple(range(len(self.node_order))):
             del full.graph.node[:]
             full.graph.node.extend(self.model.graph.node[i] for i in self.node_order)
+        for node in full.graph.node:
+            _refresh_weights(self.program, node)
         return full
 
     @cached_property
@@ -104,12 +107,21 @@ class GraphSource:
         return found
 
     def inner_weights(self, part: GraphSlice) -> dict[str, Tensor]:
-        """The trainable weights inside the subgraphs of the part's nodes, by name."""
+        """The trainable weights the part's nodes hold themselves, by name: the values of its
+        Constant nodes and the weights inside its nodes' subgraphs (see
+        :mod:`sonnx.runtime.graph_weights`)."""
         floats = self._inner.get(part)
         if floats is None:
             floats = self._inner[part] = {}
             for index in part.nodes:
-                for _, sub in subprograms(self.program, self.model.graph.node[index]):
+                node = self.model.graph.node[index]
+                if (
+                    node.op_type == "Constant"
+                    and node.output[:1]
+                    and node.output[0] in self.program.constant_nodes
+                ):
+                    floats[node.output[0]] = self.constants[node.output[0]]
+                for _, sub in subprograms(self.program, node):
                     _collect_floats(sub, floats)
         return {n: t for n, t in floats.items() if t.is_param}
 
@@ -239,6 +251,26 @@ class ImportedGraph(Operator):
             outs.append(out)
         return outs
 
+    def untrained_reason(self) -> str | None:
+        """Why this run trains nothing, or None when some weight it read trains."""
+        if self._weights or self.inner_weight_names:
+            return None
+        weights = graph_weights(self.source.program)
+        if not weights:
+            return (
+                "the imported model holds no trainable weight (no float initializer or "
+                "Constant node that a node reads as a weight, in its graph or its subgraphs)"
+            )
+        if any(t.requires_grad for t in weights.values()):
+            return (
+                f"the part of the imported model that computes {self.output_names[:3]} reads "
+                "none of its trainable weights"
+            )
+        return (
+            f"all {len(weights)} weights of the imported model are frozen (requires_grad is "
+            "False): unfreeze some (SONNXModel.unfreeze) or append layers to train"
+        )
+
     def node_descriptions(self, domain: str) -> list[str]:
         """``op 'name'`` of the original nodes of ``domain`` this run computed its outputs with."""
         graph = self.source.model.graph
@@ -328,7 +360,7 @@ class ImportedExport:
             node = onnx.NodeProto()
             node.CopyFrom(graph.node[index])
             self._rewire_statistics(g, node)
-            _refresh_subgraph_weights(self.source.program, node)
+            _refresh_weights(self.source.program, node)
             if self.renamed:
                 _rename_node(node, self.rename)
             g.nodes.append(node)
@@ -388,8 +420,10 @@ def _collect_floats(program: GraphProgram, found: dict[str, Tensor]) -> None:
                 _collect_floats(value.program, found)
 
 
-def _refresh_subgraph_weights(program: GraphProgram, node: onnx.NodeProto) -> None:
-    """Write the current values of the float initializers of ``node``'s subgraphs."""
+def _refresh_weights(program: GraphProgram, node: onnx.NodeProto) -> None:
+    """Write the current values of the weights ``node`` holds: its own, for a Constant node,
+    and the float initializers and Constant weights of its subgraphs."""
+    write_constant_value(node, program.constants)
     programs = dict(subprograms(program, node))
     for attr in node.attribute:
         for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
@@ -401,7 +435,7 @@ def _refresh_subgraph_weights(program: GraphProgram, node: onnx.NodeProto) -> No
                 if current is not None and dtypes.is_float(current.dtype):
                     sub.initializer[k].CopyFrom(tensor_proto(current.data, init.name))
             for inner_node in sub.node:
-                _refresh_subgraph_weights(inner, inner_node)
+                _refresh_weights(inner, inner_node)
 
 
 def _node_names(node: onnx.NodeProto) -> list[str]:

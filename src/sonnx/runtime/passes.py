@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from sonnx.runtime.constants import mark_parameterising_constants, mark_statistics_as_buffers
 from sonnx.runtime.folding import mark_foldable
 from sonnx.runtime.fusions import find_fusions
+from sonnx.runtime.graph_weights import mark_constant_weights
 from sonnx.runtime.step_errors import input_dependent
 
 if TYPE_CHECKING:
@@ -38,6 +39,10 @@ class Pass:
 
     name: str
     apply: Callable[[GraphProgram, set[str]], None]
+
+
+def _constant_weights(program: GraphProgram, free: set[str]) -> None:
+    mark_constant_weights(program.steps, program.constants, program.constant_nodes)
 
 
 def _statistics(program: GraphProgram, free: set[str]) -> None:
@@ -63,9 +68,11 @@ def _fusions(program: GraphProgram, free: set[str]) -> None:
     program.fusions = find_fusions(program.steps, program.constants, program.output_names)
 
 
-#: The passes, in order: what a later one reads, an earlier one wrote (folding reads which
-#: constants are weights; the fusions leave out folded steps).
+#: The passes, in order: what a later one reads, an earlier one wrote (the statistics and
+#: parameterising passes judge Constant nodes' weights as they judge initializers; folding
+#: reads which constants are weights; the fusions leave out folded steps).
 PASSES: tuple[Pass, ...] = (
+    Pass("Constant nodes' weights as parameters", _constant_weights),
     Pass("running statistics as buffers", _statistics),
     Pass("parameterising inputs as constants", _parameterising),
     Pass("constant folding", _folding),

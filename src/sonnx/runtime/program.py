@@ -164,6 +164,8 @@ class GraphProgram:
     #: The values ONNX types as strings (see :mod:`sonnx.runtime.string_steps`): graph mode
     #: runs the steps that read or make them eagerly.
     string_values: frozenset[str] = frozenset()
+    #: The values of the graph's Constant nodes (see :mod:`sonnx.runtime.graph_weights`).
+    constant_nodes: frozenset[str] = frozenset()
     # Results of foldable steps, kept while the tensors they read are unchanged.
     _folded: FoldedResults = field(default_factory=FoldedResults, repr=False)
     _shape_values: ShapeValueCache = field(default_factory=ShapeValueCache, repr=False)
@@ -467,15 +469,13 @@ def compile_graph(
     resolved = with_forward_graphs(graph, resolve_nodes(graph, versions), known)
     by_index = {r.index: r for r in resolved}
     steps: list[Step] = []
+    from_nodes: list[str] = []  # the values of Constant nodes
     for i in order:
         step = _make_step(by_index[i], versions, dev)
         _check_constant_types(by_index[i].node, step, constants)
         if step.info.op_type == "Constant" and step.info.domain == "":
-            value = _evaluate_constant(step)
-            place_constant(value, dev)
-            value.name = step.outputs[0]
-            value.creator = None
-            constants[step.outputs[0]] = value
+            constants[step.outputs[0]] = _constant_value(step, dev, held)
+            from_nodes.append(step.outputs[0])
             continue
         steps.append(step)
     produced = known | {o for s in steps for o in s.outputs} | set(constants)
@@ -484,7 +484,9 @@ def compile_graph(
             raise BadModelError(f"graph output {out.name!r} is not produced by any node")
     outputs = [o.name for o in graph.output]
     strings = frozenset() if is_subgraph else typed_strings(graph, versions)
-    program = GraphProgram(constants, list(input_names), outputs, steps, dev, strings)
+    program = GraphProgram(
+        constants, list(input_names), outputs, steps, dev, strings, frozenset(from_nodes)
+    )
     free = free_inputs(graph, input_names, is_subgraph)
     if is_subgraph:
         free |= known - set(constants) - set(input_names)  # the enclosing scope's names
@@ -504,6 +506,20 @@ def _check_constant_types(node: onnx.NodeProto, step: Step, constants: dict[str,
             except SonnxError:
                 continue  # a dtype with no ONNX code: the operator reports it
     check_constant_types(node, step.info, known)
+
+
+def _constant_value(step: Step, dev: Device, held: Mapping[str, Tensor] | None) -> Tensor:
+    """A Constant node's value on the graph's device: a new tensor over the storage of the
+    tensor ``held`` has for it (a trained weight, when the model is prepared again), else the
+    node's own."""
+    name = step.outputs[0]
+    if held is not None and name in held:
+        return Tensor(data=held[name].data.detach(), requires_grad=False, name=name)
+    value = _evaluate_constant(step)
+    place_constant(value, dev)
+    value.name = name
+    value.creator = None
+    return value
 
 
 def _evaluate_constant(step: Step) -> Tensor:

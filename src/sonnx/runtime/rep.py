@@ -45,6 +45,7 @@ from sonnx.onnx.values import (
 from sonnx.runtime.array_runs import ArrayRuns, is_plain_array
 from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget
 from sonnx.runtime.graph_mode import GraphRunner
+from sonnx.runtime.graph_weights import graph_weights
 from sonnx.runtime.imported_graph import GraphSource, ImportedGraph
 from sonnx.runtime.input_specs import (
     InputSpec,
@@ -66,10 +67,10 @@ class SingaRep:
 
     ``program.steps`` are the model's layers in execution order: every node except ``Constant``
     nodes, whose values were computed once by :func:`prepare` and live in :attr:`constants`
-    with the initializers. ``tensor_map`` holds the model's weights only (trainable float
-    initializers), so SINGA's idiom of setting ``requires_grad``/``stores_grad`` on every
-    tensor in it never makes an exponent, an epsilon or a shape trainable. :func:`prepare`
-    makes one; its fields are:
+    with the initializers. ``tensor_map`` holds the model's weights only (as :attr:`params`),
+    so SINGA's idiom of setting ``requires_grad``/``stores_grad`` on every tensor in it never
+    makes an exponent, an epsilon or a shape trainable. :func:`prepare` makes one; its fields
+    are:
 
     :param model: the ONNX model as loaded, except that the data of its large initializers
         (1 KiB and more) is cleared: the tensors in :attr:`constants` are the one copy of the
@@ -77,7 +78,7 @@ class SingaRep:
         initializer's name, element type and dims are there; :meth:`current_model` gives the
         whole model with the current weights.
     :param device: the device it runs on.
-    :param tensor_map: the trainable weights by name (float initializers).
+    :param tensor_map: the trainable weights by name, as :attr:`params` lists them.
     :param input_specs: the inputs to feed, in the graph's order (initializers left out).
     :param outputs: the graph's output names, what :meth:`run` returns by default.
     :param program: the compiled graph: its steps and constants.
@@ -115,8 +116,9 @@ class SingaRep:
 
     @property
     def params(self) -> dict[str, Tensor]:
-        """The trainable weights by name (float initializers)."""
-        return {k: t for k, t in self.constants.items() if t.stores_grad}
+        """The trainable weights by name: float initializers, Constant nodes' weights and the
+        weights inside subgraphs (see :mod:`sonnx.runtime.graph_weights`)."""
+        return graph_weights(self.program)
 
     def current_model(self) -> onnx.ModelProto:
         """The whole model, every initializer holding its current value (trained weights
@@ -543,11 +545,7 @@ def _prepared(
     opsets = opset_versions(proto)
     names = [s.name for s in input_specs]
     program = compile_graph(graph, opsets, dev, names, stored=stored, held=held)
-    weights = {
-        name: program.constants[name]
-        for name in initializer_names
-        if name in program.constants and program.constants[name].stores_grad
-    }
+    weights = graph_weights(program)
     runner = (
         GraphRunner(
             program,
