@@ -4,6 +4,7 @@ values, names, cuts and casts, ``cache --clear``'s report, ``demo --limit``'s ch
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -233,3 +234,70 @@ def test_demo_limit_below_one_batch_is_a_clear_error(tmp_path, monkeypatch, caps
     assert "limit 10 keeps fewer images than one batch (64)" in err
     assert "both the training and the test set" in err
     assert list(tmp_path.iterdir()) == []  # nothing was trained or written
+
+
+# ---- one-line errors (issue 47 items 14-17, 19) -------------------------------------------------
+def _one_line_error(argv: list[str], capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_run_names_a_missing_or_non_npy_input_in_one_line(tmp_path, capsys) -> None:
+    model = str(_model(tmp_path / "m.onnx"))
+    err = _one_line_error(["run", model, str(tmp_path / "missing.npy")], capsys)
+    assert "run: input file" in err and "missing.npy not found" in err
+    (tmp_path / "x.txt").write_text("-1 0.5 2 -3")
+    err = _one_line_error(["run", model, str(tmp_path / "x.txt")], capsys)
+    assert "x.txt is not a .npy file (NumPy's format, written by np.save)" in err
+    assert "pickled" not in err
+    np.savez(tmp_path / "x.npz", x=X)
+    assert "received an .npz archive" in _one_line_error(
+        ["run", model, f"{tmp_path}/x.npz"], capsys
+    )
+    cut = tmp_path / "cut.npy"
+    cut.write_bytes(Path(_npy(tmp_path / "x.npy", X)).read_bytes()[:100])
+    assert "cannot be read as a .npy file" in _one_line_error(["run", model, str(cut)], capsys)
+    assert "is a directory, expected a .npy file" in _one_line_error(
+        ["run", model, str(tmp_path)], capsys
+    )
+
+
+def test_info_on_a_directory_says_so_and_opens_a_genai_directory(tmp_path, capsys) -> None:
+    err = _one_line_error(["info", str(tmp_path)], capsys)
+    assert f"{tmp_path} is a directory, expected an .onnx file or a model directory" in err
+    _model(tmp_path / "decoder.onnx")
+    config = {"model": {"decoder": {"filename": "decoder.onnx"}}}
+    (tmp_path / "genai_config.json").write_text(json.dumps(config))
+    assert main(["info", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"model:   {tmp_path / 'decoder.onnx'}\n") and "Relu_8" in out
+
+
+def test_a_truncated_model_says_truncated(tmp_path, capsys) -> None:
+    path = _model(tmp_path / "m.onnx")
+    path.write_bytes(path.read_bytes()[:40])
+    err = _one_line_error(["info", str(path)], capsys)
+    assert "runs past the end of the file (40 bytes): truncated?" in err
+
+
+def test_save_to_a_directory_names_it_not_a_temporary_file(tmp_path) -> None:
+    model = onnx.load(_model(tmp_path / "m.onnx"))
+    with pytest.raises(sonnx.errors.BadInputError, match="is a directory; give the file") as e:
+        sonnx.save(model, tmp_path)
+    assert ".tmp" not in str(e.value) and str(tmp_path / "model.onnx") in str(e.value)
+
+
+def test_info_shows_long_names_whole_and_keeps_columns_aligned(tmp_path, capsys) -> None:
+    long = "encoder/layer_norm/" + "very_long_scope/" * 4 + "Relu_8"
+    path = _model(tmp_path / "m.onnx")
+    model = onnx.load(path)
+    model.graph.node[0].name = long
+    onnx.save(model, path)
+    assert main(["info", str(path)]) == 0
+    header, *rows = capsys.readouterr().out.split("\n\n", 1)[1].splitlines()
+    assert long in rows[0]
+    column = header.index("outputs")
+    assert [row[column:].split()[0] for row in rows] == ["relu:0", "scaled/out", "y"]
+    assert header.index("shape") == rows[0].index("(N, 4)")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sonnx import dtypes
 from sonnx.cli_quantize import add_arguments as add_quantize_arguments
-from sonnx.errors import SonnxError
+from sonnx.errors import BadInputError, SonnxError
 from sonnx.generation.command import add_parser as add_generate_parser
 from sonnx.process_tuning import tune_process_for_serving
 from sonnx.version import package_version
@@ -50,10 +50,29 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_file(given: str) -> str:
+    """The ONNX file ``given`` names: itself, or for an onnxruntime-genai or optimum model
+    directory the decoder file its ``genai_config.json`` (or optimum's file names) gives."""
+    path = Path(given)
+    if not path.is_dir():
+        return given
+    from sonnx.generation.model_dir import decoder_file
+
+    try:
+        found = decoder_file(path)
+    except BadInputError:
+        raise BadInputError(
+            f"{given} is a directory, expected an .onnx file or a model directory with "
+            "genai_config.json (onnxruntime-genai) or model.onnx (optimum)"
+        ) from None
+    print(f"model:   {found}")
+    return str(found)
+
+
 def _info(args: argparse.Namespace) -> int:
     from sonnx.runtime.rep import prepare
 
-    rep = prepare(args.model)
+    rep = prepare(_model_file(args.model))
     print(f"inputs:  {', '.join(f'{s.name}: {s.describe()}' for s in rep.input_specs)}")
     declared = {v.name: v.type.tensor_type.elem_type for v in rep.model.graph.output}
     outputs = [
@@ -72,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
     from sonnx.cli_run import load_inputs, print_outputs, run_outputs, save_outputs
     from sonnx.runtime.rep import prepare
 
-    rep = prepare(args.model)
+    rep = prepare(_model_file(args.model))
     arrays = load_inputs(rep, args.inputs, args.cast)
     outputs = run_outputs(rep, arrays, args.output, args.last_layers)
     print_outputs(outputs, args.threshold)
@@ -179,10 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_demo)
     info = command("info", "describe an ONNX model as sonnx imports it")
-    info.add_argument("model", help="an .onnx file")
+    info.add_argument(
+        "model", help="an .onnx file, or an onnxruntime-genai or optimum model directory"
+    )
     info.set_defaults(func=_info)
     run = command("run", "run an ONNX model on .npy inputs; print and save its outputs")
-    run.add_argument("model", help="an .onnx file")
+    run.add_argument(
+        "model", help="an .onnx file, or an onnxruntime-genai or optimum model directory"
+    )
     run.add_argument("inputs", nargs="+", help=".npy files, one per model input, in order")
     cut = run.add_mutually_exclusive_group()
     cut.add_argument(

@@ -25,13 +25,15 @@ from sonnx.runtime.rep import SingaRep
 from sonnx.tensor import Tensor, to_numpy
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+#: The first bytes of every ``.npy`` file.
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 def load_inputs(rep: SingaRep, paths: Sequence[str], cast: bool) -> list[np.ndarray]:
     """One array per ``.npy`` file, in input order; with ``cast``, float files are cast to
     the float type their input declares, else such a mismatch is refused here with the cast
     to make."""
-    arrays = [np.load(p, allow_pickle=False) for p in paths]
+    arrays = [read_npy(p) for p in paths]
     for i, (spec, path) in enumerate(zip(rep.input_specs, paths, strict=False)):
         array = arrays[i]
         if spec.kind != "tensor_type" or not dtypes.is_float(spec.dtype):
@@ -51,6 +53,32 @@ def load_inputs(rep: SingaRep, paths: Sequence[str], cast: bool) -> list[np.ndar
         )
         arrays[i] = array.astype(target)
     return arrays
+
+
+def read_npy(path: str) -> np.ndarray:
+    """The array in the ``.npy`` file ``path``.
+
+    :param path: a file ``np.save`` wrote.
+    :returns: the array.
+    :raises BadInputError: the file is missing, a directory, not in NumPy's ``.npy`` format
+        (an ``.npz``, a text file, a pickle) or cut short.
+    """
+    file = Path(path)
+    if not file.exists():
+        raise BadInputError(f"run: input file {path} not found")
+    if file.is_dir():
+        raise BadInputError(f"run: input {path} is a directory, expected a .npy file")
+    with open(file, "rb") as f:
+        magic = f.read(len(_NPY_MAGIC))
+    if magic != _NPY_MAGIC:
+        found = "an .npz archive" if magic.startswith(b"PK") else f"a file starting {magic!r}"
+        raise BadInputError(
+            f"run: {path} is not a .npy file (NumPy's format, written by np.save), received {found}"
+        )
+    try:
+        return np.load(file, allow_pickle=False)
+    except (ValueError, EOFError, OSError) as e:
+        raise BadInputError(f"run: {path} cannot be read as a .npy file: {e}") from None
 
 
 def run_outputs(

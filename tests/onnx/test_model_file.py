@@ -65,8 +65,7 @@ def test_a_stored_weight_reads_as_the_array_saved(tmp_path: Path, name: str) -> 
 
 def test_external_data_of_large_weights_is_stored_and_small_loaded(tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
-    onnx.save(_model(), str(path), save_as_external_data=True, location="m.data",
-              size_threshold=0)
+    onnx.save(_model(), str(path), save_as_external_data=True, location="m.data", size_threshold=0)
     model, stored = load_model(path)
     assert set(stored) == {"w", "half", "nibbles"}
     assert {w.path for w in stored.values()} == {(tmp_path / "m.data").resolve()}
@@ -82,7 +81,7 @@ def test_a_truncated_file_is_a_bad_model(tmp_path: Path, cut: float) -> None:
     data = _model().SerializeToString()
     path = tmp_path / "cut.onnx"
     path.write_bytes(data[: int(len(data) * cut)])
-    with pytest.raises(BadModelError, match="not a valid ONNX model"):
+    with pytest.raises(BadModelError, match=r"not a valid ONNX model .*: truncated\?"):
         read_model_file(path)
 
 

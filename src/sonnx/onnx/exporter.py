@@ -21,7 +21,7 @@ from onnx import helper
 
 from sonnx import dtypes
 from sonnx.engine.operator import Operator
-from sonnx.errors import ExportError, OpsetTooOldError
+from sonnx.errors import BadInputError, ExportError, OpsetTooOldError
 from sonnx.onnx.export_checks import (
     PROTOBUF_LIMIT,
     check_connected,
@@ -474,9 +474,14 @@ def save(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
     :param model: the model to write (from :func:`to_onnx` or ``onnx.load``).
     :param path: the file to write; missing parent directories are created.
     :returns: the path written.
+    :raises BadInputError: ``path`` is a directory.
     :raises OSError: the file or its directory cannot be written.
     """
     target = Path(path)
+    if target.is_dir():
+        raise BadInputError(
+            f"save: {path} is a directory; give the file to write, such as {target / 'model.onnx'}"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     data_name = target.name + ".data"
     with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as tmp:

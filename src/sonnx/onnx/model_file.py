@@ -205,6 +205,11 @@ class _ModelWalk:
                 end = at + 4
             else:
                 raise DecodeError(f"unexpected wire type {wire} of field {number} at byte {start}")
+            if end > len(self.buffer):
+                raise DecodeError(
+                    f"field {number} at byte {start} runs past the end of the file "
+                    f"({len(self.buffer)} bytes): truncated?"
+                )
             if end > stop:
                 raise DecodeError(f"field {number} at byte {start} runs past its message's end")
             yield number, wire, start, at, end
@@ -214,6 +219,10 @@ class _ModelWalk:
         """The varint at ``at`` and the position after it."""
         value = shift = 0
         while True:
+            if at >= len(self.buffer):
+                raise DecodeError(
+                    f"the file ends inside a field's tag or length at byte {at}: truncated?"
+                )
             byte = self.buffer[at]
             value |= (byte & 0x7F) << shift
             at += 1

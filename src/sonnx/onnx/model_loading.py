@@ -50,6 +50,8 @@ def load_model(source: ModelSource) -> tuple[onnx.ModelProto, dict[str, StoredWe
         return model, {}
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
+        if path.is_dir():
+            raise BadModelError(f"ONNX model path {path} is a directory, expected an .onnx file")
         if not path.is_file():
             raise BadModelError(f"ONNX model file not found: {path}")
         model, stored = read_model_file(path)

@@ -55,6 +55,7 @@ from sonnx.runtime.input_specs import (
     is_map_list,
 )
 from sonnx.runtime.kept_model import without_large_values
+from sonnx.runtime.layer_table import LAYER_COLUMNS, text_table
 from sonnx.runtime.program import GraphProgram, compile_graph
 from sonnx.runtime.run_paths import Path, choose_path, debugging, explain_run, report
 from sonnx.runtime.store import graph_digest
@@ -420,15 +421,13 @@ class SingaRep:
 
         :returns: the table, one line per layer after a header line.
         """
-        n = len(self.steps)
-        rows = [f"{'#':>4}  {'cut':>5}  {'op':<22} {'name':<32} {'outputs':<32} shape"]
+        n, rows = len(self.steps), []
         for k, step in enumerate(self.steps):
             outputs = [o for o in step.outputs if o]
-            rows.append(
-                f"{k:>4}  {k - n:>5}  {step.info.op_type:<22} {step.info.name[:32]:<32} "
-                f"{', '.join(outputs):<32} {self.shapes.get(outputs[0], '?') if outputs else ''}"
-            )
-        return "\n".join(rows)
+            shape = self.shapes.get(outputs[0], "?") if outputs else ""
+            cells = (step.info.op_type, step.info.name, ", ".join(outputs), str(shape))
+            rows.append((str(k), str(k - n), *cells))
+        return text_table(LAYER_COLUMNS, rows, right=2)
 
     def __str__(self) -> str:
         return self.summary()

@@ -1,0 +1,38 @@
+"""The text table of a prepared model's layers (:meth:`SingaRep.summary`, ``sonnx info``).
+
+Each column is as wide as its widest cell, so a long node or tensor name is shown whole and
+the columns after it stay aligned; the last column (the shape) is not padded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: The header of :meth:`SingaRep.summary`'s table.
+LAYER_COLUMNS = ("#", "cut", "op", "name", "outputs", "shape")
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: int = 0) -> str:
+    """``header`` and ``rows`` as aligned text, one line each, columns two spaces apart.
+
+    :param header: the column titles.
+    :param rows: the cells of each row, as many as ``header`` has.
+    :param right: how many leading columns are right-aligned (numbers).
+    :returns: the table, without a trailing newline.
+    :raises ValueError: a row has another number of cells than ``header``.
+    """
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(
+                f"text_table: every row needs {len(header)} cells, received {len(row)}: {row!r}"
+            )
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            str(c).rjust(w) if i < right else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(padded).rstrip()
+
+    return "\n".join(line(cells) for cells in [header, *rows])
