@@ -125,10 +125,15 @@ class _CrossEntropyBase(_BatchLoss):
         log_p = self.log_prob(x.to(compute_dtype(x.dtype)))
         if self.hard_labels(tuple(x.shape), tuple(t.shape)):
             labels = t.reshape(-1)
-            if dtypes.is_float(labels.dtype):
-                if bool((labels != labels.round()).any()):
-                    raise BadInputError(f"{op}: class labels t must be whole numbers")
-                labels = labels.long()
+            if labels.dtype.is_floating_point or labels.dtype.is_complex:
+                # float class labels are most often a mistake (targets of the wrong shape, or
+                # labels read as floats); the ONNX losses refuse them too
+                raise BadInputError(
+                    f"{op}: class labels t of shape {tuple(t.shape)} must be integer class "
+                    f"indices; received {dtypes.dtype_name(labels.dtype)}: cast them (for "
+                    f"NumPy labels.astype(np.int32)), or give one-hot or probability targets "
+                    f"of x's shape {tuple(x.shape)}"
+                )
             loss = negative_log_likelihood(op, log_p, labels, None, "mean", None)
         else:
             if tuple(t.shape) != tuple(x.shape):
