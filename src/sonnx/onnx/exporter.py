@@ -244,6 +244,27 @@ def to_onnx(
     return to_float16(model) if dtype == "float16" else model
 
 
+def _reserve_input_names(
+    g: GraphBuilder, ops: list[Operator], inputs: list[Tensor], wanted: Sequence[str] | None
+) -> dict[int, str]:
+    """Claim the graph input names asked for before an imported graph claims its own, so that
+    the names given are the names written (an imported tensor of the same name is renamed
+    instead). A name that is already the imported graph's own name for that very input is
+    left for the graph to claim: the input then feeds it directly, with no Identity."""
+    if wanted is None:
+        return {}
+    own: dict[int, str] = {}
+    for op in ops:
+        if op.exports_kept_graph:
+            for position, x in enumerate(op.inputs):
+                own.setdefault(id(x), op.input_names[position])
+    return {
+        i: g.reserve(name)
+        for i, (t, name) in enumerate(zip(inputs, wanted, strict=True))
+        if own.get(id(t)) != name
+    }
+
+
 def _imported_sources(ops: list[Operator]) -> list[GraphSource]:
     found: dict[int, GraphSource] = {}
     for op in ops:
@@ -299,6 +320,7 @@ def _export(
     names: GraphNames,
 ) -> onnx.ModelProto:
     g = GraphBuilder(target)
+    requested = _reserve_input_names(g, ops, inputs, names.inputs)
     produced = _reachable_tensors(ops, outputs)
     plans = {
         id(op): op.plan_export(g, sorted(i for (o, i) in produced if o == id(op)))
@@ -316,7 +338,9 @@ def _export(
         plan, position = namer.imported_consumer(t)
         declared = plan.input_info(position) if plan is not None else None
         if names.inputs is not None:
-            name = g.reserve(names.inputs[i])
+            wanted = names.inputs[i]
+            own = plan.input_name(position) if plan is not None else None
+            name = requested[i] if i in requested else own if own == wanted else g.reserve(wanted)
         elif plan is not None:
             name = plan.input_name(position)
         else:
