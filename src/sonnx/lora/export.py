@@ -10,6 +10,12 @@ several fine-tunes share one base (the adapters' rank is a free dimension of tho
 fine-tunes of different ranks share it too). Either way ``genai_config.json`` and the tokenizer
 files are copied from ``model_dir`` unchanged: onnxruntime-genai needs no declaration of the
 adapter inputs, which onnxruntime overrides as it does any initializer-backed input.
+
+``quantize="int4"`` writes the float base's MatMul weights (merged with the adapters when
+``merged=True``) as ``MatMulNBits``, as onnxruntime-genai's builder writes an int4 CPU model
+(:func:`sonnx.quantization.quantize_weights` with block 32, symmetric, accuracy level 4: the
+builder's ``MatMulNBitsQuantizer`` defaults, byte for byte); the adapters' own products stay
+float, and the builder's int4 ``genai_config.json`` is the fp32 one, so it is copied too.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
+from onnx import numpy_helper
 
 from sonnx.errors import BadInputError
 from sonnx.generation.cache_layout import read_genai_config
 from sonnx.lora.adapters import adapter_values, weight_delta
 from sonnx.lora.graph import Adapter, adapters_of, attach, strip
+from sonnx.quantization.weights import rewrite_matmuls
 from sonnx.runtime.kept_model import save_with_values
 from sonnx.runtime.rep import SingaRep
 
@@ -34,6 +42,21 @@ __all__ = ["export"]
 
 #: Files of a model directory that are the model itself, not carried over.
 _MODEL_SUFFIXES = (".onnx", ".onnx.data", ".onnx_data", ".onnx_adapter")
+#: ``quantize=`` values: MatMulNBits options as onnxruntime-genai's builder sets them for an
+#: int4 CPU model (bits, block size, symmetric, accuracy level).
+_QUANTIZE = {"int4": (4, 32, True, 4)}
+
+
+def _model_dir(rep: SingaRep, model_dir: str | Path | None) -> Path:
+    """The model directory: ``model_dir`` when given, else that of the rep's file."""
+    if model_dir is not None:
+        return Path(model_dir)
+    if rep.origin is None:
+        raise BadInputError(
+            "lora.export: the rep was not prepared from a file, so it does not know its model "
+            "directory; pass model_dir= (the onnxruntime-genai directory it came from)"
+        )
+    return Path(rep.origin).parent
 
 
 def _decoder_file(model_dir: Path) -> str:
@@ -86,6 +109,33 @@ def _weight_values(
     return value_of
 
 
+def _quantized(
+    model: onnx.ModelProto,
+    adapters: list[Adapter],
+    value_of: Callable[[str], torch.Tensor | None],
+    quantize: str,
+) -> onnx.ModelProto:
+    """A copy of ``model`` whose base MatMuls read MatMulNBits weights made from
+    ``value_of``'s values (one float weight at a time); the adapters' products stay float."""
+    skip = {f"{a.prefix}/{part}/MatMul" for a in adapters for part in ("lora_A", "lora_B")}
+
+    def array(tensor: onnx.TensorProto) -> np.ndarray:
+        value = value_of(tensor.name)
+        if value is None:
+            return numpy_helper.to_array(tensor)
+        return value.detach().cpu().numpy()  # host: the weight is quantized in NumPy
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    if not rewrite_matmuls(out, array, *_QUANTIZE[quantize], skip):
+        raise BadInputError(
+            f"lora.export: quantize={quantize!r} found no MatMul with a float32/float16 "
+            "weight in the base model (a 4-bit base is int4 already: export it without "
+            "quantize)"
+        )
+    return out
+
+
 def _write_adapter_file(path: Path, values: dict[str, tuple], adapters: list[Adapter]) -> None:
     import onnxruntime as ort
 
@@ -104,30 +154,45 @@ def _write_adapter_file(path: Path, values: dict[str, tuple], adapters: list[Ada
 def export(
     rep: SingaRep,
     out_dir: str | Path,
-    model_dir: str | Path,
+    model_dir: str | Path | None = None,
     merged: bool = True,
     adapter_name: str = "adapter",
+    quantize: str | None = None,
 ) -> Path:
     """Write the rep (with adapters) to ``out_dir`` as an onnxruntime-genai model directory,
-    merged or as base + ``<adapter_name>.onnx_adapter``; returns ``out_dir``.
+    merged or as base + ``<adapter_name>.onnx_adapter``, in float or with int4 base weights;
+    returns ``out_dir``.
 
-    ``model_dir`` is the directory the rep was prepared from: its ``genai_config.json``
-    names the decoder file written here, and it and the tokenizer files are copied.
+    The directory the rep was prepared from (its ``genai_config.json`` names the decoder file
+    written here; it and the tokenizer files are copied) is the one the rep remembers
+    (:attr:`SingaRep.origin`); ``model_dir`` names it for a rep prepared from a ModelProto
+    or bytes, or overrides it.
 
     :param rep: a prepared model with adapters.
-    :param out_dir: the directory to write (created if missing; not ``model_dir``).
-    :param model_dir: the onnxruntime-genai directory ``rep`` was prepared from.
+    :param out_dir: the directory to write (created if missing; not the model's directory).
+    :param model_dir: the onnxruntime-genai directory ``rep`` was prepared from (None: the
+        directory of the file the rep was prepared from).
     :param merged: fold the adapters into the weights (4-bit weights keep them as side
         nodes); False writes the base graph and a separate adapter file.
     :param adapter_name: the adapter file's name, without ``.onnx_adapter``.
+    :param quantize: None keeps the weights' type; ``"int4"`` writes the float base's MatMul
+        weights (merged ones with ``merged=True``) as MatMulNBits, as onnxruntime-genai's
+        builder writes an int4 CPU model.
     :returns: ``out_dir``.
-    :raises BadInputError: the model has no adapters, ``model_dir`` has no
-        ``genai_config.json``, or ``out_dir`` is ``model_dir``.
+    :raises BadInputError: the model has no adapters; no ``model_dir`` was given and the rep
+        was not prepared from a file; the model directory has no ``genai_config.json``;
+        ``out_dir`` is the model directory; ``quantize`` is not None or ``"int4"``, or finds no
+        float MatMul weight to quantize (a 4-bit base).
     """
     adapters = adapters_of(rep.model)
     if not adapters:
         raise BadInputError("lora.export: the model has no adapters (call sonnx.lora.add first)")
-    source, out = Path(model_dir), Path(out_dir)
+    if quantize is not None and quantize not in _QUANTIZE:
+        raise BadInputError(
+            f"lora.export: quantize must be None or one of {sorted(_QUANTIZE)}, received "
+            f"{quantize!r}"
+        )
+    source, out = _model_dir(rep, model_dir), Path(out_dir)
     filename = _decoder_file(source)
     if out.resolve() == source.resolve():
         raise BadInputError(f"lora.export: out_dir must differ from model_dir ({source})")
@@ -143,9 +208,13 @@ def export(
     else:
         zeros = {m: (np.zeros_like(a), np.zeros_like(b)) for m, (a, b) in values.items()}
         model = attach(base, adapters, zeros, "inputs")
+    value_of = _weight_values(rep, base, merging, values)
+    if quantize is not None:
+        model = _quantized(model, adapters, value_of, quantize)
+    if not merged:
         _write_adapter_file(out / f"{adapter_name}.onnx_adapter", values, adapters)
     for f in source.iterdir():
         if f.is_file() and not f.name.endswith(_MODEL_SUFFIXES):
             shutil.copy2(f, out / f.name)
-    save_with_values(model, out / filename, _weight_values(rep, base, merging, values))
+    save_with_values(model, out / filename, value_of)
     return out

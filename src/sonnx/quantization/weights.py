@@ -19,7 +19,7 @@ Where it departs from onnxruntime (the model is otherwise the same, byte for byt
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from os import PathLike
 from typing import Any
 
@@ -32,7 +32,7 @@ from sonnx.errors import BadInputError, BadModelError
 from sonnx.quantization.blockwise import quantize_blockwise
 from sonnx.quantization.rewrite import MS_DOMAIN
 
-__all__ = ["quantize_weights"]
+__all__ = ["quantize_weights", "rewrite_matmuls"]
 
 _BITS = (4, 8)
 #: the block sizes onnxruntime's quantization kernel (``MlasQuantizeBlockwise``) accepts.
@@ -76,17 +76,46 @@ def quantize_weights(
     _check_options(bits, block_size, accuracy_level)
     proto = _model_copy(model)
     excluded = _excluded(nodes_to_exclude, proto)
-    rewriter = _Rewriter(bits, block_size, bool(symmetric), accuracy_level or 0, excluded)
-    rewriter.graph([proto.graph])
-    if not rewriter.quantized:
+    options = (bits, block_size, bool(symmetric), accuracy_level or 0)
+    if not rewrite_matmuls(proto, numpy_helper.to_array, *options, excluded):
         raise BadModelError(
             "quantize_weights: the model has nothing to quantize: no MatMul (outside "
             "nodes_to_exclude) reads a 2-D float32 or float16 initializer as its second input; "
             f"received nodes of types {sorted(_op_types(proto.graph))}"
         )
-    _set_opset(proto, MS_DOMAIN, 1)
-    _drop_unused_initializers(proto.graph)
     return proto
+
+
+def rewrite_matmuls(
+    model: onnx.ModelProto,
+    value_of: Callable[[onnx.TensorProto], np.ndarray],
+    bits: int,
+    block_size: int,
+    symmetric: bool,
+    accuracy_level: int,
+    excluded: Iterable[str] = (),
+) -> int:
+    """Replace, in place, each MatMul of ``model`` (and its subgraphs) that reads a 2-D float
+    initializer by MatMulNBits, as :func:`quantize_weights` does, reading each weight through
+    ``value_of`` (so a model whose initializers are headers without bytes, such as
+    :func:`sonnx.lora.export` writes, is quantized one weight at a time). The options are not
+    checked here.
+
+    :param model: the model to rewrite.
+    :param value_of: a weight's float32/float16 array from its initializer.
+    :param bits: 4 or 8.
+    :param block_size: weights per block.
+    :param symmetric: no zero points.
+    :param accuracy_level: MatMulNBits's accuracy_level (0: none written).
+    :param excluded: names of MatMul nodes to leave in float.
+    :returns: how many MatMul nodes were replaced (0: the model is left as it was).
+    """
+    rewriter = _Rewriter(bits, block_size, symmetric, accuracy_level, frozenset(excluded), value_of)
+    rewriter.graph([model.graph])
+    if rewriter.quantized:
+        _set_opset(model, MS_DOMAIN, 1)
+        _drop_unused_initializers(model.graph)
+    return rewriter.quantized
 
 
 def _check_options(bits: Any, block_size: Any, accuracy_level: Any) -> None:
@@ -174,10 +203,17 @@ class _Rewriter:
     """Walks a graph and its subgraphs, replacing each quantizable MatMul in place."""
 
     def __init__(
-        self, bits: int, block_size: int, symmetric: bool, accuracy_level: int, excluded: frozenset
+        self,
+        bits: int,
+        block_size: int,
+        symmetric: bool,
+        accuracy_level: int,
+        excluded: frozenset[str],
+        value_of: Callable[[onnx.TensorProto], np.ndarray],
     ) -> None:
         self.bits, self.block_size, self.symmetric = bits, block_size, symmetric
         self.accuracy_level, self.excluded = accuracy_level, excluded
+        self.value_of = value_of
         self.quantized = 0
         self._written: set[tuple[int, str]] = set()
 
@@ -205,7 +241,7 @@ class _Rewriter:
         tensor, owner = found
         if len(tensor.dims) != 2 or tensor.data_type not in _FLOAT_TYPES:
             return None
-        weight = numpy_helper.to_array(tensor)
+        weight = self.value_of(tensor)
         result = quantize_blockwise(weight, self.bits, self.block_size, self.symmetric)
         names = [f"{tensor.name}_Q{self.bits}", f"{tensor.name}_scales"]
         arrays = [result.packed, result.scales]

@@ -87,6 +87,7 @@ class SingaRep:
     :param graph_runner: the graph-mode runner (``prepare(..., use_graph=True)``), else None.
     :param array_runs: graph-mode runs of plain NumPy arrays on the CPU (see
         :mod:`sonnx.runtime.array_runs`), else None.
+    :param origin: the ``.onnx`` file it was prepared from (None: a ModelProto or bytes).
     """
 
     model: onnx.ModelProto
@@ -98,6 +99,7 @@ class SingaRep:
     source: GraphSource
     graph_runner: GraphRunner | None = None
     array_runs: ArrayRuns | None = None
+    origin: str | None = None
 
     @property
     def constants(self) -> dict[str, Tensor]:
@@ -483,6 +485,7 @@ def prepare(
     # From a path, the large weights stay in the file until each is read into its tensor.
     proto, stored = load_model(model)
     rep = _prepared(proto, as_device(device), graph, stored)
+    rep.origin = None if isinstance(model, (onnx.ModelProto, bytes)) else str(model)
     if not isinstance(model, onnx.ModelProto):
         # The model read from the file or bytes is gone now, its weights' bytes with it:
         # hand that memory back (glibc keeps freed blocks under its mmap threshold, up to
@@ -511,7 +514,9 @@ def prepare_rewritten(model: onnx.ModelProto, rep: SingaRep) -> SingaRep:
     proto, stored = load_model(model)
     runner = rep.graph_runner
     graph = None if runner is None else GraphSettings(runner.verify, runner.budget.seconds)
-    return _prepared(proto, rep.device, graph, stored, held=rep.constants)
+    rewritten = _prepared(proto, rep.device, graph, stored, held=rep.constants)
+    rewritten.origin = rep.origin
+    return rewritten
 
 
 @dataclass(frozen=True)
