@@ -43,12 +43,16 @@ def convert_batch_normalization(
     While ``sonnx.autograd.training`` is True such a node normalizes with the batch statistics
     and updates its running mean and variance in place, as a framework BatchNorm layer does,
     so an imported CNN fine-tunes the way it would in torch; otherwise it uses the stored
-    statistics exactly as ONNX says. Nodes that ask for the training outputs run as written, and
-    so do nodes whose statistics are computed (there is no buffer to update).
+    statistics exactly as ONNX says. A node whose scale and bias are frozen parameters
+    (``SONNXModel.freeze``, or ``requires_grad = False``) belongs to a frozen backbone and runs
+    in inference mode, as a torch module after ``.eval()``. Nodes that ask for the training
+    outputs run as written, and so do nodes whose statistics are computed (there is no buffer
+    to update).
     """
     x, scale, bias, mean, var = inputs[:5]
     leaves = mean is not None and var is not None and mean.creator is None and var.creator is None
-    if node.num_outputs == 1 and is_training() and attrs.get("spatial", 1) == 1 and leaves:
+    follows = leaves and is_training() and not _frozen(scale, bias)
+    if node.num_outputs == 1 and follows and attrs.get("spatial", 1) == 1:
         return batch_norm(
             x,
             scale,
@@ -59,6 +63,13 @@ def convert_batch_normalization(
             epsilon=float(attrs["epsilon"]),
         )
     return bind_node(BatchNormalization(version=node.since_version, **attrs), node)(*inputs)
+
+
+def _frozen(*affine: Tensor | None) -> bool:
+    """Whether the affine parameters of a BatchNormalization are all frozen: each one
+    that is a parameter (``stores_grad``) trains no more, and there is at least one."""
+    params = [t for t in affine if t is not None and t.stores_grad]
+    return bool(params) and not any(t.requires_grad for t in params)
 
 
 @converter("Dropout", 1, 6, 7, 10)
