@@ -135,7 +135,8 @@ def generate(
         or a list of prompts).
     :param options: :func:`generate_tokens`' keyword arguments (``max_new_tokens``,
         ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``num_beams``, ``seed``,
-        ``streamer``, ``cuda_graph``, ...), ``device`` and ``use_graph``.
+        ``streamer``, ``cuda_graph``, ...), ``device`` and ``use_graph``, and ``rep``: the
+        decoder already prepared (as :func:`load_decoder` takes it; a fine-tuned one).
     :returns: the new text (a list for a list of texts), or for token ids the (batch, prompt
         length + new) int64 ids.
     :raises BadInputError: text is given and the directory has no ``tokenizer.json``, or an
@@ -143,7 +144,7 @@ def generate(
     :raises BadModelError: the model is no decoder sonnx can generate with.
     """
     device, use_graph = options.pop("device", None), options.pop("use_graph", False)
-    model = load_decoder(model_dir, device=device, use_graph=use_graph)
+    model = load_decoder(model_dir, device, use_graph, rep=options.pop("rep", None))
     texts = [prompt] if isinstance(prompt, str) else prompt
     if not (isinstance(texts, list) and texts and all(isinstance(t, str) for t in texts)):
         return model.generate(prompt, **options)

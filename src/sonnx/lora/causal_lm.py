@@ -27,6 +27,7 @@ from sonnx.device import Device
 from sonnx.errors import BadInputError
 from sonnx.generation.cache_layout import read_genai_config
 from sonnx.generation.decoder import tokens_first
+from sonnx.generation.model_dir import generate as generate_in_dir
 from sonnx.sonnx_model import SONNXModel, apply_update
 from sonnx.tensor import Tensor, to_numpy
 
@@ -174,6 +175,22 @@ class CausalLM(SONNXModel):
         loss = next_token_loss(logits, y, attention_mask)
         apply_update(self.optimizer, loss, dist_option, spars)
         return logits, loss
+
+    def generate(self, prompt: Any, **options: Any) -> Any:
+        """Generate from the model as it is now, its adapters included: the prepared graph
+        is used as it is (no ``load_decoder(model_dir, rep=model.rep)``), with the end
+        tokens, cache layout and tokenizer of the directory it was loaded from.
+
+        :param prompt: a text or a list of texts (encoded with the directory's
+            ``tokenizer.json``), or token ids, as :func:`sonnx.generate` takes them.
+        :param options: :func:`sonnx.generate`'s options (``max_new_tokens``,
+            ``do_sample``, ``num_beams``, ``streamer``, ...).
+        :returns: the new text (a list for a list of texts), or for token ids the prompt
+            followed by its continuation.
+        :raises BadInputError: as :func:`sonnx.generate` raises it (a directory that holds no
+            ``genai_config.json`` or optimum files, text without ``tokenizer.json``).
+        """
+        return generate_in_dir(Path(self.rep.origin).parent, prompt, rep=self.rep, **options)
 
 
 def next_token_loss(logits: Tensor, labels: Any, attention_mask: Any = None) -> Tensor:
