@@ -1,9 +1,10 @@
 """Small models the graph-mode tests share: a chain of elementwise steps with a Tanh in the
 middle (where a test double of the compiler plants its faults), and two compiled segments
-around an eager NonZero."""
+around an eager NonZero, and slices of a NonZero's data-dependent count."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -45,5 +46,54 @@ def chain_with_a_tanh() -> onnx.ModelProto:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [two],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def slices_of_a_nonzero_count() -> onnx.ModelProto:
+    """NonZero (eager) of ``x`` -> Cast, then slices whose sizes follow its count: the
+    positions but the last, walked backwards from INT64_MIN's clamp (``backward``), every
+    second from the second to INT64_MAX (``forward``), and ``x``'s first count entries, the
+    end read from the NonZero's shape (``first``)."""
+    int64 = np.iinfo(np.int64)
+
+    def ints(name: str, *values: int) -> onnx.TensorProto:
+        return helper.make_tensor(name, TensorProto.INT64, [len(values)], list(values))
+
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["where"], name="nonzero"),
+        helper.make_node("Cast", ["where"], ["positions"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node(
+            "Slice",
+            ["positions", "minus_two", "lowest", "one", "minus_one"],
+            ["back"],
+            name="back",
+        ),
+        helper.make_node("Relu", ["back"], ["backward"], name="relu"),
+        helper.make_node(
+            "Slice", ["positions", "one", "highest", "one", "two"], ["forward"], name="every_2nd"
+        ),
+        helper.make_node("Shape", ["where"], ["where_shape"], name="shape"),
+        helper.make_node("Slice", ["where_shape", "one", "two"], ["count"], name="count"),
+        helper.make_node("Slice", ["x", "zero", "count"], ["head"], name="head"),
+        helper.make_node("Neg", ["head"], ["first"], name="negate"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "slices_of_a_count",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [
+            helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+            for name in ("backward", "forward", "first")
+        ],
+        [
+            ints("zero", 0),
+            ints("one", 1),
+            ints("two", 2),
+            ints("minus_one", -1),
+            ints("minus_two", -2),
+            ints("lowest", int(int64.min)),
+            ints("highest", int(int64.max)),
+        ],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

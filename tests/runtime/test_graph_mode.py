@@ -23,8 +23,13 @@ from sonnx.runtime.graph_mode import Segment
 from sonnx.runtime.imported_graph import ImportedGraph
 from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm
+from tests.onnx.export_check import ort_session
 from tests.onnx.switch_models import switch_model, unary_branch
-from tests.runtime.graph_mode_models import chain_with_a_tanh, compute_around_a_nonzero
+from tests.runtime.graph_mode_models import (
+    chain_with_a_tanh,
+    compute_around_a_nonzero,
+    slices_of_a_nonzero_count,
+)
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +216,36 @@ def test_the_steps_around_an_eager_step_are_compiled_segments(caplog) -> None:
     assert len(segments) == 2 and len([n for n in notes if "compiled in" in n]) == 2, notes
 
 
+def test_slices_to_a_nonzero_count_compile_once_for_every_count() -> None:
+    """Slice clamped its bounds with Python's ``slice.indices``, which read the NonZero's
+    count as an int: the segment after the NonZero compiled a graph per count. Clamped with
+    torch's symbolic min and max, one graph serves every count and length, backwards steps
+    and INT64 sentinels included, equal to eager and onnxruntime."""
+    model = slices_of_a_nonzero_count()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    session = ort_session(model)
+    rng = np.random.default_rng(0)
+    for i, (n, count) in enumerate([(10, 3), (10, 6), (12, 1), (9, 9), (12, 4)]):
+        x = np.zeros(n, np.float32)
+        x[rng.permutation(n)[:count]] = rng.uniform(1, 2, count)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore" if i == 0 else "error", RuntimeWarning)
+            got = [to_numpy(y) for y in rep.run([x])]
+        expected = [to_numpy(y) for y in eager.run([x])]
+        for g, e, o in zip(got, expected, session.run(None, {"x": x}), strict=True):
+            np.testing.assert_array_equal(g, e)
+            np.testing.assert_array_equal(g, o)
+        # For a count of 1 the start (-2) is before the first position, which ONNX (and
+        # onnxruntime) clamp to it: Python's slice.indices would take nothing.
+        assert got[0].shape == (1, max(count - 1, 1)) and got[2].shape == (count,)
+    runner = rep.graph_runner
+    assert [(p.nodes[0], p.compiled) for p in runner.parts()] == [
+        ("nonzero", False),
+        ("cast", True),
+    ]
+    assert runner.compile_count == 1
+
+
 def _if_on_a_switch_input() -> onnx.ModelProto:
     """``If (mode == 1)`` over a scaled input, as Silero-VAD branches on its sample rate."""
     return switch_model(
@@ -263,6 +298,7 @@ def test_a_segment_inductor_rejects_is_split_once_and_a_failing_half_runs_eagerl
     split in halves; the half before the Tanh compiles, the half holding it fails too and runs
     eagerly, unsplit (no search down to one step: each halving costs a full compile)."""
     from sonnx.runtime import symbolic_graphs
+
     compile_library = symbolic_graphs.compile_library
 
     def no_tanh(graph: torch.fx.GraphModule, example_inputs, library, named) -> None:

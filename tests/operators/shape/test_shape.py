@@ -102,6 +102,22 @@ def test_slice_matches_python_slicing(starts, ends, axes, steps):
     np.testing.assert_array_equal(y.numpy(), x[tuple(index)])
 
 
+@pytest.mark.parametrize(
+    ("start", "end", "step"),
+    [(-100, -100, -1), (-6, -(2**63), -2), (-7, -6, -1), (-2, 1, -1), (9, -(2**63), -3)],
+)
+def test_a_backward_slice_clamps_as_onnx_does_not_as_python(start, end, step):
+    """ONNX clamps a backward start to [0, dim - 1]: a start before the first element takes
+    it (onnxruntime does; Python's ``slice.indices`` takes nothing)."""
+    x = np.arange(5, dtype=np.float32)
+    bounds = [np.array([v], np.int64) for v in (start, end, 0, step)]
+    model, feeds = one_node_model("Slice", [x, *bounds], 13)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("out0", TensorProto.FLOAT, None))
+    (expected,) = ort_run(model, feeds)
+    got = autograd.slice(t(x), [start], [end], [0], [step])
+    np.testing.assert_array_equal(got.numpy(), expected)
+
+
 def test_squeeze_unsqueeze():
     x = t(np.zeros((1, 3, 1, 0)))
     assert autograd.squeeze(x).shape == (3, 0)

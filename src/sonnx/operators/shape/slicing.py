@@ -150,10 +150,31 @@ class Split(Operator):
         g.add_node("Split", inputs[:1], outputs, **attrs)
 
 
-def _slice_bounds(dim: int, start: int, end: int, step: int) -> tuple[int, int, int]:
-    """ONNX clamping of start/end; Python's ``slice.indices`` applies exactly these rules
-    (including the INT64 max/min sentinels)."""
-    return builtins.slice(start, end, step).indices(dim)
+# A bound past any dimension (no tensor has 2**62 elements) that stays inside int64 when a
+# size is added to it: the int64 sentinels ONNX models use (INT64_MIN to walk back to the
+# start) would otherwise overflow in a compiled graph's size arithmetic.
+_FAR = 1 << 62
+
+
+def _backward_slice(dim: Any, start: Any, end: Any, step: int) -> builtins.slice:
+    """The forward slice holding the elements a negative ``step`` takes (flipped after).
+
+    ONNX clamps a backward start to ``[0, dim - 1]`` and end to ``[-1, dim - 1]`` (so a start
+    before the first element still takes it, unlike Python's ``slice.indices``, as
+    onnxruntime does). ``torch.sym_min``/``sym_max`` keep a symbolic ``dim`` symbolic: a
+    Python ``min`` or ``slice.indices`` would read its value and pin the traced graph to it.
+    """
+    if isinstance(start, int):
+        start = builtins.min(builtins.max(start, -_FAR), _FAR)
+    if isinstance(end, int):
+        end = builtins.min(builtins.max(end, -_FAR), _FAR)
+    first = torch.sym_max(torch.sym_min(start + dim if start < 0 else start, dim - 1), 0)
+    stop = torch.sym_max(torch.sym_min(end + dim if end < 0 else end, dim - 1), -1)
+    stride = -step
+    count = torch.sym_max((first - stop + stride - 1) // stride, 0)
+    # From the last element taken up to the first; empty (start past stop) for a count of 0.
+    # An empty dim gives first 0 and count 1, a slice of nothing all the same.
+    return builtins.slice(first - (count - 1) * stride, first + 1, stride)
 
 
 class Slice(Operator):
@@ -221,14 +242,13 @@ class Slice(Operator):
         index = [builtins.slice(None)] * x.dim()
         flips = []
         for a, s, e, p in zip(normalize_axes("Slice", ax, x.dim()), st, en, sp, strict=True):
-            first, stop, step = _slice_bounds(x.shape[a], s, e, p)
-            if step > 0:
-                index[a] = builtins.slice(first, stop, step)
+            if p > 0:
+                # torch clamps a forward slice's bounds as ONNX does (negatives count from the
+                # end, INT64_MAX is the end), without reading a symbolic size.
+                index[a] = builtins.slice(s, e, p)
                 continue
             # torch has no negative-step slicing: take the same elements forwards, then flip.
-            count = len(builtins.range(first, stop, step))
-            last = first + (count - 1) * step
-            index[a] = builtins.slice(last, first + 1, -step) if count else builtins.slice(0, 0)
+            index[a] = _backward_slice(x.shape[a], s, e, p)
             flips.append(a)
         return tuple(index), flips
 
