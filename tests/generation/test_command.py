@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import onnx
@@ -26,11 +27,33 @@ def test_the_cli_streams_the_text_sonnx_generate_returns(llama_dir, monkeypatch)
     assert "".join(pieces).strip() == text.strip() and text.count("w") == 12
 
 
-def test_token_ids_in_give_token_ids_out(llama_dir, llama_rep, capsys) -> None:
+def test_token_ids_in_give_the_prompt_and_continuation_out(llama_dir, llama_rep, capsys) -> None:
+    """The ids printed are those SingaRep.generate returns: the prompt's, then the new ones."""
     argv = ["generate", str(llama_dir), "--ids", "1", "5", "9", "--max-new-tokens", "4"]
     assert cli.main(argv) == 0
-    expected = llama_rep.generate([1, 5, 9], max_new_tokens=4, eos_token_id=2)[0, 3:]
+    expected = llama_rep.generate([1, 5, 9], max_new_tokens=4, eos_token_id=2)[0]
     assert capsys.readouterr().out.split() == [str(t) for t in expected]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--ids", "1", "-5"], r"token ids must be in \[0, 95\] .*received -5"),
+        (["--ids", "1", "99999"], "received 99999"),
+        (
+            ["--ids", "1", "5", "--max-new-tokens", "300"],
+            "context length of 256; ask for at most 254",
+        ),
+        (["--prompt", "w5 w9", "--max-new-tokens", "300"], "context length of 256"),
+    ],
+)
+def test_ids_and_lengths_the_model_cannot_take_are_refused_up_front(
+    llama_dir, capsys, argv: list[str], message: str
+) -> None:
+    assert cli.main(["generate", str(llama_dir), *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert re.search(message, err), err
 
 
 def test_a_prompt_and_ids_together_are_refused(llama_dir, capsys) -> None:
@@ -64,7 +87,11 @@ def test_graph_mode_gives_the_eager_tokens(gqa_dir, capsys, monkeypatch) -> None
     monkeypatch.setattr(command, "load_decoder", load_decoder)
     argv = ["generate", str(gqa_dir), "--ids", "3", "17", "40", "--max-new-tokens", "6"]
     eager = _ids_out([*argv, "--device", "cpu"], capsys)
-    assert len(eager) == 6 and loaded[-1].rep.graph_runner is None
+    assert (
+        len(eager) == 3 + 6
+        and eager[:3] == ["3", "17", "40"]
+        and loaded[-1].rep.graph_runner is None
+    )
     assert _ids_out([*argv, "--graph"], capsys) == eager
     assert loaded[-1].rep.graph_runner.compile_count == 2  # the prompt's graph, the step's
 

@@ -60,7 +60,7 @@ def _greedy(decoder: Decoder, prompts: list[list[int]], new: int, steps_of: Step
 
 
 def _llama_prompts(model, rows: int) -> list[list[int]]:
-    return [model.tokenizer.encode(s).ids for s in SENTENCES[:rows]]
+    return [model.tokenizer.encode(s) for s in SENTENCES[:rows]]
 
 
 @pytest.mark.parametrize("rows", [1, 3])

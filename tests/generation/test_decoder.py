@@ -19,7 +19,7 @@ from tests.genai_builds import SENTENCES, build
 def test_a_shared_buffer_is_written_in_place_and_is_the_present() -> None:
     model = load_decoder(build("llama", "fp32"))
     decoder = Decoder(model.rep, model.layout)
-    ids = torch.tensor([model.tokenizer.encode(SENTENCES[0]).ids])
+    ids = torch.tensor([model.tokenizer.encode(SENTENCES[0])])
     cache = decoder.empty_cache(1, ids.shape[1] + 4)
     mask, positions = torch.ones_like(ids), torch.arange(ids.shape[1])[None]
     _, present = decoder.step(ids, mask, positions, cache)
@@ -34,7 +34,7 @@ def test_graph_mode_decode_compiles_once_for_every_length() -> None:
     and the decode step's), with no step run eagerly."""
     model_dir = build("llama", "fp32")
     eager, graph = load_decoder(model_dir), load_decoder(model_dir, use_graph=True)
-    prompts = [eager.tokenizer.encode(s).ids for s in SENTENCES[:2]]
+    prompts = [eager.tokenizer.encode(s) for s in SENTENCES[:2]]
     for batch, new in (([prompts[0]], 5), (prompts, 9)):
         expected = eager.generate(batch, max_new_tokens=new, eos_token_id=None)
         got = graph.generate(batch, max_new_tokens=new, eos_token_id=None)

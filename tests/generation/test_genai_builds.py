@@ -44,7 +44,7 @@ def test_greedy_equals_onnxruntime_genai(family: str, precision: str) -> None:
     model = load_decoder(model_dir)
     assert model.layout.share_buffer  # the builder's CPU config preallocates the past
     for sentence in SENTENCES[:2]:
-        prompt = np.asarray(model.tokenizer.encode(sentence).ids)
+        prompt = np.asarray(model.tokenizer.encode(sentence))
         expected = genai_greedy(model_dir, prompt)
         # min_length keeps genai going past an end token; sonnx is told of no end token.
         got = model.generate(prompt, max_new_tokens=NEW_TOKENS, eos_token_id=None)[0]
@@ -58,7 +58,7 @@ def test_left_padded_batch_equals_each_prompt_alone(shared: bool) -> None:
     model = load_decoder(build("llama", "fp32"))
     assert model.layout.right_padded
     layout = dataclasses.replace(model.layout, share_buffer=shared)
-    prompts = [model.tokenizer.encode(s).ids for s in SENTENCES[:3]]
+    prompts = [model.tokenizer.encode(s) for s in SENTENCES[:3]]
     assert len({len(p) for p in prompts}) == 3
     batch = model.generate(prompts, max_new_tokens=8, eos_token_id=None, layout=layout)
     for row, prompt in zip(batch, prompts, strict=True):
@@ -70,6 +70,6 @@ def test_text_in_text_out_on_a_genai_directory() -> None:
     model_dir = build("llama", "fp32")
     model = load_decoder(model_dir)
     text = sonnx.generate(model_dir, SENTENCES[0], max_new_tokens=8)
-    prompt = model.tokenizer.encode(SENTENCES[0]).ids
+    prompt = model.tokenizer.encode(SENTENCES[0])
     ids = model.generate(prompt, max_new_tokens=8)[0, len(prompt) :]
     assert text == model.tokenizer.decode(ids.tolist(), skip_special_tokens=True)

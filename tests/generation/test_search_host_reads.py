@@ -45,7 +45,7 @@ def model(request, llama_rep) -> _Model:
     if request.param == "optimum":
         return _Model(llama_rep, llama_rep.generate, [[1, 5, 9, 33, 7], [1, 4]])
     decoder = load_decoder(build("llama", "fp32"))
-    prompts = [decoder.tokenizer.encode(s).ids for s in SENTENCES[:2]]
+    prompts = [decoder.tokenizer.encode(s) for s in SENTENCES[:2]]
     return _Model(decoder.rep, decoder.generate, prompts)
 
 

@@ -24,13 +24,13 @@ def stream(tokenizer, ids: list[int]) -> tuple[list[str], TextStreamer]:
 
 
 def test_pieces_join_to_the_decoded_text(tokenizer) -> None:
-    ids = tokenizer.encode("the quick brown fox").ids
+    ids = tokenizer.encode("the quick brown fox")
     pieces, _ = stream(tokenizer, ids)
     assert len(pieces) == len(ids) and "".join(pieces) == "the quick brown fox"
 
 
 def test_a_character_split_across_tokens_waits_for_its_second_half(tokenizer) -> None:
-    ids = tokenizer.encode("a é").ids  # é is two bytes, each its own byte-level token
+    ids = tokenizer.encode("a é")  # é is two bytes, each its own byte-level token
     assert tokenizer.decode(ids[:-1]).endswith("\ufffd")
     pieces, _ = stream(tokenizer, ids)
     assert "\ufffd" not in "".join(pieces) and "".join(pieces) == "a é"
@@ -43,3 +43,17 @@ def test_a_character_split_across_tokens_waits_for_its_second_half(tokenizer) ->
 def test_a_directory_without_a_tokenizer_is_refused(tmp_path) -> None:
     with pytest.raises(BadInputError, match=r"no tokenizer\.json"):
         load_tokenizer(tmp_path)
+
+
+def test_encode_gives_a_list_of_ids_as_hugging_face_does(tokenizer) -> None:
+    ids = tokenizer.encode("the quick brown fox")
+    assert isinstance(ids, list) and all(isinstance(i, int) for i in ids)
+    assert (
+        ids
+        == tokenizer.backend.encode("the quick brown fox").ids
+        == tokenizer("the quick brown fox")
+    )
+    assert tokenizer.decode(np.array(ids)) == "the quick brown fox"
+    assert tokenizer.vocab_size == tokenizer.backend.get_vocab_size(with_added_tokens=True)
+    with pytest.raises(BadInputError, match="expected a str, received list"):
+        tokenizer.encode(["the"])

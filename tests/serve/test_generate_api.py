@@ -71,7 +71,7 @@ def events(data: bytes) -> list[dict]:
 def test_generate_and_stream_equal_rep_generate(port: int, repository: Path, name: str) -> None:
     model = load_decoder(repository / name / "1")
     text = SENTENCES[0] if name == "genai" else "w5 w9 w33 w7"
-    prompt = model.tokenizer.encode(text).ids
+    prompt = model.tokenizer.encode(text)
     expected = model.generate(prompt, max_new_tokens=16)[0, len(prompt) :].tolist()
     body = {"text_input": text, "parameters": {"max_tokens": 16}}
     status, data = post(port, f"/v2/models/{name}/generate", body)

@@ -6,13 +6,14 @@ from sonnx.generation.cache_layout import CacheLayout, detect_layout
 from sonnx.generation.model_dir import DecoderModel, generate, load_decoder
 from sonnx.generation.sampling import Sampling
 from sonnx.generation.search import generate_tokens
-from sonnx.generation.text import TextStreamer, load_tokenizer
+from sonnx.generation.text import TextStreamer, Tokenizer, load_tokenizer
 
 __all__ = [
     "CacheLayout",
     "DecoderModel",
     "Sampling",
     "TextStreamer",
+    "Tokenizer",
     "detect_layout",
     "generate",
     "generate_tokens",

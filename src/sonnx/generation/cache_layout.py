@@ -22,13 +22,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from sonnx.errors import BadModelError
+from sonnx.generation.limits import DecoderLimits, decoder_limits
 
 if TYPE_CHECKING:
     from sonnx.runtime.rep import SingaRep
@@ -55,6 +56,7 @@ class CacheLayout:
         branch, or None.
     :param share_buffer: the past is a buffer of the full length the present is written into.
     :param right_padded: padding goes after a sequence's tokens (GroupQueryAttention graphs).
+    :param limits: the context length and vocabulary size, where known.
     """
 
     input_ids: str
@@ -75,6 +77,8 @@ class CacheLayout:
     share_buffer: bool = False
     #: Padding goes after a sequence's tokens (GroupQueryAttention), not before them.
     right_padded: bool = False
+    #: The context length and vocabulary, checked before a run (:mod:`.limits`).
+    limits: DecoderLimits = field(default_factory=DecoderLimits)
 
     @property
     def layers(self) -> int:
@@ -98,7 +102,8 @@ def detect_layout(rep: SingaRep, config: dict[str, Any] | None = None) -> CacheL
     else:
         layout = _from_optimum_names(specs, rep.outputs)
     gqa = any(n.op_type == "GroupQueryAttention" for n in rep.model.graph.node)
-    return dataclasses.replace(layout, right_padded=gqa)
+    limits = decoder_limits(rep, layout.input_ids, layout.logits, config)
+    return dataclasses.replace(layout, right_padded=gqa, limits=limits)
 
 
 def read_genai_config(model_dir: Path) -> dict[str, Any] | None:
@@ -119,9 +124,11 @@ def _from_optimum_names(specs: dict[str, Any], outputs: list[str]) -> CacheLayou
         if m:
             pasts[(int(m.group(1)), m.group(2))] = name
     layers = len(pasts) // 2
-    if "input_ids" not in specs or not pasts or set(pasts) != {
-        (i, kind) for i in range(layers) for kind in ("key", "value")
-    }:
+    if (
+        "input_ids" not in specs
+        or not pasts
+        or set(pasts) != {(i, kind) for i in range(layers) for kind in ("key", "value")}
+    ):
         raise BadModelError(
             "generate: not a decoder with a KV cache in optimum's layout (inputs input_ids and "
             "past_key_values.N.key/.value for N = 0, 1, ...) and no genai_config.json; the "

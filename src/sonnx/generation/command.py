@@ -2,7 +2,11 @@
 
 The prompt is tokenized with the directory's ``tokenizer.json``, and each piece of text is
 written to standard output as soon as its token is chosen. A directory without a tokenizer
-takes ``--ids 1 5 9`` and prints token ids as they come. ``--device cuda`` runs on a GPU,
+takes ``--ids 1 5 9`` and prints token ids: the prompt's, then each new one as it comes, the
+ids :meth:`SingaRep.generate` returns (``--prompt`` prints only the new text, as
+:func:`sonnx.generate` returns it for text). Token ids outside the vocabulary, and a
+``--max-new-tokens`` past the model's context length, are refused before anything runs
+(:mod:`sonnx.generation.limits`). ``--device cuda`` runs on a GPU,
 ``--graph`` in graph mode, and ``--cuda-graph`` (with both) replays each decode step as a CUDA
 graph: see :func:`sonnx.generation.decode_steps.check_cuda_graph` for the models it holds for.
 """
@@ -16,6 +20,7 @@ import numpy as np
 
 from sonnx.device import Device, require_cuda
 from sonnx.errors import BadInputError
+from sonnx.generation.limits import check_context, check_token_ids
 from sonnx.generation.model_dir import load_decoder
 from sonnx.generation.text import TextStreamer
 
@@ -34,10 +39,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         nargs="+",
         default=None,
-        help="prompt token ids, printed back as ids (default: none; give it or --prompt)",
+        help="prompt token ids; prints the prompt's ids, then each new id as it comes, as "
+        "SingaRep.generate returns them (default: none; give it or --prompt)",
     )
     cmd.add_argument(
-        "--max-new-tokens", type=int, default=64, help="tokens to generate (default: 64)"
+        "--max-new-tokens",
+        type=int,
+        default=64,
+        help="tokens to generate; with the prompt at most the model's context length (default: 64)",
     )
     cmd.add_argument("--do-sample", action="store_true", help="sample instead of greedy")
     cmd.add_argument(
@@ -94,10 +103,14 @@ def run(args: argparse.Namespace) -> int:
             raise BadInputError(
                 f"generate: {args.model_dir} has no tokenizer.json; give --ids instead of --prompt"
             )
-        ids = model.tokenizer.encode(args.prompt).ids
+        ids = model.tokenizer.encode(args.prompt)
         streamer = TextStreamer(model.tokenizer, _write)
     else:
         ids = args.ids
+        limits = model.layout.limits
+        check_token_ids(np.asarray(ids), limits.vocab_size)
+        check_context(len(ids), args.max_new_tokens, limits.context_length)
+        _write("".join(f"{i} " for i in ids))  # the prompt first, as the API returns it
 
         def streamer(tokens: np.ndarray) -> None:
             _write(f"{int(tokens[0])} ")

@@ -8,6 +8,7 @@ beside it a prompt may be text, and text comes back.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 from sonnx.device import Device
 from sonnx.errors import BadInputError
 from sonnx.generation.cache_layout import CacheLayout, detect_layout, read_genai_config
+from sonnx.generation.limits import decoder_limits
 from sonnx.generation.search import generate_tokens
 from sonnx.generation.text import load_tokenizer
 
@@ -36,7 +38,7 @@ class DecoderModel:
     :param layout: which of its inputs and outputs carry the tokens, the logits and the cache.
     :param eos_token_id: the token ids that end a sequence (empty: none).
     :param pad_token_id: the id that fills ended sequences and padding, or None.
-    :param tokenizer: the directory's ``tokenizers.Tokenizer``, or None.
+    :param tokenizer: the directory's :class:`~sonnx.generation.text.Tokenizer`, or None.
     """
 
     rep: SingaRep
@@ -117,7 +119,12 @@ def load_decoder(
         rep = prepare(str(model), device=device, use_graph=use_graph)
     tokenizer = load_tokenizer(root) if (root / "tokenizer.json").is_file() else None
     ends = [] if ends is None else [ends] if isinstance(ends, int) else list(ends)
-    return DecoderModel(rep, detect_layout(rep, config), ends, pad, tokenizer)
+    layout = detect_layout(rep, config)
+    hf_config = _read_json(root / "config.json") if config is None else None
+    if hf_config is not None:  # transformers' context length and vocabulary (optimum's)
+        limits = decoder_limits(rep, layout.input_ids, layout.logits, hf_config=hf_config)
+        layout = dataclasses.replace(layout, limits=limits)
+    return DecoderModel(rep, layout, ends, pad, tokenizer)
 
 
 def generate(
@@ -150,7 +157,7 @@ def generate(
         return model.generate(prompt, **options)
     if model.tokenizer is None:
         raise BadInputError(f"generate: {model_dir} has no tokenizer.json to encode text with")
-    ids = [model.tokenizer.encode(t).ids for t in texts]
+    ids = [model.tokenizer.encode(t) for t in texts]
     out = model.generate(ids, **options)
     width = max(len(i) for i in ids)
     decode = model.tokenizer.decode
@@ -161,9 +168,15 @@ def generate(
 def _hf_end_tokens(root: Path) -> tuple[Any, int | None]:
     """End and pad ids from transformers' ``generation_config.json`` or ``config.json``."""
     for name in ("generation_config.json", "config.json"):
-        path = root / name
-        if path.is_file():
-            data = json.loads(path.read_text())
-            if data.get("eos_token_id") is not None:
-                return data["eos_token_id"], data.get("pad_token_id")
+        data = _read_json(root / name)
+        if data is not None and data.get("eos_token_id") is not None:
+            return data["eos_token_id"], data.get("pad_token_id")
     return None, None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """``path`` parsed where it is a file holding a JSON object, else None."""
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    return data if isinstance(data, dict) else None

@@ -32,6 +32,7 @@ from sonnx.generation.beam_search import beam_search, beam_search_conflict
 from sonnx.generation.cache_layout import CacheLayout, detect_layout
 from sonnx.generation.decode_steps import check_cuda_graph, decode_steps
 from sonnx.generation.decoder import Decoder
+from sonnx.generation.limits import check_context, check_token_ids
 from sonnx.generation.sampling import Sampling
 
 if TYPE_CHECKING:
@@ -91,8 +92,10 @@ def generate_tokens(
     :returns: the (batch, prompt length + new) int64 token ids.
     :raises BadInputError: ``max_new_tokens`` is not a positive int, a sampling setting is out of
         range, beam search is asked to sample or stream, ``input_ids`` or ``attention_mask``
-        has the wrong type or shape (or right padding), or ``cuda_graph`` is asked where it
-        cannot hold (beam search, no shared buffer, not graph mode, not CUDA).
+        has the wrong type or shape (or right padding), a token id is outside the model's
+        vocabulary, the prompt and ``max_new_tokens`` run past the model's context length
+        (see :mod:`~sonnx.generation.limits`), or ``cuda_graph`` is asked where it cannot
+        hold (beam search, no shared buffer, not graph mode, not CUDA).
     :raises BadModelError: ``layout`` is None and the graph does not follow optimum's names.
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -105,7 +108,9 @@ def generate_tokens(
     decoder = Decoder(rep, layout or detect_layout(rep))
     if cuda_graph:
         check_cuda_graph(decoder, num_beams)
-    prompts = prompt_batch(input_ids, attention_mask, pad, decoder.device)
+    limits = decoder.layout.limits
+    prompts = prompt_batch(input_ids, attention_mask, pad, decoder.device, limits.vocab_size)
+    check_context(prompts.ids.shape[1], max_new_tokens, limits.context_length)
     if num_beams > 1:
         conflict = beam_search_conflict(num_beams, do_sample, streamer is not None)
         if conflict is not None:
@@ -179,12 +184,21 @@ class PromptBatch(NamedTuple):
 
 
 def prompt_batch(
-    input_ids: Any, attention_mask: Any, pad: int, device: torch.device
+    input_ids: Any,
+    attention_mask: Any,
+    pad: int,
+    device: torch.device,
+    vocab_size: int | None = None,
 ) -> PromptBatch:
     """``input_ids`` and its attention mask as (batch, length) int64 tensors on ``device``,
-    prompts of different lengths left-padded with ``pad``, and whether any row is padded."""
+    prompts of different lengths left-padded with ``pad``, and whether any row is padded.
+    The tokens (those the mask marks) are checked against ``vocab_size`` on the host: ids
+    handed in on a device are read back with the mask, in one read."""
     if isinstance(input_ids, (list, tuple)) and input_ids and not np.isscalar(input_ids[0]):
-        rows = [np.asarray(r, dtype=np.int64).reshape(-1) for r in input_ids]
+        rows = [np.asarray(r).reshape(-1) for r in input_ids]
+        for row in rows:
+            check_token_ids(row, vocab_size)
+        rows = [r.astype(np.int64) for r in rows]
         if attention_mask is None and len({len(r) for r in rows}) > 1:
             width = max(len(r) for r in rows)
             ids = np.full((len(rows), width), pad, dtype=np.int64)
@@ -195,7 +209,8 @@ def prompt_batch(
             on_device = torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
             return PromptBatch(*on_device, left_padded=True)
         input_ids = np.stack(rows)
-    ids = torch.as_tensor(np.asarray(input_ids) if not torch.is_tensor(input_ids) else input_ids)
+    given_on_device = torch.is_tensor(input_ids)
+    ids = torch.as_tensor(input_ids if given_on_device else np.asarray(input_ids))
     if ids.dim() == 1:
         ids = ids[None]
     if ids.dim() != 2 or ids.shape[1] == 0 or ids.dtype.is_floating_point:
@@ -203,8 +218,13 @@ def prompt_batch(
             f"generate: input_ids must be integer token ids, one prompt or (batch, length), "
             f"received {ids.dtype} with shape {tuple(ids.shape)}"
         )
+    if not given_on_device:
+        host_ids = ids.numpy()
     ids = ids.to(device=device, dtype=torch.int64)
     if attention_mask is None:
+        if given_on_device:
+            host_ids = ids.cpu().numpy()
+        check_token_ids(host_ids, vocab_size)
         return PromptBatch(ids, torch.ones_like(ids), left_padded=False)
     mask = torch.as_tensor(
         np.asarray(attention_mask) if not torch.is_tensor(attention_mask) else attention_mask
@@ -216,16 +236,21 @@ def prompt_batch(
             f"generate: attention_mask must have input_ids' shape {tuple(ids.shape)}, "
             f"received {tuple(mask.shape)}"
         )
-    # The mask's padding is checked and noted on the host: one read if it was handed in on a
-    # device, none from then on.
-    here = mask.cpu().numpy()
+    # The mask's padding (and ids handed in on a device) are checked and noted on the host:
+    # one read if they were handed in on a device, none from then on.
+    if given_on_device:
+        host_ids, here = torch.stack([ids, mask.to(ids.device, torch.int64)]).cpu().numpy()
+    else:
+        here = mask.cpu().numpy()
+    mask = mask.to(device=device, dtype=torch.int64)
     if (here[:, -1] == 0).any():
         raise BadInputError(
             "generate: pad prompts on the left (attention_mask 0 before the tokens); a row's "
             "last position is padding"
         )
+    check_token_ids(host_ids[here != 0], vocab_size)
     padded = bool((here == 0).any())
-    return PromptBatch(ids, mask.to(device=device, dtype=torch.int64), left_padded=padded)
+    return PromptBatch(ids, mask, left_padded=padded)
 
 
 def _end_ids(eos_token_id: int | Sequence[int] | None) -> list[int]:

@@ -18,11 +18,54 @@ import numpy as np
 from sonnx.errors import BadInputError
 
 
-def load_tokenizer(model_dir: str | Path) -> Any:
-    """The ``tokenizers.Tokenizer`` of ``model_dir/tokenizer.json``.
+class Tokenizer:
+    """A model directory's tokenizer with Hugging Face's calls: :meth:`encode` gives a list of
+    token ids, :meth:`decode` takes one back to text. ``backend`` is the underlying
+    ``tokenizers.Tokenizer`` (whose own ``encode`` gives an ``Encoding``: offsets, tokens).
+
+    :param backend: the ``tokenizers.Tokenizer`` to wrap.
+    """
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of ids, added tokens included."""
+        return int(self.backend.get_vocab_size(with_added_tokens=True))
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """The token ids of ``text``.
+
+        :param text: the text to tokenize.
+        :param add_special_tokens: add the tokenizer's special tokens (a start token).
+        :returns: the ids.
+        :raises BadInputError: ``text`` is not a string.
+        """
+        if not isinstance(text, str):
+            raise BadInputError(f"Tokenizer.encode: expected a str, received {type(text).__name__}")
+        return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
+        """The text of token ``ids``.
+
+        :param ids: the ids (a list, or a 1-D array).
+        :param skip_special_tokens: leave special tokens (end, padding) out of the text.
+        :returns: the text.
+        """
+        ids = [int(i) for i in np.asarray(ids).reshape(-1)]
+        return str(self.backend.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def __call__(self, text: str) -> list[int]:
+        """:meth:`encode`'s ids of ``text``."""
+        return self.encode(text)
+
+
+def load_tokenizer(model_dir: str | Path) -> Tokenizer:
+    """The :class:`Tokenizer` of ``model_dir/tokenizer.json``.
 
     :param model_dir: the model directory.
-    :returns: the tokenizer (``encode(text).ids``, ``decode(ids)``).
+    :returns: the tokenizer (``encode(text)`` gives a list of ids, ``decode(ids)`` text).
     :raises BadInputError: the directory has no ``tokenizer.json``.
     """
     path = Path(model_dir) / "tokenizer.json"
@@ -30,9 +73,9 @@ def load_tokenizer(model_dir: str | Path) -> Any:
         raise BadInputError(
             f"generate: {model_dir} has no tokenizer.json; give token ids instead of text"
         )
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer as Backend
 
-    return Tokenizer.from_file(str(path))
+    return Tokenizer(Backend.from_file(str(path)))
 
 
 class TextStreamer:

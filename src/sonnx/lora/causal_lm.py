@@ -27,6 +27,7 @@ from sonnx.device import Device
 from sonnx.errors import BadInputError
 from sonnx.generation.cache_layout import read_genai_config
 from sonnx.generation.decoder import tokens_first
+from sonnx.generation.limits import check_context, check_token_ids, decoder_limits
 from sonnx.generation.model_dir import generate as generate_in_dir
 from sonnx.sonnx_model import SONNXModel, apply_update
 from sonnx.tensor import Tensor, to_numpy
@@ -67,11 +68,15 @@ class CausalLM(SONNXModel):
         self, model: str | Path, head_size: int | None = None, device: Device | None = None
     ) -> None:
         path = Path(model)
+        config = None
         if path.is_dir():
+            config = read_genai_config(path)
             path, configured = _model_file(path)
             head_size = head_size or configured
         super().__init__(str(path), device=device)
         self.head_size = head_size
+        #: The context length and vocabulary that :meth:`feeds` checks ids against.
+        self.limits = decoder_limits(self.rep, genai_config=config)
         #: GroupQueryAttention takes padding on the right (see the module docstring).
         nodes = self.rep.model.graph.node
         self.right_padded = any(n.op_type == "GroupQueryAttention" for n in nodes)
@@ -82,10 +87,13 @@ class CausalLM(SONNXModel):
         :param input_ids: the token ids (B, S), an array, list or Tensor.
         :param attention_mask: 1 for a real token, 0 for padding (None: all ones).
         :returns: the value of every graph input by name (position ids from the mask).
-        :raises BadInputError: a graph input that is none of these or a cache, a cache that is
-            not 4-D, or a free head size without ``head_size``.
+        :raises BadInputError: float ids or ids outside the vocabulary, sequences longer than
+            the model's context length, a graph input that is none of these or a cache, a
+            cache that is not 4-D, or a free head size without ``head_size``.
         """
         ids = to_numpy(input_ids) if isinstance(input_ids, Tensor) else np.asarray(input_ids)
+        check_token_ids(ids, self.limits.vocab_size, "CausalLM")
+        check_context(ids.shape[-1], 0, self.limits.context_length, "CausalLM")
         batch = ids.shape[0]
         mask = _padding_mask(ids, attention_mask)
         feeds: dict[str, Any] = {}

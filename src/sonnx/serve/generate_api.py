@@ -254,7 +254,7 @@ def _request(options: dict[str, Any], model: DecoderModel, emit: Any) -> Generat
             raise InvalidRequestError(
                 "generate: this model has no tokenizer.json; send input_ids instead of text_input"
             )
-        prompt = model.tokenizer.encode(str(options["text_input"])).ids
+        prompt = model.tokenizer.encode(str(options["text_input"]))
     else:
         prompt = options.get("input_ids")
     if not (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
