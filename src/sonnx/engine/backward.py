@@ -8,12 +8,16 @@ its leaves, then asks torch for their gradients in one call.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
 from sonnx.errors import BadInputError
 from sonnx.precision import outside_autocast
 from sonnx.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sonnx.engine.operator import Operator
 
 
 def trainable_tensors(y: Tensor) -> list[Tensor]:
@@ -43,10 +47,8 @@ def trainable_tensors(y: Tensor) -> list[Tensor]:
     return found
 
 
-def inference_only_operators(y: Tensor) -> list[str]:
-    """The inference-only operators (the ai.onnx.ml ones) ``y`` was computed with (inside
-    imported runs too), named."""
-    found: list[str] = []
+def _creators(y: Tensor) -> Iterator[Operator]:
+    """Every operator ``y`` was computed with, each once."""
     seen: set[int] = set()
     stack = [y]
     while stack:
@@ -54,12 +56,20 @@ def inference_only_operators(y: Tensor) -> list[str]:
         if op is None or id(op) in seen:
             continue
         seen.add(id(op))
+        yield op
+        stack.extend(x for x in op.inputs if x is not None)
+
+
+def inference_only_operators(y: Tensor) -> list[str]:
+    """The inference-only operators (the ai.onnx.ml ones) ``y`` was computed with (inside
+    imported runs too), named."""
+    found: list[str] = []
+    for op in _creators(y):
         nodes = getattr(op, "node_descriptions", None)
         if nodes is not None:
             found += nodes(domain="ai.onnx.ml")
         elif op.inference_only:
             found.append(op.op_type)
-        stack.extend(x for x in op.inputs if x is not None)
     return found
 
 
@@ -68,20 +78,15 @@ def untrained_models(y: Tensor) -> list[str]:
     that hold no trainable weight, or whose weights are all frozen (empty when any of them
     trains, or none says)."""
     found: list[str] = []
-    seen: set[int] = set()
-    stack = [y]
-    while stack:
-        op = stack.pop().creator
-        if op is None or id(op) in seen:
-            continue
-        seen.add(id(op))
+    for op in _creators(y):
         untrained = getattr(op, "untrained_reason", None)
-        reason = untrained() if untrained is not None else None
-        if untrained is not None and reason is None:
+        if untrained is None:
+            continue
+        reason = untrained()
+        if reason is None:
             return []
-        if reason is not None and reason not in found:
+        if reason not in found:
             found.append(reason)
-        stack.extend(x for x in op.inputs if x is not None)
     return found
 
 
