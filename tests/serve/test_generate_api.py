@@ -195,7 +195,13 @@ def test_seeded_sampling_is_reproducible_through_the_server(port: int) -> None:
             "does not sample",
         ),
         ("llama", {"input_ids": [1], "parameters": {"num_beams": 17}}, "at most 16"),
-        ("llama", {"input_ids": [10**6]}, "indices in [-96, 95], received 1000000"),
+        ("llama", {"input_ids": [10**6]}, "must be in [0, 95] (the model's vocabulary of 96)"),
+        ("llama", {"input_ids": [1, -5]}, "received -5"),
+        (
+            "llama",
+            {"input_ids": [1, 5], "parameters": {"max_tokens": 300}},
+            "past the model's context length of 256; ask for at most 254",
+        ),
     ],
 )
 def test_bad_requests_are_400(port: int, name: str, body: dict, words: str) -> None:

@@ -43,8 +43,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sonnx.errors import SonnxError
+from sonnx.errors import BadInputError, SonnxError
 from sonnx.generation.beam_search import beam_search_conflict
+from sonnx.generation.limits import check_context, check_token_ids
 from sonnx.generation.model_dir import DecoderModel, decoder_file, load_decoder
 from sonnx.generation.sampling import Sampling
 from sonnx.generation.text import TextStreamer
@@ -265,6 +266,11 @@ def _request(options: dict[str, Any], model: DecoderModel, emit: Any) -> Generat
     limit = parameters.get("max_tokens", parameters.get("max_new_tokens", 64))
     if not isinstance(limit, int) or limit < 1:
         raise InvalidRequestError(f"generate: max_tokens must be an int >= 1, received {limit!r}")
+    try:  # before the request joins a batch: ids past the vocabulary, lengths past the context
+        check_token_ids(np.asarray(prompt), model.layout.limits.vocab_size)
+        check_context(len(prompt), limit, model.layout.limits.context_length)
+    except BadInputError as e:
+        raise InvalidRequestError(str(e)) from None
     sampling = Sampling(
         bool(parameters.get("do_sample", False)),
         float(parameters.get("temperature", 1.0)),
