@@ -88,3 +88,10 @@ def test_names_in_other_scripts_are_text_and_load() -> None:
     x = np.array([-2.0, 3.0], np.float32)
     (y,) = sonnx.prepare(model.SerializeToString()).run([x])
     np.testing.assert_array_equal(y.numpy(), [-1.0, 3.0])
+
+
+def test_a_directory_is_named_as_one_not_as_a_missing_file(tmp_path) -> None:
+    with pytest.raises(BadModelError, match=r"is a directory, expected an \.onnx file"):
+        sonnx.prepare(tmp_path)
+    with pytest.raises(BadModelError, match="ONNX model file not found"):
+        sonnx.prepare(tmp_path / "missing.onnx")
