@@ -76,17 +76,27 @@ def _tuned(
     return model, float(to_numpy(loss))
 
 
-def _generate(model_dir: Path, prompt: list[int], adapter: Path | None = None) -> list[int]:
-    """Greedy continuation of ``prompt`` by onnxruntime-genai (new tokens only)."""
+def og_generator(
+    model_dir: Path, prompt: list[int], adapter: Path | None = None, new_tokens: int = 8
+) -> tuple[og.Generator, og.Adapters | None]:
+    """onnxruntime-genai's greedy generator for ``model_dir`` with ``prompt`` appended and
+    ``adapter`` active, and the adapters it uses (to be kept alive beside it)."""
     model = og.Model(str(model_dir))
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(prompt) + 8, do_sample=False)
+    params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
     generator = og.Generator(model, params)
+    adapters = None
     if adapter is not None:
         adapters = og.Adapters(model)
         adapters.load(str(adapter), "tuned")
         generator.set_active_adapter(adapters, "tuned")
     generator.append_tokens(np.array([prompt], np.int32))
+    return generator, adapters
+
+
+def _generate(model_dir: Path, prompt: list[int], adapter: Path | None = None) -> list[int]:
+    """Greedy continuation of ``prompt`` by onnxruntime-genai (new tokens only)."""
+    generator, _adapters = og_generator(model_dir, prompt, adapter)
     while not generator.is_done():
         generator.generate_next_token()
     return [int(t) for t in generator.get_sequence(0)][len(prompt) :]
@@ -117,9 +127,10 @@ def test_merged_export_generates_the_learned_continuation(precision: str, tmp_pa
     ops = [n.op_type for n in exported.graph.node]
     if precision == "int4":
         # The 4-bit weights stay 4-bit; the adapters ride beside them.
-        assert ops.count("MatMulNBits") == sum(n.op_type == "MatMulNBits" for n in
-                                               onnx.load(str(source / "model.onnx"),
-                                                         load_external_data=False).graph.node)
+        assert ops.count("MatMulNBits") == sum(
+            n.op_type == "MatMulNBits"
+            for n in onnx.load(str(source / "model.onnx"), load_external_data=False).graph.node
+        )
         assert any("lora_A" in n.name for n in exported.graph.node)
     else:
         assert not any("lora" in n.name for n in exported.graph.node)

@@ -18,9 +18,9 @@ import sonnx.lora as lora
 from sonnx.errors import BadInputError
 from sonnx.lora import CausalLM
 from tests.genai_builds import build
-from tests.lora.test_export import _batch, _generate, _tuned
+from tests.lora.test_export import _batch, _generate, _tuned, og_generator
 
-og = pytest.importorskip("onnxruntime_genai")
+pytest.importorskip("onnxruntime_genai")
 
 # accuracy_level 4 rounds each block of a MatMulNBits input to int8: a last-bit difference
 # before it can move one step (tests/generation/test_genai_builds.py)
@@ -33,15 +33,7 @@ def _graph(model_dir: Path) -> onnx.ModelProto:
 
 def _og_logits(model_dir: Path, prompt: list[int], adapter: Path | None = None) -> np.ndarray:
     """onnxruntime-genai's logits (positions, vocabulary) for a prefill of ``prompt``."""
-    model = og.Model(str(model_dir))
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(prompt) + 4)
-    generator = og.Generator(model, params)
-    if adapter is not None:
-        adapters = og.Adapters(model)
-        adapters.load(str(adapter), "tuned")
-        generator.set_active_adapter(adapters, "tuned")
-    generator.append_tokens(np.array([prompt], np.int32))
+    generator, _adapters = og_generator(model_dir, prompt, adapter)
     logits = np.asarray(generator.get_output("logits"))
     return logits.reshape(-1, logits.shape[-1])
 

@@ -2,9 +2,7 @@
 model byte for byte (packed codes, scales, zero points, attributes, names, placement), and
 sonnx's outputs on the result equal onnxruntime's within MatMulNBits's accuracy_level 4
 rounding of the input to int8 blocks.
-
-The block quantization itself is checked against onnxruntime's C++ kernel on many shapes,
-signs, float types and values that fall exactly on rounding halves."""
+(test_blockwise.py checks the block quantization against onnxruntime's C++ kernel)."""
 
 from __future__ import annotations
 
@@ -17,14 +15,12 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 from torch import nn
 
 import sonnx
 from sonnx.errors import BadInputError, BadModelError
 from sonnx.quantization import quantize_weights
-from sonnx.quantization.blockwise import quantize_blockwise
 from sonnx.testing import torch_models as tm
 
 # a last-bit difference before accuracy_level 4's int8 rounding of the input can move a code
@@ -193,35 +189,6 @@ def test_weight_in_if_branch() -> None:
     }
     (got,) = sonnx.prepare(ours).run(feeds)
     np.testing.assert_allclose(got.numpy(), ort_run(ours, feeds), rtol=0, atol=ATOL)
-
-
-@pytest.mark.parametrize("bits", [4, 8])
-def test_blocks_equal_the_kernel(bits: int) -> None:
-    """Codes, scales and zero points equal onnxruntime's C++ kernel's on random shapes
-    (odd K, partial blocks), one-signed and all-zero blocks, values on exact halves,
-    float32 and float16."""
-    rng = np.random.default_rng(bits)
-    kernel = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
-    for trial in range(120):
-        rows, cols = int(rng.integers(1, 300)), int(rng.integers(1, 12))
-        block, symmetric = int(rng.choice([16, 32, 64, 128, 256])), bool(trial % 2)
-        dtype = np.float16 if trial % 3 == 0 else np.float32
-        weight = rng.standard_normal((rows, cols)) * 10 ** rng.uniform(-3, 2)
-        weight = [weight, np.abs(weight), -np.abs(weight), np.round(weight * 4) / 4][trial % 4]
-        weight[rng.random(weight.shape) < 0.2 * (trial % 4 == 3)] = 0
-        weight = weight.astype(dtype)
-        blocks = -(-rows // block)
-        packed = np.zeros((cols, blocks, block * bits // 8), np.uint8)
-        zero_points = np.zeros((cols, -(-blocks * bits // 8)), np.uint8)
-        scales = np.zeros((cols, blocks), dtype)
-        padded = np.pad(weight, ((0, blocks * block - rows), (0, 0)))
-        kernel(packed, padded, scales, zero_points, block, cols, rows, symmetric)
-        got = quantize_blockwise(weight, bits, block, symmetric)
-        case = f"K={rows} N={cols} block={block} symmetric={symmetric} {dtype.__name__}"
-        assert got.packed.tobytes() == packed.tobytes(), case
-        assert got.scales.dtype == dtype and got.scales.tobytes() == scales.tobytes(), case
-        if not symmetric:
-            assert got.zero_points.tobytes() == zero_points.tobytes(), case
 
 
 @pytest.mark.parametrize(

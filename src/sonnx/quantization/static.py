@@ -137,8 +137,9 @@ def quantize_static(
     return quantized
 
 
-def _float_model(model: Any) -> onnx.ModelProto:
-    """A copy of the model to quantize, from a path, a ModelProto or a SingaRep."""
+def _float_model(model: Any, caller: str = "quantize_static") -> onnx.ModelProto:
+    """A copy of the model to quantize, from a path, a ModelProto or a SingaRep; errors
+    name ``caller``."""
     if isinstance(model, onnx.ModelProto):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
@@ -148,12 +149,12 @@ def _float_model(model: Any) -> onnx.ModelProto:
             return onnx.load(model)
         except (OSError, DecodeError) as error:
             raise BadModelError(
-                f"quantize_static: cannot read the model file {str(model)!r}: {error}"
+                f"{caller}: cannot read the model file {str(model)!r}: {error}"
             ) from error
     if callable(getattr(model, "current_model", None)):
         return model.current_model()
     raise BadInputError(
-        "quantize_static: model must be a path, an onnx.ModelProto or a SingaRep, received "
+        f"{caller}: model must be a path, an onnx.ModelProto or a SingaRep, received "
         f"{type(model).__name__}"
     )
 

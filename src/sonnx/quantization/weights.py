@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from sonnx.errors import BadInputError, BadModelError
 from sonnx.quantization.blockwise import quantize_blockwise
 from sonnx.quantization.rewrite import MS_DOMAIN
+from sonnx.quantization.static import _float_model
 
 __all__ = ["quantize_weights", "rewrite_matmuls"]
 
@@ -74,7 +74,7 @@ def quantize_weights(
         input is a 2-D float32/float16 initializer (nothing to quantize).
     """
     _check_options(bits, block_size, accuracy_level)
-    proto = _model_copy(model)
+    proto = _float_model(model, "quantize_weights")
     excluded = _excluded(nodes_to_exclude, proto)
     options = (bits, block_size, bool(symmetric), accuracy_level or 0)
     if not rewrite_matmuls(proto, numpy_helper.to_array, *options, excluded):
@@ -135,27 +135,6 @@ def _check_options(bits: Any, block_size: Any, accuracy_level: Any) -> None:
             "quantize_weights: accuracy_level must be None or 0-4 (MatMulNBits's levels), "
             f"received {accuracy_level!r}"
         )
-
-
-def _model_copy(model: Any) -> onnx.ModelProto:
-    """A copy of the model to quantize, from a path, a ModelProto or a SingaRep."""
-    if isinstance(model, onnx.ModelProto):
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        return copy
-    if isinstance(model, (str, PathLike)):
-        try:
-            return onnx.load(model)
-        except (OSError, DecodeError) as error:
-            raise BadModelError(
-                f"quantize_weights: cannot read the model file {str(model)!r}: {error}"
-            ) from error
-    if callable(getattr(model, "current_model", None)):
-        return model.current_model()
-    raise BadInputError(
-        "quantize_weights: model must be a path, an onnx.ModelProto or a SingaRep, received "
-        f"{type(model).__name__}"
-    )
 
 
 def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
