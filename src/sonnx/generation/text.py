@@ -56,10 +56,6 @@ class Tokenizer:
         ids = [int(i) for i in np.asarray(ids).reshape(-1)]
         return str(self.backend.decode(ids, skip_special_tokens=skip_special_tokens))
 
-    def __call__(self, text: str) -> list[int]:
-        """:meth:`encode`'s ids of ``text``."""
-        return self.encode(text)
-
 
 def load_tokenizer(model_dir: str | Path) -> Tokenizer:
     """The :class:`Tokenizer` of ``model_dir/tokenizer.json``.
