@@ -123,7 +123,9 @@ def _quantized(
         value = value_of(tensor.name)
         if value is None:
             return numpy_helper.to_array(tensor)
-        return value.detach().cpu().numpy()  # host: the weight is quantized in NumPy
+        value = value.detach().cpu()  # host: the weight is quantized in NumPy
+        # NumPy has no bfloat16: such a weight goes as float32 (quantized in float32 anyway)
+        return (value.float() if value.dtype == torch.bfloat16 else value).numpy()
 
     out = onnx.ModelProto()
     out.CopyFrom(model)

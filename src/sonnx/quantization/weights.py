@@ -5,16 +5,16 @@ points, attributes, node and initializer names and placement (:mod:`.blockwise` 
 numbers as onnxruntime's C++ kernel does). Activations stay in float; onnxruntime and sonnx
 both run the result.
 
-Where it departs from onnxruntime (the model is otherwise the same, byte for byte):
+Each MatMul whose second input is a float32, float16 or bfloat16 initializer of shape
+``[K, N]``, or ``[1, ..., 1, K, N]`` (then, where the input's rank may be lower, the product
+is reshaped as onnxruntime reshapes it: :mod:`.nbits_shape`), is replaced. Where it departs
+from onnxruntime (the model is otherwise the same, byte for byte):
 
 - the given model is not modified (onnxruntime's quantizer rewrites the ModelProto it is
   handed);
-- a weight read by several MatMuls is written once (onnxruntime writes its quantized tensors
-  once per reader, under the same name);
 - nodes holding subgraphs (``If``, ``Loop``, ``Scan``) keep their domain and attribute order
-  (onnxruntime rebuilds them, sorting the attributes);
-- a MatMul whose weight has more than two dims (onnxruntime squeezes leading 1s and adds a
-  reshape chain) or is not float32/float16 stays in float.
+  (onnxruntime rebuilds them, sorting the attributes, and drops a custom domain);
+- a name in ``nodes_to_exclude`` that no node has is an error (onnxruntime ignores it).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from onnx import numpy_helper
 
 from sonnx.errors import BadInputError, BadModelError
 from sonnx.quantization.blockwise import quantize_blockwise
+from sonnx.quantization.nbits_shape import output_reshape, static_rank
 from sonnx.quantization.rewrite import MS_DOMAIN
 from sonnx.quantization.static import _float_model
 
@@ -37,7 +38,7 @@ __all__ = ["quantize_weights", "rewrite_matmuls"]
 _BITS = (4, 8)
 #: the block sizes onnxruntime's quantization kernel (``MlasQuantizeBlockwise``) accepts.
 _BLOCK_SIZES = (16, 32, 64, 128, 256)
-_FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16}
+_FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
 
 def quantize_weights(
@@ -71,7 +72,7 @@ def quantize_weights(
     :raises BadInputError: bits, block_size or accuracy_level out of range, a name in
         ``nodes_to_exclude`` that no node has, or a model argument of another type.
     :raises BadModelError: an unreadable model file, or a model with no MatMul whose second
-        input is a 2-D float32/float16 initializer (nothing to quantize).
+        input is a float initializer of shape [1, ..., 1, K, N] (nothing to quantize).
     """
     _check_options(bits, block_size, accuracy_level)
     proto = _float_model(model, "quantize_weights")
@@ -80,7 +81,8 @@ def quantize_weights(
     if not rewrite_matmuls(proto, numpy_helper.to_array, *options, excluded):
         raise BadModelError(
             "quantize_weights: the model has nothing to quantize: no MatMul (outside "
-            "nodes_to_exclude) reads a 2-D float32 or float16 initializer as its second input; "
+            "nodes_to_exclude) reads a float initializer of shape [K, N] or [1, ..., 1, K, N] "
+            "as its second input; "
             f"received nodes of types {sorted(_op_types(proto.graph))}"
         )
     return proto
@@ -95,14 +97,15 @@ def rewrite_matmuls(
     accuracy_level: int,
     excluded: Iterable[str] = (),
 ) -> int:
-    """Replace, in place, each MatMul of ``model`` (and its subgraphs) that reads a 2-D float
+    """Replace, in place, each MatMul of ``model`` (and its subgraphs) that reads a float
     initializer by MatMulNBits, as :func:`quantize_weights` does, reading each weight through
     ``value_of`` (so a model whose initializers are headers without bytes, such as
     :func:`sonnx.lora.export` writes, is quantized one weight at a time). The options are not
     checked here.
 
     :param model: the model to rewrite.
-    :param value_of: a weight's float32/float16 array from its initializer.
+    :param value_of: a weight's float array (float32, float16 or bfloat16) from its
+        initializer.
     :param bits: 4 or 8.
     :param block_size: weights per block.
     :param symmetric: no zero points.
@@ -206,51 +209,96 @@ class _Rewriter:
                 self.graph([*stack, subgraph])
             quantizable = node.op_type == "MatMul" and node.domain in ("", "ai.onnx")
             if quantizable and node.name not in self.excluded:
-                node = self._matmul(node, stack) or node
+                replaced = self._matmul(node, stack)
+                if replaced is not None:
+                    nodes.extend(replaced)
+                    continue
             nodes.append(node)
         graph.ClearField("node")
         graph.node.extend(nodes)
 
-    def _matmul(self, node: onnx.NodeProto, stack: list[onnx.GraphProto]) -> onnx.NodeProto | None:
-        """The MatMulNBits replacing ``node``, or None when its weight is not a 2-D float
-        initializer."""
+    def _matmul(
+        self, node: onnx.NodeProto, stack: list[onnx.GraphProto]
+    ) -> list[onnx.NodeProto] | None:
+        """The MatMulNBits node (and, for a weight with leading 1s that ``A`` may not
+        broadcast to, the reshape of its output) replacing ``node``; None when its weight is
+        no float initializer of shape ``[1, ..., 1, K, N]``."""
         found = _initializer(node.input[1], stack)
         if found is None:
             return None
         tensor, owner = found
-        if len(tensor.dims) != 2 or tensor.data_type not in _FLOAT_TYPES:
+        dims = tuple(tensor.dims)
+        if len(dims) < 2 or any(d != 1 for d in dims[:-2]):
             return None
-        weight = self.value_of(tensor)
-        result = quantize_blockwise(weight, self.bits, self.block_size, self.symmetric)
-        names = [f"{tensor.name}_Q{self.bits}", f"{tensor.name}_scales"]
-        arrays = [result.packed, result.scales]
-        if result.zero_points is not None:
-            names.append(f"{tensor.name}_zero_points")
-            arrays.append(result.zero_points)
-        key = (id(owner), tensor.name)
-        if key not in self._written:
-            self._written.add(key)
-            for graph_input in owner.input:
-                if graph_input.name == tensor.name:
-                    owner.input.remove(graph_input)
-                    break
-            owner.initializer.extend(
-                numpy_helper.from_array(np.ascontiguousarray(a), n)
-                for a, n in zip(arrays, names, strict=True)
-            )
-        attributes = {"K": weight.shape[0], "N": weight.shape[1], "bits": self.bits}
+        if tensor.data_type not in _FLOAT_TYPES:
+            return None
+        weight = np.asarray(self.value_of(tensor)).reshape(dims[-2:])
+        names = self._write(tensor, owner, weight)
+        attributes = {"K": dims[-2], "N": dims[-1], "bits": self.bits}
         attributes["block_size"] = self.block_size
         if self.accuracy_level:
             attributes["accuracy_level"] = self.accuracy_level
+        rank = static_rank(node.input[0], stack)
+        reshaped = len(dims) > 2 and (rank is None or rank < len(dims))
+        output = f"{node.output[0]}_pre_reshape" if reshaped else node.output[0]
+        name = f"{node.name}_Q{self.bits}" if node.name else ""
+        nodes = [
+            onnx.helper.make_node(
+                "MatMulNBits",
+                [node.input[0], *names],
+                [output],
+                name=name,
+                domain=MS_DOMAIN,
+                **attributes,
+            )
+        ]
+        if reshaped:
+            prefix = name or f"{tensor.name}_Q{self.bits}"
+            nodes += output_reshape(node.input[0], dims, owner, prefix, output, node.output[0])
         self.quantized += 1
-        return onnx.helper.make_node(
-            "MatMulNBits",
-            [node.input[0], *names],
-            [node.output[0]],
-            name=f"{node.name}_Q{self.bits}" if node.name else "",
-            domain=MS_DOMAIN,
-            **attributes,
+        return nodes
+
+    def _write(
+        self, tensor: onnx.TensorProto, owner: onnx.GraphProto, weight: np.ndarray
+    ) -> list[str]:
+        """Quantize ``weight`` and put its codes, scales (and zero points) in ``owner`` in
+        place of the float weight's graph input; returns their names. A weight read again
+        has its tensors moved to the end of ``owner``'s initializers, where onnxruntime's
+        quantizer leaves them (it writes them once per reader and keeps the last copy)."""
+        names = [f"{tensor.name}_Q{self.bits}", f"{tensor.name}_scales"]
+        if not self.symmetric:
+            names.append(f"{tensor.name}_zero_points")
+        if (id(owner), tensor.name) in self._written:
+            moved = [t for t in owner.initializer if t.name in names]
+            for t in moved:
+                owner.initializer.remove(t)
+            owner.initializer.extend(moved)
+            return names
+        self._written.add((id(owner), tensor.name))
+        bfloat16 = tensor.data_type == onnx.TensorProto.BFLOAT16
+        # onnxruntime quantizes a bfloat16 weight in float32 and writes bfloat16 scales
+        result = quantize_blockwise(
+            weight.astype(np.float32) if bfloat16 else weight,
+            self.bits,
+            self.block_size,
+            self.symmetric,
         )
+        if bfloat16:
+            scales = result.scales.astype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+        else:
+            scales = result.scales
+        arrays = [result.packed, scales]
+        if result.zero_points is not None:
+            arrays.append(result.zero_points)
+        for graph_input in owner.input:
+            if graph_input.name == tensor.name:
+                owner.input.remove(graph_input)
+                break
+        owner.initializer.extend(
+            numpy_helper.from_array(np.ascontiguousarray(a), n)
+            for a, n in zip(arrays, names, strict=True)
+        )
+        return names
 
 
 def _initializer(
