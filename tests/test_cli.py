@@ -282,13 +282,6 @@ def test_a_truncated_model_says_truncated(tmp_path, capsys) -> None:
     assert "runs past the end of the file (40 bytes): truncated?" in err
 
 
-def test_save_to_a_directory_names_it_not_a_temporary_file(tmp_path) -> None:
-    model = onnx.load(_model(tmp_path / "m.onnx"))
-    with pytest.raises(sonnx.errors.BadInputError, match="is a directory; give the file") as e:
-        sonnx.save(model, tmp_path)
-    assert ".tmp" not in str(e.value) and str(tmp_path / "model.onnx") in str(e.value)
-
-
 def test_info_shows_long_names_whole_and_keeps_columns_aligned(tmp_path, capsys) -> None:
     long = "encoder/layer_norm/" + "very_long_scope/" * 4 + "Relu_8"
     path = _model(tmp_path / "m.onnx")

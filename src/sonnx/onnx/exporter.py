@@ -498,14 +498,27 @@ def save(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
     :param model: the model to write (from :func:`to_onnx` or ``onnx.load``).
     :param path: the file to write; missing parent directories are created.
     :returns: the path written.
-    :raises BadInputError: ``path`` is a directory.
-    :raises OSError: the file or its directory cannot be written.
+    :raises BadInputError: ``path`` is a directory, or one of its parents is a file.
+    :raises OSError: the file or its directory cannot be written; the message names ``path``
+        (never the temporary file).
     """
     target = Path(path)
     if target.is_dir():
         raise BadInputError(
             f"save: {path} is a directory; give the file to write, such as {target / 'model.onnx'}"
         )
+    blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise BadInputError(f"save: cannot write {path}: {blocking} is a file, not a directory")
+    try:
+        _save_staged(model, target)
+    except OSError as e:
+        raise type(e)(e.errno, f"save: cannot write {path}: {e.strerror}") from e
+    return target
+
+
+def _save_staged(model: onnx.ModelProto, target: Path) -> None:
+    """:func:`save`'s work: write in a temporary directory beside ``target``, then move."""
     target.parent.mkdir(parents=True, exist_ok=True)
     data_name = target.name + ".data"
     with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as tmp:
@@ -525,4 +538,3 @@ def save(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
         else:
             onnx.save_model(model, staged)
         os.replace(staged, target)
-    return target
