@@ -10,7 +10,8 @@ Modules: :mod:`~sonnx.quantization.static` (the entry point),
 :mod:`~sonnx.quantization.options`.
 """
 
+from sonnx.quantization.qat import convert, prepare_qat
 from sonnx.quantization.static import quantize_static
 from sonnx.quantization.weights import quantize_weights
 
-__all__ = ["quantize_static", "quantize_weights"]
+__all__ = ["convert", "prepare_qat", "quantize_static", "quantize_weights"]
