@@ -58,9 +58,11 @@ def _compile_notes(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "sonnx.graph_mode"]
 
 
-def test_cnn_compiles_once_for_many_batch_sizes_and_matches_eager(cnn, caplog) -> None:
+def test_cnn_compiles_once_for_many_batch_sizes_and_its_runs_export_the_graph(cnn, caplog) -> None:
+    """One compile serves every batch (and says so, once), the graph chosen per shape is
+    remembered for a bounded number of shapes, the runs equal eager's, and a compiled run
+    exports the original graph: one test, as each of these would compile the same graph."""
     rep, eager = sonnx.prepare(cnn, use_graph=True), sonnx.prepare(cnn)
-    rep.graph_runner.dynamic = True
     rng = np.random.default_rng(0)
     # Eager torch picks another convolution kernel for a batch of one and from 16 up (1x1
     # kernels); the compiled graph runs oneDNN's for all, so one graph serves them all.
@@ -73,10 +75,6 @@ def test_cnn_compiles_once_for_many_batch_sizes_and_matches_eager(cnn, caplog) -
     assert started.startswith("sonnx graph mode: compiling a new graph for float32[1, 3, 16, 16];")
     assert re.fullmatch(r"sonnx graph mode: compiled in \d+\.\d s", done)
 
-
-def test_the_graph_chosen_for_a_shape_is_remembered_for_a_bounded_number_of_shapes(cnn) -> None:
-    rep, eager = sonnx.prepare(cnn, use_graph=True), sonnx.prepare(cnn)
-    rng = np.random.default_rng(2)
     (segment,) = [s for s in rep.graph_runner.segments if isinstance(s, Segment)]
     for batch in range(1, RECENT_SIGNATURES + 3):
         x = rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)
@@ -84,6 +82,12 @@ def test_the_graph_chosen_for_a_shape_is_remembered_for_a_bounded_number_of_shap
         np.testing.assert_allclose(to_numpy(got), to_numpy(expected), rtol=1e-5, atol=1e-6)
         assert 0 < len(segment.recent) <= RECENT_SIGNATURES
     assert rep.graph_runner.compile_count == 1
+
+    x = Tensor(data=np.zeros((2, 3, 16, 16), np.float32), requires_grad=False, name="input")
+    (y,) = rep.run([x])
+    assert y.name == rep.outputs[0]
+    exported = sonnx.to_onnx([x], [y])
+    assert [n.name for n in exported.graph.node] == [n.name for n in cnn.graph.node]
 
 
 def test_shape_arithmetic_of_a_bert_encoder_is_folded_into_the_graph(bert) -> None:
@@ -108,15 +112,6 @@ def test_changed_weights_are_compiled_in_and_training_runs_stay_eager(cnn) -> No
     autograd.training = True
     (trained,) = rep.run([x])
     assert trained.creator is not None, "a training run must be recorded for backward"
-
-
-def test_a_compiled_run_exports_the_original_graph(cnn) -> None:
-    rep = sonnx.prepare(cnn, use_graph=True)
-    x = Tensor(data=np.zeros((2, 3, 16, 16), np.float32), requires_grad=False, name="input")
-    (y,) = rep.run([x])
-    assert y.name == rep.outputs[0]
-    exported = sonnx.to_onnx([x], [y])
-    assert [n.name for n in exported.graph.node] == [n.name for n in cnn.graph.node]
 
 
 def _if_on_a_computed_condition() -> onnx.ModelProto:

@@ -40,9 +40,13 @@ def _x(batch: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((batch, 3)).astype(np.float32)
 
 
-def test_a_miscompiled_graph_is_caught_at_its_first_run_and_its_steps_run_eagerly(
-    miscompiling,
+def test_a_miscompiled_graph_is_caught_at_its_first_run_and_leaves_the_store(
+    miscompiling, tmp_path: Path, monkeypatch
 ) -> None:
+    """Caught, its steps run eagerly from then on, and quietly; the store keeps no library
+    of it, and a new process's ``prepare`` reads from the stored plan that they run eagerly
+    (one compile in all: checking the store here spares a second test its own)."""
+    monkeypatch.setenv(store.ENV_VAR, str(tmp_path))
     model = chain_with_a_tanh()
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     with pytest.warns(
@@ -65,14 +69,6 @@ def test_a_miscompiled_graph_is_caught_at_its_first_run_and_its_steps_run_eagerl
             np.testing.assert_array_equal(to_numpy(got), to_numpy(expected))
     assert runner.compile_count == 0  # the wrong graph is gone
 
-
-def test_a_dropped_graph_leaves_the_store_and_a_new_process_runs_those_steps_eagerly(
-    miscompiling, tmp_path: Path, monkeypatch
-) -> None:
-    monkeypatch.setenv(store.ENV_VAR, str(tmp_path))
-    model = chain_with_a_tanh()
-    with pytest.warns(GraphModeWarning, match="differed from the eager steps"):
-        sonnx.prepare(model, use_graph=True).run([_x(2)])
     assert not list((tmp_path / "graphs").glob("*/*/graph.so"))
     with pytest.warns(GraphModeWarning, match="differed from the eager steps"):
         again = sonnx.prepare(model, use_graph=True)  # the stored plan says so up front
@@ -128,8 +124,11 @@ def test_a_spent_compile_budget_leaves_the_parts_not_compiled_yet_eager(caplog) 
     model = compute_around_a_nonzero()
     rep, eager = sonnx.prepare(model, use_graph=True, compile_budget=2), sonnx.prepare(model)
     x = _x(3)
-    with pytest.warns(GraphModeWarning, match=r"steps 3-5 and every other part not compiled yet "
-                      r"\(the compile budget of 2 s is spent \(\d+ s compiling\)"):
+    with pytest.warns(
+        GraphModeWarning,
+        match=r"steps 3-5 and every other part not compiled yet "
+        r"\(the compile budget of 2 s is spent \(\d+ s compiling\)",
+    ):
         (got,) = rep.run([x])
     np.testing.assert_array_equal(to_numpy(got), to_numpy(eager.run([x])[0]))
     parts = rep.graph_runner.parts()
