@@ -196,6 +196,7 @@ def test_weight_in_if_branch() -> None:
     [
         ({"bits": 3}, "bits must be 4 or 8, received 3"),
         ({"bits": True}, "received True"),
+        ({"bits": 4.0}, "received 4.0"),
         ({"block_size": 24}, "block_size must be one of 16, 32, 64, 128, 256"),
         ({"block_size": 512}, "received 512"),
         ({"accuracy_level": 7}, "accuracy_level must be None or 0-4"),

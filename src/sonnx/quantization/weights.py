@@ -77,7 +77,7 @@ def quantize_weights(
     _check_options(bits, block_size, accuracy_level)
     proto = _float_model(model, "quantize_weights")
     excluded = _excluded(nodes_to_exclude, proto)
-    options = (bits, block_size, bool(symmetric), accuracy_level or 0)
+    options = (int(bits), int(block_size), bool(symmetric), int(accuracy_level or 0))
     if not rewrite_matmuls(proto, numpy_helper.to_array, *options, excluded):
         raise BadModelError(
             "quantize_weights: the model has nothing to quantize: no MatMul (outside "
@@ -121,18 +121,22 @@ def rewrite_matmuls(
     return rewriter.quantized
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def _check_options(bits: Any, block_size: Any, accuracy_level: Any) -> None:
     """Typed errors for options MatMulNBits or onnxruntime's kernel cannot take."""
-    if isinstance(bits, bool) or bits not in _BITS:
+    if not _is_int(bits) or bits not in _BITS:
         raise BadInputError(f"quantize_weights: bits must be 4 or 8, received {bits!r}")
-    if isinstance(block_size, bool) or block_size not in _BLOCK_SIZES:
+    if not _is_int(block_size) or block_size not in _BLOCK_SIZES:
         raise BadInputError(
             "quantize_weights: block_size must be one of "
             f"{', '.join(map(str, _BLOCK_SIZES))} (a power of two from 16, as MatMulNBits "
             f"needs), received {block_size!r}"
         )
     if accuracy_level is not None and (
-        isinstance(accuracy_level, bool) or accuracy_level not in range(5)
+        not _is_int(accuracy_level) or accuracy_level not in range(5)
     ):
         raise BadInputError(
             "quantize_weights: accuracy_level must be None or 0-4 (MatMulNBits's levels), "
