@@ -290,7 +290,11 @@ def test_api_key_guards_everything_but_health(tmp_path: Path) -> None:
     endpoint = GrpcEndpoint("127.0.0.1", 0, api_key="s3cret")
     with helpers.thread_server(create_app(tmp_path, api_key="s3cret", services=[endpoint])):
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{endpoint.bound_port}")
-        assert client.is_server_live() and client.is_server_ready()
+        assert client.is_server_live()
+        deadline = time.monotonic() + 60  # the model loads in the background
+        while not client.is_server_ready():
+            assert time.monotonic() < deadline, "not ready within 60 s"
+            time.sleep(0.05)
         for headers in (None, {"authorization": "Bearer s3cre"}, {"x-api-key": "wrong"}):
             with pytest.raises(InferenceServerException) as err:
                 client.get_server_metadata(headers=headers)
