@@ -115,12 +115,9 @@ class GraphSource:
             floats = self._inner[part] = {}
             for index in part.nodes:
                 node = self.model.graph.node[index]
-                if (
-                    node.op_type == "Constant"
-                    and node.output[:1]
-                    and node.output[0] in self.program.constant_nodes
-                ):
-                    floats[node.output[0]] = self.constants[node.output[0]]
+                name = node.output[0] if node.op_type == "Constant" and node.output else ""
+                if name in self.program.constant_nodes and self.constants[name].stores_grad:
+                    floats[name] = self.constants[name]
                 for _, sub in subprograms(self.program, node):
                     _collect_floats(sub, floats)
         return {n: t for n, t in floats.items() if t.is_param}
