@@ -220,3 +220,14 @@ def test_bad_calls_are_typed_errors(cnn, tmp_path: Path):
         prepare_qat(quantized, per_channel=True)
     with pytest.raises(BadModelError, match="nothing to quantize"):
         prepare_qat(model, feeds, op_types_to_quantize=["LSTM"])
+
+
+def test_a_model_as_bytes_is_accepted(cnn):
+    model, feeds = cnn
+    rep = prepare_qat(model.SerializeToString(), feeds)
+    np.testing.assert_array_equal(
+        tensor.to_numpy(rep.run([feeds[0]["x"]])[0]),
+        tensor.to_numpy(prepare_qat(model, feeds).run([feeds[0]["x"]])[0]),
+    )
+    with pytest.raises(BadModelError, match="not an ONNX model"):
+        prepare_qat(b"\x08\x07\xff\xff", feeds)

@@ -138,8 +138,8 @@ def quantize_static(
 
 
 def _float_model(model: Any, caller: str = "quantize_static") -> onnx.ModelProto:
-    """A copy of the model to quantize, from a path, a ModelProto or a SingaRep; errors
-    name ``caller``."""
+    """A copy of the model to quantize, from a path, a ModelProto, serialized bytes or a
+    SingaRep; errors name ``caller``."""
     if isinstance(model, onnx.ModelProto):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
@@ -151,6 +151,11 @@ def _float_model(model: Any, caller: str = "quantize_static") -> onnx.ModelProto
             raise BadModelError(
                 f"{caller}: cannot read the model file {str(model)!r}: {error}"
             ) from error
+    if isinstance(model, bytes):
+        try:
+            return onnx.load_from_string(model)
+        except DecodeError as error:
+            raise BadModelError(f"{caller}: the bytes are not an ONNX model: {error}") from error
     if callable(getattr(model, "current_model", None)):
         return model.current_model()
     raise BadInputError(
