@@ -37,15 +37,24 @@ class SONNXModel(Model):
     """A Model whose forward runs an imported ONNX graph (see :func:`sonnx.prepare`).
 
     :param onnx_model: the ONNX model, as :func:`sonnx.prepare` takes it (ModelProto, path or
-        bytes).
+        bytes), or a model prepared already (a :class:`~sonnx.SingaRep`, such as
+        :func:`sonnx.quantization.prepare_qat` returns), used as it is.
     :param device: where the weights live (None: the default device).
     :raises BadModelError: the model is not valid ONNX.
     :raises UnsupportedOperatorError: the model uses operators sonnx has no converter for.
     """
 
-    def __init__(self, onnx_model: ModelSource, device: Device | None = None) -> None:
+    def __init__(self, onnx_model: ModelSource | SingaRep, device: Device | None = None) -> None:
         super().__init__()
-        self._rep = prepare(onnx_model, device=device)
+        if isinstance(onnx_model, SingaRep):
+            if device is not None and device != onnx_model.device:
+                raise BadInputError(
+                    f"SONNXModel: the prepared model lives on {onnx_model.device}, received "
+                    f"device={device}; prepare it there instead"
+                )
+            self._rep = onnx_model
+        else:
+            self._rep = prepare(onnx_model, device=device)
         # The imported weights the last forward's cut reads (None: it ran the whole graph).
         self._kept_weights: frozenset[str] | None = None
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import sonnx
-from sonnx import autograd, opt, tensor
+from sonnx import autograd, layer, opt, tensor
 from sonnx.errors import BadInputError, BadModelError
 from sonnx.quantization import convert, prepare_qat
 from sonnx.quantization.qat_graph import BIASES_KEY, fold_batch_norms
@@ -231,3 +231,39 @@ def test_a_model_as_bytes_is_accepted(cnn):
     )
     with pytest.raises(BadModelError, match="not an ONNX model"):
         prepare_qat(b"\x08\x07\xff\xff", feeds)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_qat_model_trains_as_a_sonnx_model_with_a_layer_appended(cnn, precision: str):
+    model, feeds = cnn
+
+    class Tuned(sonnx.SONNXModel):
+        def __init__(self, rep: sonnx.SingaRep) -> None:
+            super().__init__(rep)
+            self.head = layer.Linear(3)
+
+        def forward(self, *x):
+            return self.head(super().forward(*x)[0])
+
+        def train_one_batch(self, x, y):
+            out = self.forward(x)
+            loss = autograd.softmax_cross_entropy(out, y)
+            self.optimizer(loss)
+            return out, loss
+
+    rep = prepare_qat(model, feeds, learn_scales=True)
+    net = Tuned(rep)
+    net.set_optimizer(opt.SGD(lr=0.05))
+    x = tensor.from_numpy(feeds[0]["x"])
+    net.compile([x], is_train=True, precision=precision)
+    y = tensor.from_numpy(np.array([0, 1], np.int32))
+    scale = next(k for k in rep.params if k.endswith("_scale"))
+    start = tensor.to_numpy(rep.params[scale]).copy()
+    losses = [tensor.to_numpy(net(x, y)[1]).item() for _ in range(4)]
+    assert losses[-1] < losses[0]
+    assert scale in net.get_params() and not np.array_equal(
+        start, tensor.to_numpy(rep.params[scale])
+    )
+    assert net.rep is rep
+    deployed = convert(net.rep)
+    assert sum(n.op_type == "QuantizeLinear" for n in deployed.graph.node) >= 3
