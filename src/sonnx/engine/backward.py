@@ -75,8 +75,12 @@ def inference_only_operators(y: Tensor) -> list[str]:
 
 def untrained_models(y: Tensor) -> list[str]:
     """Why the imported models ``y`` was computed with train nothing, one line each: those
-    that hold no trainable weight, or whose weights are all frozen (empty when any of them
-    trains, or none says)."""
+    that hold no trainable weight, or whose weights are all frozen.
+
+    :param y: a tensor computed by recorded operations (a loss).
+    :returns: the reasons, each once; empty when some imported run trains a weight, or when
+        ``y`` was computed by no imported run.
+    """
     found: list[str] = []
     for op in _creators(y):
         untrained = getattr(op, "untrained_reason", None)

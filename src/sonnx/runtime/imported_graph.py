@@ -249,7 +249,11 @@ class ImportedGraph(Operator):
         return outs
 
     def untrained_reason(self) -> str | None:
-        """Why this run trains nothing, or None when some weight it read trains."""
+        """Why this run trains nothing (the model holds no weight, the part run reads none,
+        or every weight is frozen).
+
+        :returns: the reason, one line; None when some weight the run read trains.
+        """
         if self._weights or self.inner_weight_names:
             return None
         weights = graph_weights(self.source.program)
