@@ -243,3 +243,62 @@ def test_sonnx_model_trains_a_branch_weight_with_a_head(if_model) -> None:
     net.compile([x, cond], is_train=False)
     assert {"then_w", "else_w", "fc.W", "fc.b"} <= set(net.get_params())
     assert net.freeze("then_w") == 1 and not net.rep.params["then_w"].requires_grad
+
+
+def test_a_loop_body_weight_trains_through_every_iteration_and_exports_in_place() -> None:
+    """h = tanh(h @ w) three times; w a Constant node of the Loop body."""
+    w = numpy_helper.from_array(RNG.standard_normal((4, 4)).astype(np.float32) * 0.5, "body_w")
+    body = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["body_w"], value=w),
+            helper.make_node("MatMul", ["h_in", "body_w"], ["product"]),
+            helper.make_node("Tanh", ["product"], ["h_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h_in", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h_out", TensorProto.FLOAT, None),
+        ],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "x"], ["y"], body=body)],
+        "loop",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(np.array(3, np.int64), "trips")],
+    )
+    rep = sonnx.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert set(rep.params) == {"body_w"}
+    x = RNG.standard_normal((5, 4)).astype(np.float32)
+    before = to_numpy(rep.params["body_w"]).copy()
+    losses = [_step_on(rep, x) for _ in range(3)]
+    assert losses[-1] < losses[0]
+    assert not np.array_equal(before, to_numpy(rep.params["body_w"]))
+    given = tensor.from_numpy(x)
+    exported = sonnx.to_onnx([given], rep.run([given]))
+    body_out = next(a.g for a in exported.graph.node[0].attribute if a.name == "body")
+    assert body_out.node[0].op_type == "Constant"
+    np.testing.assert_allclose(
+        _ort(exported, {exported.graph.input[0].name: x}),
+        to_numpy(rep.run([x])[0]),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+def _step_on(rep: sonnx.SingaRep, x: np.ndarray) -> float:
+    """One SGD step pulling ``rep``'s output towards zeros."""
+    autograd.training = True
+    try:
+        out = rep.run([x])[0]
+        loss = autograd.mse_loss(out, tensor.from_numpy(np.zeros(out.shape, np.float32)))
+        opt.SGD(lr=0.5)(loss)
+    finally:
+        autograd.training = False
+    return to_numpy(loss).item()
