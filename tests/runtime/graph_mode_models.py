@@ -1,12 +1,41 @@
 """Small models the graph-mode tests share: a chain of elementwise steps with a Tanh in the
 middle (where a test double of the compiler plants its faults), and two compiled segments
-around an eager NonZero, and slices of a NonZero's data-dependent count."""
+around an eager NonZero, and slices of a NonZero's data-dependent count; and a store of
+compiled graphs made once for a module, which its tests copy instead of compiling the same
+graph each (every test starts from an empty store: tests/conftest.py)."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
+
+import sonnx
+from sonnx.runtime.store import ENV_VAR, store_root
+
+
+def compile_into_store(root: Path, model: onnx.ModelProto, *runs: list[np.ndarray]) -> int:
+    """Compile ``model``'s graphs for the inputs of ``runs`` (one run each) into a store at
+    ``root``; how many graphs were compiled."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(ENV_VAR, str(root))
+        rep = sonnx.prepare(model, use_graph=True)
+        for feeds in runs:
+            rep.run(feeds)
+    return rep.graph_runner.compile_count
+
+
+def copy_store(stored: Path) -> None:
+    """This test's store (empty) becomes a copy of ``stored``: its graphs load instead of
+    compiling."""
+    root = store_root()
+    if root is None:
+        raise RuntimeError(f"the test has no graph store (${ENV_VAR} is off)")
+    shutil.copytree(stored, root, dirs_exist_ok=True)
 
 
 def compute_around_a_nonzero() -> onnx.ModelProto:

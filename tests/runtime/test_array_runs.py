@@ -1,8 +1,13 @@
 """Graph-mode runs of lists of plain NumPy arrays (``sonnx.runtime.array_runs``): the remembered
 graph serves repeated shapes without the general path, with the same results, weights changed
-in place are seen, and anything else goes through the general path and its checks."""
+in place are seen, and anything else goes through the general path and its checks.
+
+The graphs of both branches are compiled once for the module; each test loads them from its
+copy of that store."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -16,6 +21,7 @@ from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.runtime.imported_graph import ImportedGraph
 from sonnx.tensor import to_numpy
 from tests.onnx.switch_models import switch_model, unary_branch
+from tests.runtime.graph_mode_models import compile_into_store, copy_store
 
 
 def _projected_switch() -> onnx.ModelProto:
@@ -39,6 +45,20 @@ def model() -> onnx.ModelProto:
     return _projected_switch()
 
 
+@pytest.fixture(scope="module")
+def stored_branches(model, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store holding the graph of each branch (mode 1 and 0)."""
+    root = tmp_path_factory.mktemp("stored_branches")
+    assert compile_into_store(root, model, _feeds(2, 1, 0), _feeds(2, 0, 0)) == 2
+    return root
+
+
+@pytest.fixture
+def loaded(stored_branches) -> None:
+    """This test's store starts as a copy of the module's, so the branches' graphs load."""
+    copy_store(stored_branches)
+
+
 @pytest.fixture
 def general_runs(monkeypatch) -> list[int]:
     """How many runs went through the general path (``GraphRunner.run``), as a list of one
@@ -59,7 +79,7 @@ def _feeds(n: int, mode: int, seed: int) -> list[np.ndarray]:
     return [x, np.array(mode, np.int64)]
 
 
-def test_repeated_shapes_and_switch_values_take_the_remembered_graph(model, general_runs):
+def test_repeated_shapes_and_switch_values_take_the_remembered_graph(model, general_runs, loaded):
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     order = [(2, 1), (2, 1), (2, 0), (2, 0), (5, 1), (2, 1), (5, 0), (5, 0), (2, 0)]
     for seed, (n, mode) in enumerate(order):
@@ -78,7 +98,7 @@ def test_repeated_shapes_and_switch_values_take_the_remembered_graph(model, gene
     assert rep.graph_runner.compile_count + rep.graph_runner.loaded_count == 2
 
 
-def test_a_weight_changed_in_place_reaches_the_next_run(model, general_runs):
+def test_a_weight_changed_in_place_reaches_the_next_run(model, general_runs, loaded):
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     feeds = _feeds(3, 1, seed=7)
     for _ in range(2):
@@ -94,7 +114,7 @@ def test_a_weight_changed_in_place_reaches_the_next_run(model, general_runs):
     assert general_runs[0] == 2  # the first run, and the first after the change
 
 
-def test_arrays_the_fast_path_does_not_take_are_bound_and_checked_as_before(model):
+def test_arrays_the_fast_path_does_not_take_are_bound_and_checked_as_before(model, loaded):
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     wide = np.random.default_rng(3).standard_normal((4, 6)).astype(np.float32)
     strided = wide[:, ::2]  # not C-ordered

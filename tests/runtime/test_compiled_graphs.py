@@ -1,4 +1,6 @@
-"""A loaded graph reads the model's own weights: its library holds no copy of them."""
+"""A loaded graph reads the model's own weights: its library holds no copy of them.
+
+The tests of the plain products graph load it from a store compiled once for the module."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from sonnx.runtime.compiled_graphs import load_library
 from sonnx.runtime.library_constants import SOURCES_FILE, LibraryWeights, StaleLibraryError
 from sonnx.runtime.store import store_root
 from sonnx.tensor import to_numpy
+from tests.runtime.graph_mode_models import compile_into_store, copy_store
 
 
 def _products(gemm: bool = False, doubled: bool = False) -> onnx.ModelProto:
@@ -69,7 +72,18 @@ def _x(rows: int = 3) -> np.ndarray:
     return np.random.default_rng(1).standard_normal((rows, 64)).astype(np.float32)
 
 
-def test_a_loaded_graph_reads_the_model_weights_and_its_library_holds_none() -> None:
+@pytest.fixture(scope="module")
+def stored_products(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store holding the graph of ``_products()``, compiled once for the tests reading it."""
+    root = tmp_path_factory.mktemp("stored_products")
+    assert compile_into_store(root, _products(), [_x()]) == 1
+    return root
+
+
+def test_a_loaded_graph_reads_the_model_weights_and_its_library_holds_none(
+    stored_products,
+) -> None:
+    copy_store(stored_products)
     x = _x()
     rep, expected = _prepared(_products(), x)
     weights = rep.graph_runner.library_weights()
@@ -102,7 +116,8 @@ def test_a_computed_constant_is_saved_and_shared_with_a_graph_that_reads_it() ->
     np.testing.assert_array_equal(second(torch.from_numpy(x))[0].numpy(), expected)
 
 
-def test_a_library_loaded_without_the_weights_it_reads_is_refused() -> None:
+def test_a_library_loaded_without_the_weights_it_reads_is_refused(stored_products) -> None:
+    copy_store(stored_products)
     rep, _ = _prepared(_products(), _x())
     named = dict(rep.graph_runner.library_weights().named)
     with pytest.raises(StaleLibraryError, match=r"'w1'.*the model has none"):
@@ -113,11 +128,15 @@ def test_a_library_loaded_without_the_weights_it_reads_is_refused() -> None:
         load_library(_library(), torch.device("cpu"), LibraryWeights(named))
 
 
-def test_a_weight_changed_in_place_after_loading_changes_the_results_as_in_eager() -> None:
+def test_a_weight_changed_in_place_after_loading_changes_the_results_as_in_eager(
+    stored_products,
+) -> None:
+    copy_store(stored_products)
     model = _products()
     x = np.random.default_rng(2).standard_normal((4, 64)).astype(np.float32)
     graph, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     graph.run([x])
+    assert graph.graph_runner.loaded_count == 1
     for rep in (graph, eager):
         with torch.no_grad():
             rep.tensor_map["w1"].data.mul_(-0.5)
