@@ -20,6 +20,7 @@ import sonnx
 from sonnx import autograd, layer, opt, tensor
 from sonnx.cli import main
 from sonnx.errors import BadInputError
+from sonnx.runtime.rep import prepare_rewritten
 from sonnx.tensor import Tensor, to_numpy
 from sonnx.testing import torch_models as tm
 
@@ -302,3 +303,18 @@ def _step_on(rep: sonnx.SingaRep, x: np.ndarray) -> float:
     finally:
         autograd.training = False
     return to_numpy(loss).item()
+
+
+def test_a_model_prepared_again_keeps_trained_constant_and_branch_weights(
+    if_model, constant_cnn
+) -> None:
+    """``prepare_rewritten`` (what ``lora.add`` calls) shares the storage of every weight."""
+    for model in (if_model, constant_cnn):
+        rep = sonnx.prepare(model)
+        with torch.no_grad():
+            for t in rep.params.values():
+                t.data.add_(1.0)  # as training would change them
+        again = prepare_rewritten(rep.model, rep)
+        assert set(again.params) == set(rep.params)
+        for name, t in rep.params.items():
+            assert again.params[name].data.data_ptr() == t.data.data_ptr(), name

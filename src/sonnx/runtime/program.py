@@ -471,7 +471,7 @@ def compile_graph(
     steps: list[Step] = []
     from_nodes: list[str] = []  # the values of Constant nodes
     for i in order:
-        step = _make_step(by_index[i], versions, dev)
+        step = _make_step(by_index[i], versions, dev, held)
         _check_constant_types(by_index[i].node, step, constants)
         if step.info.op_type == "Constant" and step.info.domain == "":
             constants[step.outputs[0]] = _constant_value(step, dev, held)
@@ -533,7 +533,9 @@ def _evaluate_constant(step: Step) -> Tensor:
         raise failure from e
 
 
-def _make_step(r: ResolvedNode, versions: dict[str, int], dev: Device) -> Step:
+def _make_step(
+    r: ResolvedNode, versions: dict[str, int], dev: Device, held: Mapping[str, Tensor] | None
+) -> Step:
     node = r.node
     info = NodeInfo(
         op_type=node.op_type,
@@ -556,9 +558,9 @@ def _make_step(r: ResolvedNode, versions: dict[str, int], dev: Device) -> Step:
     for key, value in attrs.items():
         if isinstance(value, onnx.GraphProto):
             inputs = [i.name for i in value.input]
-            attrs[key] = Subgraph(
-                compile_graph(value, versions, dev, inputs, is_subgraph=True), f"{info.name}.{key}"
-            )
+            # ``held`` reaches the subgraphs too: their weights keep their trained values
+            program = compile_graph(value, versions, dev, inputs, is_subgraph=True, held=held)
+            attrs[key] = Subgraph(program, f"{info.name}.{key}")
             has_subgraphs = True
     if isinstance(r.convert, OperatorConverter) and not has_subgraphs:
         try:

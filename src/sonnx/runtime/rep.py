@@ -499,7 +499,7 @@ def prepare_rewritten(model: onnx.ModelProto, rep: SingaRep) -> SingaRep:
     """A new SingaRep of ``model``, a rewrite of ``rep.model`` (new nodes, new initializers),
     on ``rep``'s device and in its mode, holding the weights once with ``rep``.
 
-    Each initializer of ``model`` that ``rep`` holds gets ``rep``'s tensor, its storage
+    Each weight or constant of ``model`` that ``rep`` holds gets ``rep``'s tensor, its storage
     shared (current values, trained ones included), whatever ``model`` has for it: so
     ``model`` may carry those as headers without bytes, as ``rep.model`` does, and preparing
     it copies no weight. Its other initializers are decoded from ``model``.
@@ -514,7 +514,7 @@ def prepare_rewritten(model: onnx.ModelProto, rep: SingaRep) -> SingaRep:
     proto, stored = load_model(model)
     runner = rep.graph_runner
     graph = None if runner is None else GraphSettings(runner.verify, runner.budget.seconds)
-    rewritten = _prepared(proto, rep.device, graph, stored, held=rep.constants)
+    rewritten = _prepared(proto, rep.device, graph, stored, held={**rep.params, **rep.constants})
     rewritten.origin = rep.origin
     return rewritten
 
