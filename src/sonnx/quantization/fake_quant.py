@@ -11,7 +11,8 @@ made by :func:`~sonnx.quantization.qat.prepare_qat` runs each such pair as one c
 - its gradient is the straight-through estimator: the rounding passes the gradient on
   unchanged and the clamp stops it outside ``[qmin, qmax]`` (Bengio et al. 2013);
 - with learned scales, the scale's gradient is LSQ's (Esser et al. 2019): torch's autograd of
-  the expression above, scaled by ``1 / sqrt(numel(x) / numel(s) * qmax)``.
+  the expression above, scaled by ``1 / sqrt(N * qmax)``, with N a weight's values per scale
+  or an activation's features per sample.
 
 Runs that record no gradient (inference, export checks, graph mode) run the pair's nodes as
 they are. The pairs are :class:`~sonnx.runtime.fusions.Fusion` groups added to the prepared
@@ -45,13 +46,15 @@ _INTEGERS = (torch.int8, torch.uint8, torch.int16, torch.uint16, *SUB_BYTE)
 
 @dataclass(frozen=True)
 class FakeQuantSpec:
-    """One pair's integer range, granularity, and whether its scale learns (LSQ)."""
+    """One pair's integer range, granularity, whether its scale learns (LSQ), and whether it
+    quantizes an activation (whose first dimension is the batch) rather than a weight."""
 
     qmin: int
     qmax: int
     axis: int
     block_size: int
     learn_scale: bool
+    activation: bool = True
 
 
 class _RoundThrough(torch.autograd.Function):
@@ -91,7 +94,12 @@ def fake_quantize(
     :returns: ``x`` quantized and dequantized, in the scale's dtype (as DequantizeLinear).
     """
     if spec.learn_scale:
-        per_scale = max(x.numel() // max(scale.numel(), 1), 1)
+        # LSQ's N: a weight's values per scale; an activation's features per sample, so that
+        # the gradient does not depend on the batch (nor on how DistOpt splits it)
+        values = (
+            x.numel() // x.shape[0] if spec.activation and x.dim() and x.shape[0] else x.numel()
+        )
+        per_scale = max(values // max(scale.numel(), 1), 1)
         scale = _GradientScale.apply(scale, 1.0 / math.sqrt(per_scale * max(spec.qmax, 1)))
         scale = scale.clamp_min(torch.finfo(scale.dtype).tiny)
     s = _expand("QuantizeLinear", "y_scale", scale, x.shape, spec.axis, spec.block_size)
@@ -198,7 +206,8 @@ def _pair(
     bounds = _integer_range(q, zero_point)
     if bounds is None:
         return None
-    spec = FakeQuantSpec(*bounds, *_granularity(q), learn_scales)
+    activation = q.inputs[0] not in program.constants
+    spec = FakeQuantSpec(*bounds, *_granularity(q), learn_scales, activation)
     inputs = (q.inputs[0], q.inputs[1], *((zp_name,) if zp_name else ()))
     return Fusion(
         FAKE_QUANTIZE, (i,), readers[0], inputs, frozenset(q.outputs), partial(_compute, spec)
