@@ -28,6 +28,10 @@ def test_int8_qat_keeps_float_accuracy_and_onnxruntime_agrees() -> None:
     train_epoch(rep, data)
     ours = predictions(rep, data.test_x)
     theirs = ort_predictions(convert(rep), data.test_x)
+    print(
+        f"int8 QAT: float {float_accuracy:.2f} %, QAT {_accuracy(ours, data.test_y):.2f} %, "
+        f"onnxruntime agrees on {(ours == theirs).mean() * 100:.2f} % of images"
+    )
     assert _accuracy(ours, data.test_y) >= float_accuracy - 0.3
     assert (ours == theirs).mean() >= 0.999
 
@@ -42,5 +46,6 @@ def test_int4_weight_qat_recovers_what_int4_ptq_loses() -> None:
     rep = prepare_qat(data.model, data.calibration(), **options)
     train_epoch(rep, data)
     qat_accuracy = _accuracy(ort_predictions(convert(rep), data.test_x), data.test_y)
+    print(f"int4: float {float_accuracy:.2f} %, PTQ {ptq_accuracy:.2f} %, QAT {qat_accuracy:.2f} %")
     assert qat_accuracy >= float_accuracy - 1.0
     assert qat_accuracy > ptq_accuracy
