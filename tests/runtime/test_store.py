@@ -1,6 +1,7 @@
 """Compiled graphs kept on disk (``sonnx.runtime.store``): a second runner, or a second
 process, loads what the first compiled; changed weights, a damaged entry or the store turned
-off compile afresh. Each test has its own empty store (``SONNX_CACHE_DIR``, tests/conftest.py).
+off compile afresh. Each test has its own empty store (``SONNX_CACHE_DIR``, tests/conftest.py);
+those that start from a stored graph copy in the ConvNet's, compiled once for the module.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sonnx.runtime.store import WeightDigests, digest, graph_digest, store_root
 from sonnx.tensor import to_numpy
 from sonnx.testing import torch_models as tm
 from tests.onnx.switch_models import switch_model
+from tests.runtime.graph_mode_models import compile_into_store, copy_store
 
 
 class _ConvNet(nn.Module):
@@ -44,6 +46,15 @@ def _image(batch: int = 2) -> np.ndarray:
     return np.random.default_rng(0).standard_normal((batch, 3, 8, 8)).astype(np.float32)
 
 
+@pytest.fixture(scope="module")
+def stored_convnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store holding the graph ``_model()`` compiles for ``_image()``: one compile for the
+    tests that need a stored graph to start from (each copies it)."""
+    root = tmp_path_factory.mktemp("stored_convnet")
+    assert compile_into_store(root, _model(), [_image()]) == 1
+    return root
+
+
 def _stored_entries() -> list[Path]:
     root = store_root()
     assert root is not None
@@ -61,9 +72,9 @@ def test_a_second_runner_loads_the_compiled_graph_instead_of_compiling() -> None
     assert (second.graph_runner.compile_count, second.graph_runner.loaded_count) == (0, 1)
 
 
-def test_changed_weights_compile_a_graph_of_their_own_kept_in_memory() -> None:
+def test_changed_weights_compile_a_graph_of_their_own_kept_in_memory(stored_convnet) -> None:
+    copy_store(stored_convnet)
     model, x = _model(), _image()
-    sonnx.prepare(model, use_graph=True).run([x])
     changed = sonnx.prepare(model, use_graph=True)
     weight = next(t for t in changed.tensor_map.values() if t.data.dim() == 4)
     with torch.no_grad():
@@ -173,9 +184,14 @@ def test_an_unwritable_store_warns_and_compiles_into_memory(
     assert (rep.graph_runner.compile_count, rep.graph_runner.fallback) == (1, None)
 
 
-def test_a_damaged_stored_graph_is_skipped_with_a_warning_and_compiled_again() -> None:
+def test_a_damaged_stored_graph_is_skipped_with_a_warning_and_compiled_again(
+    stored_convnet,
+) -> None:
+    copy_store(stored_convnet)
     model, x = _model(), _image()
-    expected = to_numpy(sonnx.prepare(model, use_graph=True).run([x])[0])
+    intact = sonnx.prepare(model, use_graph=True)
+    expected = to_numpy(intact.run([x])[0])
+    assert intact.graph_runner.loaded_count == 1
     (entry,) = _stored_entries()
     (entry / "guards.txt").write_text("L['t0'].size()[0] <=")
     rep = sonnx.prepare(model, use_graph=True)
@@ -257,11 +273,11 @@ def test_the_graph_digest_ignores_initializer_values_but_not_the_nodes() -> None
 
 
 def test_the_cache_command_reports_and_clears_the_store(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], stored_convnet
 ) -> None:
     from sonnx import cli
 
-    sonnx.prepare(_model(), use_graph=True).run([_image()])
+    copy_store(stored_convnet)
     assert cli.main(["cache"]) == 0
     assert f"{store_root()}: 1 compiled graphs" in capsys.readouterr().out
     assert cli.main(["cache", "--clear"]) == 0
