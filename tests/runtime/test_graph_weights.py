@@ -318,3 +318,35 @@ def test_a_model_prepared_again_keeps_trained_constant_and_branch_weights(
         assert set(again.params) == set(rep.params)
         for name, t in rep.params.items():
             assert again.params[name].data.data_ptr() == t.data.data_ptr(), name
+
+
+def test_value_floats_weights_train_and_sparse_constants_stay_constants() -> None:
+    """A ``value_floats`` Constant is written back as ``value_floats``; a ``sparse_value`` one
+    (which an export would write back sparse, as it came) is a constant."""
+    dense = np.array([0.0, 2.0, 0.0, 3.0], np.float32)
+    sparse = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([2.0, 3.0], np.float32), "shift"),
+        numpy_helper.from_array(np.array([1, 3], np.int64), "shift_indices"),
+        [4],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["scale"], value_floats=[1.0, 0.5, 2.0, -1.0]),
+            helper.make_node("Constant", [], ["shift"], sparse_value=sparse),
+            helper.make_node("Mul", ["x", "scale"], ["scaled"]),
+            helper.make_node("Add", ["scaled", "shift"], ["y"]),
+        ],
+        "affine",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    rep = sonnx.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert set(rep.params) == {"scale"}
+    np.testing.assert_array_equal(to_numpy(rep.constants["shift"]), dense)
+    x = RNG.standard_normal((6, 4)).astype(np.float32)
+    _step_on(rep, x)
+    trained = to_numpy(rep.params["scale"])
+    assert not np.allclose(trained, [1.0, 0.5, 2.0, -1.0])
+    written = next(n for n in rep.current_model().graph.node if n.output[0] == "scale")
+    assert written.attribute[0].name == "value_floats"
+    np.testing.assert_allclose(written.attribute[0].floats, trained)

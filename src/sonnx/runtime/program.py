@@ -164,7 +164,8 @@ class GraphProgram:
     #: The values ONNX types as strings (see :mod:`sonnx.runtime.string_steps`): graph mode
     #: runs the steps that read or make them eagerly.
     string_values: frozenset[str] = frozenset()
-    #: The values of the graph's Constant nodes (see :mod:`sonnx.runtime.graph_weights`).
+    #: The values of the graph's Constant nodes that may hold weights (``value`` or
+    #: ``value_floats``, which an export writes back; see :mod:`sonnx.runtime.graph_weights`).
     constant_nodes: frozenset[str] = frozenset()
     # Results of foldable steps, kept while the tensors they read are unchanged.
     _folded: FoldedResults = field(default_factory=FoldedResults, repr=False)
@@ -469,13 +470,14 @@ def compile_graph(
     resolved = with_forward_graphs(graph, resolve_nodes(graph, versions), known)
     by_index = {r.index: r for r in resolved}
     steps: list[Step] = []
-    from_nodes: list[str] = []  # the values of Constant nodes
+    from_nodes: list[str] = []  # the dense values of Constant nodes, which may hold weights
     for i in order:
         step = _make_step(by_index[i], versions, dev, held)
         _check_constant_types(by_index[i].node, step, constants)
         if step.info.op_type == "Constant" and step.info.domain == "":
             constants[step.outputs[0]] = _constant_value(step, dev, held)
-            from_nodes.append(step.outputs[0])
+            if any(a.name in ("value", "value_floats") for a in by_index[i].node.attribute):
+                from_nodes.append(step.outputs[0])
             continue
         steps.append(step)
     produced = known | {o for s in steps for o in s.outputs} | set(constants)
