@@ -73,9 +73,11 @@ def find_fusions(
 ) -> dict[int, Fusion]:
     """Every fusable group, by the index of its final step."""
     producer = {o: i for i, step in enumerate(steps) for o in step.outputs if o}
+    # Readers include what subgraph bodies read from this scope (``Step.reads``): an If
+    # branch reading a group's intermediate keeps that group from fusing.
     readers: dict[str, list[int]] = {}
     for i, step in enumerate(steps):
-        for name in step.inputs:
+        for name in step.reads():
             readers.setdefault(name, []).append(i)
     graph_outputs = set(outputs)
     found: dict[int, Fusion] = {}
