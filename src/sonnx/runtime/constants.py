@@ -105,6 +105,9 @@ def mark_parameterising_constants(steps: list[Step], constants: dict[str, Tensor
         positions = operator_class(step.info).parameterising_inputs
         for position, name in enumerate(step.inputs):
             parameter_use[name] = parameter_use.get(name, True) and position in positions
+        # what a subgraph body reads from this scope is an ordinary operand there
+        for name in set(step.reads()) - set(step.inputs):
+            parameter_use[name] = False
     for name, only_parameterising in parameter_use.items():
         if name in constants and only_parameterising:
             constants[name].stores_grad = False
