@@ -154,7 +154,7 @@ def main() -> None:
         print(f"exported {args.out} (install onnxruntime to check it)")
         return
     session = ort.InferenceSession(args.out, providers=["CPUExecutionProvider"])
-    feed = {session.get_inputs()[0].name: tensor.to_numpy(x)}
+    feed = {"image": tensor.to_numpy(x)}  # the name given to to_onnx
     (scores,) = session.run(None, feed)
     difference = float(np.abs(scores - expected).max())
     print(f"exported {args.out}; onnxruntime agrees within {difference:.1e}")
