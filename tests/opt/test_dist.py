@@ -23,7 +23,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(world: int, out: Path, *args: str) -> list[subprocess.Popen]:
+def _launch(
+    world: int, out: Path, *args: str, module: str = "tests.opt.dist_worker"
+) -> list[subprocess.Popen]:
+    """``world`` processes of ``module`` with torchrun's environment, writing to ``out``."""
     port = str(_free_port())
     procs = []
     for rank in range(world):
@@ -38,7 +41,7 @@ def _launch(world: int, out: Path, *args: str) -> list[subprocess.Popen]:
         )
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "tests.opt.dist_worker", "--out", str(out), *args],
+                [sys.executable, "-m", module, "--out", str(out), *args],
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.PIPE,

@@ -3,44 +3,16 @@ weights and learned scales, as one process does with twice the batch."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.opt.test_dist import _launch
 
 
 def _run(world: int, batch: int, out: Path) -> dict[str, np.ndarray]:
     out.mkdir()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    procs = []
-    for rank in range(world):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(world),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=port,
-            OMP_NUM_THREADS="1",
-        )
-        command = [sys.executable, "-m", "tests.quantization.qat_dist_worker", "--out", str(out)]
-        procs.append(
-            subprocess.Popen(
-                [*command, "--batch", str(batch)],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+    procs = _launch(world, out, "--batch", str(batch), module="tests.quantization.qat_dist_worker")
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-2000:]

@@ -162,6 +162,19 @@ def _drop_dead_copies(graph: onnx.GraphProto) -> None:
     graph.initializer.extend(kept)
 
 
+def _scale_and_zero_point(
+    node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]
+) -> tuple[onnx.TensorProto, onnx.TensorProto | None] | None:
+    """A Q or DQ node's scale and zero point initializers (zero point None when absent);
+    None when either is computed rather than stored."""
+    scale = inits.get(node.input[1])
+    named_zp = node.input[2] if len(node.input) > 2 else ""
+    zp = inits.get(named_zp) if named_zp else None
+    if scale is None or (named_zp and zp is None):
+        return None
+    return scale, zp
+
+
 def _dequantized(
     q: onnx.TensorProto, scale: onnx.TensorProto, zp: onnx.TensorProto | None, node: onnx.NodeProto
 ) -> np.ndarray:
@@ -203,10 +216,10 @@ def trainable_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
         if len(readers[node.input[0]]) != 1:
             continue  # an integer tensor dequantized twice: left as it is
         x = inits[node.input[0]]
-        scale = inits.get(node.input[1])
-        zp = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-        if scale is None or (len(node.input) > 2 and node.input[2] and zp is None):
+        parameters = _scale_and_zero_point(node, inits)
+        if parameters is None:
             continue
+        scale, zp = parameters
         value = _dequantized(x, scale, zp, node)
         if x.data_type == onnx.TensorProto.INT32:
             # a bias: its reader reads the DequantizeLinear's output; that becomes the float bias
@@ -295,10 +308,10 @@ def deployable_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     graph = out.graph
     inits, readers = _initializers(graph), _readers(graph)
     for node in [n for n in graph.node if n.op_type == _Q and n.input[0] in inits]:
-        zp = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-        scale = inits.get(node.input[1])
-        if scale is None or (len(node.input) > 2 and node.input[2] and zp is None):
+        parameters = _scale_and_zero_point(node, inits)
+        if parameters is None:
             continue
+        scale, zp = parameters
         if any(r.op_type != _DQ for r in readers.get(node.output[0], [])):
             continue
         x = inits[node.input[0]]
