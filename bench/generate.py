@@ -8,7 +8,9 @@ A llama config of about 100M parameters (hidden 768, 8 layers, 12 heads over 4 K
 2048, a 32000-token vocabulary; random weights) is saved with transformers and written by
 onnxruntime-genai's model builder for the CPU in fp32 and int4 (MatMulNBits, accuracy level
 4). Both sides load the builder's directory: sonnx through :func:`sonnx.generation.load_decoder`
-(eager, and with ``--graph`` also ``use_graph=True``), onnxruntime-genai through
+(eager, and with ``--graph`` also ``use_graph=True``; for int4 also eagerly with
+``kernels="torch"``, the products on torch instead of onnxruntime's MatMulNBits kernel),
+onnxruntime-genai through
 ``og.Model`` with ``session_options.intra_op_num_threads`` set in a copy of its config. Each
 repeat generates ``--new`` tokens greedily after a ``--prompt``-token prompt, the sides in
 turn. Prefill is the time to the first token (the prompt's forward pass and the choice of
@@ -34,7 +36,9 @@ import numpy as np
 import torch
 from common import Row, available_cores, emit, machine_facts
 
+import sonnx
 from sonnx.generation import load_decoder
+from sonnx.generation.model_dir import decoder_file
 
 REFERENCE = "onnxruntime-genai"
 
@@ -121,8 +125,9 @@ class GenaiSide:
 
 
 class SonnxSide:
-    def __init__(self, model_dir: Path, use_graph: bool) -> None:
-        self.model = load_decoder(model_dir, use_graph=use_graph)
+    def __init__(self, model_dir: Path, use_graph: bool, kernels: str = "onnxruntime") -> None:
+        rep = sonnx.prepare(str(decoder_file(model_dir)), use_graph=use_graph, kernels=kernels)
+        self.model = load_decoder(model_dir, rep=rep)
 
     def __call__(self, prompt: np.ndarray, new: int) -> tuple[float, float, list[int]]:
         stamps: list[float] = []
@@ -188,6 +193,8 @@ def main() -> None:
                 torch.set_num_threads(n)
                 sides = {"genai": GenaiSide(genai_copy(model_dir, n, root))}
                 sides["eager"] = SonnxSide(model_dir, use_graph=False)
+                if precision == "int4":  # the products on torch's kernels instead
+                    sides["eager kernels=torch"] = SonnxSide(model_dir, False, kernels="torch")
                 if args.graph:
                     sides["graph"] = SonnxSide(model_dir, use_graph=True)
                 found = measure(sides, prompt, args.new, args.repeats, args.warmup)

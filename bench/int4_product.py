@@ -5,8 +5,10 @@
 
 A ``MatMulNBits`` node (4 bits, blocks of ``--block`` along K, accuracy level 4: onnxruntime
 rounds the activations to int8 and runs its int8 x int4 kernel) is run by onnxruntime and by
-sonnx (eagerly and in graph mode: float32 activations rounded to int8 steps, times the weight
-dequantized to float32 once). Beside them, two forms torch itself offers, timed on the same
+sonnx (eagerly and in graph mode), with its default kernels (onnxruntime's own MatMulNBits
+kernel called on torch's memory: :mod:`sonnx.operators.quantize.ort_kernels`) and with
+``kernels="torch"`` (float32 activations rounded to int8 steps, times the weight dequantized to
+float32 once). Beside them, two forms torch itself offers, timed on the same
 weights, to show where torch's kernels stand: the float32 GEMV on the dequantized weight, and
 inductor's best single kernel (``torch.compile``) with the dequantization fused into the
 reduction over a weight kept as int8 codes (a byte per weight). Every side's result is checked
@@ -94,6 +96,8 @@ def main() -> None:
     data, codes, scales = nbits_model(args.size, args.size, args.block)
     session = ort_session(data, threads)
     eager, graph = sonnx.prepare(data), sonnx.prepare(data, use_graph=True)
+    torch_eager = sonnx.prepare(data, kernels="torch")
+    torch_graph = sonnx.prepare(data, use_graph=True, kernels="torch")
     gemv, fused = torch_forms(codes, scales, args.block)
     rows, notes = [], []
     for m in args.rows:
@@ -103,6 +107,8 @@ def main() -> None:
             "onnxruntime": lambda a=a: session.run(None, {"a": a})[0],
             "sonnx eager": lambda a=a: eager.run([a])[0].numpy(),
             "sonnx graph": lambda a=a: graph.run([a])[0].numpy(),
+            "sonnx eager, kernels=torch": lambda a=a: torch_eager.run([a])[0].numpy(),
+            "sonnx graph, kernels=torch": lambda a=a: torch_graph.run([a])[0].numpy(),
             "torch GEMV (dequantized)": lambda r=rounded: gemv(r).numpy(),
             "inductor fused (int8 codes)": lambda r=rounded: fused(r).numpy(),
         }

@@ -17,6 +17,7 @@ for a batch of one back for a batch of eight without the guards that say so.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,7 +162,17 @@ def compile_library(
             continue
         if not recorder.inside:
             save_sources(recorder.values, named, library.with_name(SOURCES_FILE))
+        _keep_extern_calls(library)
         return
+
+
+def _keep_extern_calls(library: Path) -> None:
+    """The description of the graph's calls to custom ops (onnxruntime's kernels,
+    :mod:`sonnx.operators.quantize.ort_kernels`) where the runner looks for it, beside the
+    library under its name: inductor writes it beside its generated C++."""
+    written = sorted(library.parent.glob("*wrapper.json"), key=lambda p: p.stat().st_mtime)
+    if written:
+        shutil.copyfile(written[-1], library.with_suffix(".json"))
 
 
 def _weight_passes(graph: torch.fx.Graph) -> None:

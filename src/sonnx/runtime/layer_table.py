@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import onnx
+
+from sonnx.runtime.input_specs import declared_dims
+
 #: The header of :meth:`SingaRep.summary`'s table.
 LAYER_COLUMNS = ("#", "cut", "op", "name", "outputs", "shape")
 
@@ -36,3 +40,22 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: int 
         return "  ".join(padded).rstrip()
 
     return "\n".join(line(cells) for cells in [header, *rows])
+
+
+def inferred_shapes(model: onnx.ModelProto) -> dict[str, str]:
+    """Output shapes by tensor name from ONNX shape inference, for the table's shape column.
+
+    :param model: the model.
+    :returns: ``"(2, ?, 8)"``-style shapes by tensor name; none where inference fails (the
+        shapes are only a display aid).
+    """
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # shape inference is only a display aid here
+        return {}
+    shapes = {}
+    for v in [*inferred.graph.value_info, *inferred.graph.output]:
+        dims = declared_dims(v) if v.type.WhichOneof("value") == "tensor_type" else None
+        if dims is not None:
+            shapes[v.name] = "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
+    return shapes

@@ -42,6 +42,7 @@ from sonnx.onnx.values import (
     OptionalValue,
     TensorSequence,
 )
+from sonnx.operators.quantize.ort_kernels import choose_kernels
 from sonnx.runtime.array_runs import ArrayRuns, is_plain_array
 from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget
 from sonnx.runtime.graph_mode import GraphRunner
@@ -50,12 +51,11 @@ from sonnx.runtime.imported_graph import GraphSource, ImportedGraph
 from sonnx.runtime.input_specs import (
     InputSpec,
     cast_hint,
-    declared_dims,
     input_spec,
     is_map_list,
 )
 from sonnx.runtime.kept_model import without_large_values
-from sonnx.runtime.layer_table import LAYER_COLUMNS, text_table
+from sonnx.runtime.layer_table import LAYER_COLUMNS, inferred_shapes, text_table
 from sonnx.runtime.program import GraphProgram, compile_graph
 from sonnx.runtime.run_paths import Path, choose_path, debugging, explain_run, report
 from sonnx.runtime.store import graph_digest
@@ -381,7 +381,7 @@ class SingaRep:
     @cached_property
     def shapes(self) -> dict[str, str]:
         """Tensor shapes by name from ONNX shape inference (computed on first use)."""
-        return _inferred_shapes(self.model)
+        return inferred_shapes(self.model)
 
     def explain(
         self,
@@ -450,6 +450,7 @@ def prepare(
     *,
     verify: bool = True,
     compile_budget: float | None = DEFAULT_COMPILE_BUDGET,
+    kernels: str = "onnxruntime",
     **options: Any,
 ) -> SingaRep:
     """Load and check an ONNX model and make it runnable on ``device``.
@@ -470,14 +471,17 @@ def prepare(
         :class:`~sonnx.errors.GraphModeWarning` (one eager run per new graph).
     :param compile_budget: with ``use_graph``, the seconds compiling may take for this model
         (None: no bound); once spent, what is not compiled yet runs eagerly, with a warning.
-    :param options: no keyword options are accepted; any is an error.
+    :param kernels: ``"onnxruntime"``: onnxruntime's CPU kernel runs the int4/int8 products
+        torch has none for, where importable (:mod:`sonnx.operators.quantize.ort_kernels`);
+        ``"torch"``: torch's kernels everywhere.
+    :param options: no other keyword options are accepted; any is an error.
     :returns: the runnable model.
     :raises BadModelError: the file is missing, the file or bytes are not a valid ONNX model,
         or a node breaks its ``onnx.defs`` schema (counts, attributes, types).
     :raises UnsupportedOperatorError: the model uses operators sonnx has no converter for (all
         of them listed).
     :raises BadInputError: an unknown keyword option, or a ``compile_budget`` that is not a
-        positive number of seconds.
+        positive number of seconds, or ``kernels`` not one of those two.
     """
     if options:
         raise BadInputError(f"prepare: unknown option(s) {sorted(options)}")
@@ -485,6 +489,7 @@ def prepare(
     # From a path, the large weights stay in the file until each is read into its tensor.
     proto, stored = load_model(model)
     rep = _prepared(proto, as_device(device), graph, stored)
+    choose_kernels(rep.program.steps, kernels, rep.graph_runner)
     rep.origin = None if isinstance(model, (onnx.ModelProto, bytes)) else str(model)
     if not isinstance(model, onnx.ModelProto):
         # The model read from the file or bytes is gone now, its weights' bytes with it:
@@ -579,17 +584,3 @@ def _prepared(
             else None
         ),
     )
-
-
-def _inferred_shapes(model: onnx.ModelProto) -> dict[str, str]:
-    """Output shapes by tensor name from ONNX shape inference, for :meth:`SingaRep.summary`."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # shape inference is only a display aid here
-        return {}
-    shapes = {}
-    for v in [*inferred.graph.value_info, *inferred.graph.output]:
-        dims = declared_dims(v) if v.type.WhichOneof("value") == "tensor_type" else None
-        if dims is not None:
-            shapes[v.name] = "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
-    return shapes

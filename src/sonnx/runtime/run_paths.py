@@ -24,6 +24,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sonnx.operators.quantize.ort_kernels import kernel_lines
+
 if TYPE_CHECKING:
     from sonnx.runtime.graph_mode import GraphRunner
     from sonnx.runtime.program import GraphProgram
@@ -108,7 +110,8 @@ def explain_run(
     every_value: bool,
     values: dict[str, Any] | None,
 ) -> str:
-    """The lines ``SingaRep.explain`` prints: the path, why, and what it runs part by part."""
+    """The lines ``SingaRep.explain`` prints: the path, why, what it runs part by part, and
+    which kernel ran the steps that have a choice (:mod:`sonnx.operators.quantize.ort_kernels`)."""
     lines = [f"{choice.path.value}: {choice.why}"]
     if choice.path is Path.COMPILED and runner is not None:
         parts = runner.parts()
@@ -119,7 +122,7 @@ def explain_run(
                 lines.append(f"  {where}, compiled: {span}")
             else:
                 lines.append(f"  {where}, eager ({part.why_eager}): {span}")
-        return "\n".join(lines)
+        return "\n".join([*lines, *kernel_lines(program.steps)])
     why = program.step_loop_reason(0, stop, {} if every_value else None, set())
     if why is not None:
         lines.append(f"  the step loop runs steps 0-{stop - 1}: {why}")
@@ -134,7 +137,7 @@ def explain_run(
     if groups and not every_value:
         counted = ", ".join(f"{count} {name}" for name, count in sorted(groups.items()))
         lines.append(f"  fused groups, each run as one step: {counted}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *kernel_lines(program.steps)])
 
 
 def _span(indices: range, nodes: tuple[str, ...]) -> str:

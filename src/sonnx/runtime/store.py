@@ -16,6 +16,7 @@ Where: ``$SONNX_CACHE_DIR``, by default ``$XDG_CACHE_HOME/sonnx`` (``~/.cache/so
     graphs/<digest>/<entry>/constants.pt  where its constants come from (the model's
                                         weights by name; what the compile computed)
     graphs/<digest>/<entry>/guards.txt  the inputs it serves (several entries: several shapes)
+    graphs/<digest>/<entry>/graph.json  its custom-op calls, where it has any
     plans/<model digest>.json           the steps graph mode found must run eagerly
 
 Only graphs of a model's weights as loaded are stored: after a training step or
@@ -49,6 +50,8 @@ from sonnx.runtime.library_constants import SOURCES_FILE, LibraryWeights
 
 ENV_VAR = "SONNX_CACHE_DIR"
 _LIBRARY = "graph.so"
+#: The library's custom-op calls, which its runner reads beside it (onnxruntime's kernels).
+_EXTERN_CALLS = "graph.json"
 _GUARDS = "guards.txt"
 
 
@@ -205,7 +208,7 @@ class GraphStore:
         try:
             guards = build(scratch / _LIBRARY)
             for extra in scratch.iterdir():  # inductor's generated sources and objects
-                if extra.name not in (_LIBRARY, SOURCES_FILE):
+                if extra.name not in (_LIBRARY, SOURCES_FILE, _EXTERN_CALLS):
                     shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
             (scratch / _GUARDS).write_text(guards, encoding="utf-8")
             if root is None:

@@ -28,6 +28,7 @@ from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError
 from sonnx.operators.contrib import ContribOperator
 from sonnx.operators.elementwise.cast import decode_sub_byte
+from sonnx.operators.quantize.ort_kernels import NbitsNode, nbits_product, onnxruntime_module
 
 __all__ = ["GatherBlockQuantized", "MatMulNBits"]
 
@@ -119,6 +120,10 @@ class MatMulNBits(ContribQuantOperator):
     to 128) without g_idx or float zero points; sonnx rounds A the same way
     (:func:`int8_blocks`), so the two agree to float rounding where a float product would
     differ by the int8 step. Other levels compute in float, as onnxruntime's CPU kernel does.
+
+    On the CPU, a float32 product that needs no gradient runs onnxruntime's own kernel where
+    onnxruntime is importable (:mod:`sonnx.operators.quantize.ort_kernels`): its results,
+    bit for bit, at a fraction of the float product's memory traffic.
     """
 
     op_type = "MatMulNBits"
@@ -127,9 +132,17 @@ class MatMulNBits(ContribQuantOperator):
     defaults: ClassVar[dict[str, Any]] = {"bits": 4, "accuracy_level": 0}
     required_attributes = frozenset({"K", "N", "block_size"})
 
+    #: Which kernels run (``prepare(..., kernels=...)``): onnxruntime's where it is the faster
+    #: (:mod:`sonnx.operators.quantize.ort_kernels`), or torch's.
+    kernels = "onnxruntime"
+
     def __init__(self, version: int | None = None, **attrs: Any) -> None:
         super().__init__(version, **attrs)
         self._weight = KeptWeight()
+        #: The kernel the last run used (for ``explain()``); None before a run.
+        self.kernel_used: str | None = None
+        self._refused = False
+        self._node: NbitsNode | None = None
 
     def forward(
         self,
@@ -148,6 +161,11 @@ class MatMulNBits(ContribQuantOperator):
                 f"{tuple(a.shape)}"
             )
         weights = (b, scales, zero_points, g_idx)
+        y = self._onnxruntime_product(a, weights) if self._bridged(a, weights) else None
+        if y is not None:
+            self.kernel_used = "onnxruntime's MatMulNBits"
+            return y if bias is None else y + bias
+        self.kernel_used = "torch's (dequantized float32 weight)"
         if self._rounds_a_to_int8(a, zero_points, g_idx):
             a = int8_blocks(a, int(self.attr("block_size")))
         if torch.is_grad_enabled() and a.requires_grad:
@@ -157,6 +175,31 @@ class MatMulNBits(ContribQuantOperator):
             w = self._weight.get(weights, lambda: self.dequantize(*weights, k=k, n=n))
             y = torch.matmul(a, w.to(a.dtype).t())
         return y if bias is None else y + bias
+
+    def _bridged(self, a: torch.Tensor, weights: tuple[torch.Tensor | None, ...]) -> bool:
+        """Whether onnxruntime's kernel computes this run: on, onnxruntime importable, a float32
+        CPU input that needs no gradient (torch's path keeps training's backward), weights
+        that need none, and a node onnxruntime could build."""
+        return (
+            self.kernels == "onnxruntime"
+            and not self._refused
+            and a.dtype == torch.float32
+            and a.device.type == "cpu"
+            and not (torch.is_grad_enabled() and a.requires_grad)
+            and all(w is None or (w.device.type == "cpu" and not w.requires_grad) for w in weights)
+            and (weights[1].dtype == torch.float32)
+            and onnxruntime_module() is not None
+        )
+
+    def _onnxruntime_product(
+        self, a: torch.Tensor, weights: tuple[torch.Tensor | None, ...]
+    ) -> torch.Tensor | None:
+        if self._node is None:
+            names = ("K", "N", "bits", "block_size", "accuracy_level")
+            self._node = NbitsNode(self.name, *(int(self.attr(x)) for x in names))
+        y = nbits_product(self._node, a, weights, tracing=not value_checks())
+        self._refused = y is None
+        return y
 
     def _rounds_a_to_int8(
         self, a: torch.Tensor, zero_points: torch.Tensor | None, g_idx: torch.Tensor | None
