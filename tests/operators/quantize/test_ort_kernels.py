@@ -5,6 +5,7 @@ the torch path."""
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import warnings
@@ -192,3 +193,15 @@ def test_graph_mode_stores_torchs_kernels_apart_from_onnxruntimes():
     default = sonnx.prepare(model, use_graph=True).graph_runner.identity
     plain = sonnx.prepare(model, use_graph=True, kernels="torch").graph_runner.identity
     assert default and plain and default != plain
+
+
+def test_a_freed_models_session_never_serves_the_next_model_at_its_addresses():
+    """Models of one shape prepared one after another: the allocator may give the next
+    model's weights the freed one's addresses (version 0 again); each runs its own weights."""
+    for _ in range(4):
+        model, feeds = nbits_case(4, 32, "uint8", 4, 1, k=128, n=8)
+        (expected,) = ort_run(model, feeds)
+        rep = sonnx.prepare(model)
+        np.testing.assert_array_equal(run_rep(rep, feeds)[0], expected)
+        del rep
+        gc.collect()

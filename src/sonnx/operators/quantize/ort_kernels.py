@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import threading
 import warnings
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -44,9 +45,11 @@ __all__ = [
 #: (the default), or torch's everywhere.
 KERNEL_CHOICES = ("onnxruntime", "torch")
 
-_LOCK = threading.Lock()
-#: (weight addresses, shapes, attributes, threads) -> (weight versions, session).
-_SESSIONS: dict[tuple[Any, ...], tuple[tuple[int, ...], Any]] = {}
+_LOCK = threading.RLock()  # _forget may run inside the locked section (a collection)
+#: (weight versions, kernel, weak references to the weights) of one session.
+_Entry = tuple[tuple[int, ...], Any, tuple[Any, ...]]
+#: (weight addresses, shapes, attributes, threads) -> its entry.
+_SESSIONS: dict[tuple[Any, ...], _Entry] = {}
 
 
 def onnxruntime_module() -> Any | None:
@@ -176,7 +179,11 @@ class _Kernel:
 
 def _kernel(attrs: tuple[int, ...], weights: Sequence[torch.Tensor | None]) -> _Kernel:
     """The kernel for these weights and attributes, its session built on first use (raises
-    what onnxruntime raises when it cannot build one)."""
+    what onnxruntime raises when it cannot build one).
+
+    An entry holds weak references to its weights: a tensor freed and another allocated at
+    its address (the next model's weight, version 0 again) never finds the old session, and
+    the entry is dropped when its first weight is freed."""
     present = [w for w in weights if w is not None]
     key = (
         tuple(w.data_ptr() for w in present),
@@ -186,18 +193,35 @@ def _kernel(attrs: tuple[int, ...], weights: Sequence[torch.Tensor | None]) -> _
         torch.get_num_threads(),
     )
     versions = tuple(w._version for w in present)
+
+    def current(found: _Entry | None) -> bool:
+        return (
+            found is not None
+            and found[0] == versions
+            and all(ref() is w for ref, w in zip(found[2], present, strict=True))
+        )
+
     found = _SESSIONS.get(key)
-    if found is not None and found[0] == versions:
-        return found[1]
+    if current(found):
+        return found[1]  # type: ignore[index]
     with _LOCK:
         found = _SESSIONS.get(key)
-        if found is None or found[0] != versions:
+        if not current(found):
             ort = onnxruntime_module()
             if ort is None:
                 raise BadInputError("MatMulNBits: onnxruntime is not importable")
-            found = (versions, _Kernel(ort, _new_session(ort, attrs, weights)))
+            refs = tuple(weakref.ref(w) for w in present)
+            found = (versions, _Kernel(ort, _new_session(ort, attrs, weights)), refs)
             _SESSIONS[key] = found
-    return found[1]
+            weakref.finalize(present[0], _forget, key, found)
+    return found[1]  # type: ignore[index]
+
+
+def _forget(key: tuple[Any, ...], entry: _Entry) -> None:
+    """Drop ``entry`` once its first weight is freed (unless a newer entry took its key)."""
+    with _LOCK:
+        if _SESSIONS.get(key) is entry:
+            del _SESSIONS[key]
 
 
 def _run(
