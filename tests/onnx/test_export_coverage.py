@@ -52,6 +52,12 @@ NOT_OPS = {
     "check_elements",
     "check_shape",
     "max_tensor_bytes",
+    # onnxruntime's MatMulNBits kernel (operators/quantize/ort_kernels.py): plumbing of the
+    # MatMulNBits operator, which its own export case covers, not functions of the API
+    "choose_kernels",
+    "kernel_lines",
+    "nbits_product",
+    "onnxruntime_module",
 }
 
 
