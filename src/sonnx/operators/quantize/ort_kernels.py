@@ -236,7 +236,7 @@ def _run(
     flat = a.reshape(-1, k)
     if not flat.is_contiguous():
         flat = flat.contiguous()
-    y = torch.empty((flat.shape[0], n), dtype=torch.float32)
+    y = torch.empty((flat.shape[0], n), dtype=torch.float32, device=flat.device)
     if flat.shape[0]:
         kernel = node.kernel(weights) if node is not None else _kernel(attrs, weights)
         kernel(flat, y)
