@@ -245,13 +245,24 @@ class DynamicQuantizeLinear(StrictExport):
                 f"dtype {dtypes.dtype_name(x.dtype)} and shape {tuple(x.shape)}"
             )
         x = x.detach()
-        zero = torch.zeros((), dtype=torch.float32, device=x.device)
-        high, low = torch.maximum(zero, x.max()), torch.minimum(zero, x.min())
-        span = torch.where(high == low, torch.ones_like(high), high - low)
-        scale = span / torch.tensor(255.0, dtype=torch.float32, device=x.device)
-        zero_point = torch.round(torch.clamp(-low / scale, 0.0, 255.0))
+        scale, zero_point = uint8_range(x)
         y = torch.clamp(torch.round(x / scale) + zero_point, 0.0, 255.0)
         return y.to(torch.uint8), scale, zero_point.to(torch.uint8)
+
+
+def uint8_range(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """DynamicQuantizeLinear's scale and zero point for ``x``: its range widened to hold 0,
+    spread over the 255 steps of uint8 (onnxruntime's dynamically quantized operators compute
+    theirs the same way).
+
+    :param x: the float32 values whose range to cover.
+    :returns: ``(scale, zero_point)``, 0-d float32 tensors (the zero point a whole number).
+    """
+    zero = torch.zeros((), dtype=torch.float32, device=x.device)
+    high, low = torch.maximum(zero, x.max()), torch.minimum(zero, x.min())
+    span = torch.where(high == low, torch.ones_like(high), high - low)
+    scale = span / torch.tensor(255.0, dtype=torch.float32, device=x.device)
+    return scale, torch.round(torch.clamp(-low / scale, 0.0, 255.0))
 
 
 # ---- functions ------------------------------------------------------------------------------
