@@ -122,6 +122,7 @@ EXPORTED_IN_OPERATOR_TESTS = {
     "DecoderMaskedMultiHeadAttention": "operators/attention/test_contrib_bert.py",
     "RelativePositionBias": "operators/attention/test_contrib_bias.py",
     "NhwcConv": "operators/linalg/test_contrib_fused.py",
+    "DynamicQuantizeLSTM": "operators/rnn/test_contrib_lstm.py",
 }
 
 

@@ -1,4 +1,5 @@
-"""Importer registrations for RNN, GRU and LSTM: see sonnx.operators.rnn.recurrent.
+"""Importer registrations for RNN, GRU and LSTM (see sonnx.operators.rnn.recurrent) and
+com.microsoft DynamicQuantizeLSTM (sonnx.operators.rnn.contrib_lstm).
 
 The first versions (RNN-1, GRU-1/3, LSTM-1) also had ``output_sequence``, which only said
 whether the optional output Y is wanted; the node's outputs already say that, so the adapter
@@ -11,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operators
+from sonnx.operators.rnn.contrib_lstm import DynamicQuantizeLSTM
 from sonnx.operators.rnn.recurrent import GRU, LSTM, RNN
 from sonnx.tensor import Tensor
 
-register_operators(RNN, GRU, LSTM)
+register_operators(RNN, GRU, LSTM, DynamicQuantizeLSTM)
 
 _CLASSES = {"RNN": RNN, "GRU": GRU, "LSTM": LSTM}
 
