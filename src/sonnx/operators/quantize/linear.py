@@ -258,10 +258,11 @@ def uint8_range(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     :param x: the float32 values whose range to cover.
     :returns: ``(scale, zero_point)``, 0-d float32 tensors (the zero point a whole number).
     """
-    zero = torch.zeros((), dtype=torch.float32, device=x.device)
-    high, low = torch.maximum(zero, x.max()), torch.minimum(zero, x.min())
-    span = torch.where(high == low, torch.ones_like(high), high - low)
-    scale = span / torch.tensor(255.0, dtype=torch.float32, device=x.device)
+    # Few operations, no new tensors: DynamicQuantizeLSTM computes one per product per step.
+    low, high = torch.aminmax(x)
+    low, high = low.clamp(max=0.0), high.clamp(min=0.0)
+    span = high - low
+    scale = torch.where(span == 0, 1.0, span) / 255.0
     return scale, torch.round(torch.clamp(-low / scale, 0.0, 255.0))
 
 

@@ -59,8 +59,8 @@ def rounded_to_uint8(a: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
     :returns: the rounded values, shaped as ``a``.
     """
     scale, zero_point = uint8_range(seen.detach())
-    codes = torch.clamp(torch.round(a.detach() / scale) + zero_point, 0.0, 255.0)
-    stepped = (codes - zero_point) * scale
+    codes = (torch.round(a.detach() / scale) + zero_point).clamp_(0.0, 255.0)
+    stepped = (codes - zero_point).mul_(scale)
     return a + (stepped - a).detach() if a.requires_grad else stepped
 
 
