@@ -5,7 +5,9 @@ The int32 accumulation ``(A - a_zero_point) @ (B - b_zero_point)`` is computed i
 which holds every such sum exactly, then converted to float32 and multiplied by the float32
 product ``a_scale * b_scale`` before the bias is added: onnxruntime's order, so results agree
 to the last bit but for the summation order of the bias-free product (none: it is exact).
-Integer inputs carry no gradient, nor does A's dynamic quantization (a step function).
+Integer inputs carry no gradient. A's dynamic quantization is a step function: its gradient
+passes straight through it (:func:`straight_through`), so float layers before a dynamically
+quantized product train; the int8 weight is a constant.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from sonnx.errors import BadInputError
 from sonnx.operators.contrib import ContribOperator
 from sonnx.operators.quantize.contrib_nbits import ContribQuantOperator
 from sonnx.operators.quantize.linear import DynamicQuantizeLinear
+from sonnx.operators.quantize.straight_through import straight_through
 
 __all__ = ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"]
 
@@ -76,6 +79,31 @@ def integer_product_to_float(
     return (y if bias is None else y + bias.float()).to(a_scale.dtype)
 
 
+def dynamic_quantized_product(
+    op: ContribOperator,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    b_scale: torch.Tensor,
+    b_zero_point: torch.Tensor | None,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """Float A quantized to uint8 from its own range (DynamicQuantizeLinear), times the
+    quantized B as :func:`integer_product_to_float` computes it, differentiable in A through
+    :func:`straight_through`.
+
+    :param op: the node, named by errors.
+    :param a: the float input ``[..., K]``.
+    :param b: the int8 or uint8 weight ``[K, N]``.
+    :param b_scale: B's scale, a scalar or one per column.
+    :param b_zero_point: B's zero point, likewise (None: 0).
+    :param bias: a float ``[N]`` added last (None: none).
+    :returns: the float product ``[..., N]``.
+    """
+    qa, a_scale, a_zero_point = DynamicQuantizeLinear().forward(a)
+    y = integer_product_to_float(op, qa, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+    return straight_through(a, y, b, b_scale, b_zero_point)
+
+
 class MatMulIntegerToFloat(ContribQuantOperator):
     """MatMulInteger whose int32 result is scaled to float: inputs A, B, a_scale, b_scale,
     optional a_zero_point, b_zero_point (scalar or per column of B) and bias."""
@@ -103,7 +131,7 @@ class MatMulIntegerToFloat(ContribQuantOperator):
 class DynamicQuantizeMatMul(ContribQuantOperator):
     """Float A quantized to uint8 from its own range (DynamicQuantizeLinear), then
     MatMulIntegerToFloat with the quantized weight B: inputs A, B, b_scale, optional
-    b_zero_point and bias."""
+    b_zero_point and bias. A's gradient passes straight through its quantization."""
 
     op_type = "DynamicQuantizeMatMul"
     since_versions = (1,)
@@ -118,7 +146,4 @@ class DynamicQuantizeMatMul(ContribQuantOperator):
         b_zero_point: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        qa, a_scale, a_zero_point = DynamicQuantizeLinear().forward(a)
-        return integer_product_to_float(
-            self, qa, b, a_scale, b_scale, a_zero_point, b_zero_point, bias
-        )
+        return dynamic_quantized_product(self, a, b, b_scale, b_zero_point, bias)
