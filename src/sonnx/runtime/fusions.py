@@ -14,6 +14,10 @@ backward that does the same.
 Chains of ``Conv`` nodes, each with the BatchNormalization and activation after it, run as
 oneDNN calls on channels-last tensors in CPU float32 inference, and as their nodes otherwise:
 see :mod:`sonnx.runtime.conv_fusions`.
+
+A DynamicQuantizeLinear with the int8 product it feeds (QAttention, or MatMulInteger and its
+scaling) runs as one call where its input needs a gradient, which passes straight through the
+rounding: see :mod:`sonnx.runtime.quantized_fusions`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch.nn.functional as F
 
 from sonnx import dtypes
 from sonnx.runtime.conv_fusions import find_conv_group
+from sonnx.runtime.quantized_fusions import find_dynamic_quantization_group
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -90,6 +95,8 @@ def find_fusions(
             fusion = _linear(index, steps, constants, readers, graph_outputs)
         elif step.info.op_type == "Conv":
             fusion = _conv(index, steps, constants, producer, readers, graph_outputs)
+        elif step.info.op_type == "DynamicQuantizeLinear":
+            fusion = _dynamic_quantization(index, steps, constants, readers, graph_outputs)
         if fusion is not None and not ({*fusion.internal, fusion.final} & claimed):
             found[fusion.final] = fusion
             claimed.update((*fusion.internal, fusion.final))
@@ -111,6 +118,22 @@ def _conv(
     *internal, final = group.steps
     names = frozenset(o for i in internal for o in steps[i].outputs if o)
     return Fusion(group.name, tuple(internal), final, group.inputs, names, group.compute)
+
+
+def _dynamic_quantization(
+    dql: int,
+    steps: Sequence[Step],
+    constants: dict[str, Tensor],
+    readers: dict[str, list[int]],
+    outputs: set[str],
+) -> Fusion | None:
+    """A DynamicQuantizeLinear with its product (see :mod:`sonnx.runtime.quantized_fusions`)."""
+    group = find_dynamic_quantization_group(dql, steps, constants, readers, outputs)
+    if group is None:
+        return None
+    *internal, final = group.steps
+    return Fusion(group.name, tuple(internal), final, group.inputs, group.intermediates,
+                  group.compute)  # fmt: skip
 
 
 def _linear(

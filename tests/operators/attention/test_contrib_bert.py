@@ -14,6 +14,7 @@ from sonnx.errors import BadInputError, UnsupportedOperatorError
 from sonnx.onnx.exporter import to_onnx
 from sonnx.operators.attention.contrib_bert import Attention, MultiHeadAttention, QAttention
 from sonnx.operators.attention.contrib_decoder import DecoderMaskedMultiHeadAttention
+from sonnx.operators.quantize.linear import DynamicQuantizeLinear
 from sonnx.tensor import Tensor, to_numpy
 from tests.contrib_quant_helpers import int8_weights_7_bits
 from tests.helpers import check_grad
@@ -286,3 +287,69 @@ def test_qattention_full_int8_range_equals_float_attention(per_column) -> None:
     floats = _dequantized(inputs)
     expected, _ = run_both(contrib_model("Attention", floats, 1, num_heads=N), floats)
     close(got[0], expected[0])
+
+
+def _float_input_case(per_column: bool, mask: np.ndarray | None) -> list[torch.Tensor | None]:
+    """A float input and QAttention's other inputs (weight, bias, weight_scale, mask_index,
+    weight_zero_point), as ``forward_float_input`` takes them."""
+    _, weight, bias, _, w_scale, _, _, w_zero = _quantized(np.int8, per_column, full_range=True)
+    arrays = [randn(B, S, X_IN), weight, bias, w_scale, mask, w_zero]
+    return [None if a is None else torch.from_numpy(np.asarray(a)) for a in arrays]
+
+
+@pytest.mark.parametrize("mask", [None, lengths(3, 1)], ids=["no_mask", "lengths"])
+def test_qattention_of_a_float_input_equals_the_two_nodes(mask) -> None:
+    """Fused with the DynamicQuantizeLinear before it (what runs in training), QAttention
+    computes the nodes' output bit for bit, whether the input needs a gradient or not."""
+    x, weight, bias, w_scale, mask_index, w_zero = _float_input_case(True, mask)
+    op = QAttention(num_heads=N)
+    codes, x_scale, x_zero = DynamicQuantizeLinear().forward(x)
+    nodes = op.forward(codes, weight, bias, x_scale, w_scale, mask_index, x_zero, w_zero)[0]
+    for needs_grad in (False, True):
+        fed = x.clone().requires_grad_(needs_grad)
+        fused = op.forward_float_input(fed, weight, bias, w_scale, mask_index, w_zero)
+        assert torch.equal(fused, nodes) and fused.requires_grad == needs_grad
+
+
+@pytest.mark.parametrize(
+    "per_column, mask",
+    [(False, None), (False, lengths(3, 1)), (True, raw_mask(B, S))],
+    ids=["no_mask", "lengths", "per_column_raw_mask"],
+)
+def test_qattention_float_input_gradients_equal_the_dequantized_surrogate(per_column, mask):
+    """The input's gradient passes straight through its rounding, through the dequantized
+    weight; the bias gets its own. Both equal central differences (float64) of the surrogate
+    that replaces the quantized projection by its linearization at the input: ``qkv(x0) + (x -
+    x0) @ dequantize(weight)``, then float attention. That is what the straight-through
+    estimator differentiates: the rounding has no derivative, so no difference of the
+    quantized node itself could be compared. The analytic gradients are float32."""
+    x0, weight, bias, w_scale, mask_index, w_zero = _float_input_case(per_column, mask)
+    op = QAttention(num_heads=N)
+    x, b = x0.clone().requires_grad_(True), bias.clone().requires_grad_(True)
+    out = op.forward_float_input(x, weight, b, w_scale, mask_index, w_zero)
+    weighting = torch.from_numpy(np.random.default_rng(1).standard_normal(out.shape))
+    grad_x, grad_b = torch.autograd.grad((out.double() * weighting).sum(), [x, b])
+
+    dequantized = (weight.double() - w_zero.double()) * w_scale.double()
+    codes, x_scale, x_zero = DynamicQuantizeLinear().forward(x0)
+    projected = (codes.double() - x_zero.double()) * x_scale.double() @ dequantized
+    offset = projected - x0.double() @ dequantized  # qkv(x0) - x0 @ W, bias aside
+    float_attention = Attention(num_heads=N)
+
+    def surrogate(x_: torch.Tensor, b_: torch.Tensor) -> float:
+        y = float_attention.forward(x_, dequantized, b_ + offset, mask_index)[0]
+        return float((y * weighting).sum())
+
+    for variable, analytic, other in ((x0, grad_x, bias), (bias, grad_b, x0)):
+        numeric = torch.zeros(variable.numel(), dtype=torch.float64)
+        start = variable.double().reshape(-1)
+        for k in range(start.numel()):
+            values = []
+            for step in (1e-6, -1e-6):
+                moved = start.clone()
+                moved[k] += step
+                args = (moved.reshape(variable.shape), other.double())
+                values.append(surrogate(*(args if variable is x0 else args[::-1])))
+            numeric[k] = (values[0] - values[1]) / 2e-6
+        np.testing.assert_allclose(analytic.reshape(-1).numpy(), numeric.numpy(), rtol=1e-4,
+                                   atol=1e-5)  # fmt: skip

@@ -19,6 +19,8 @@ import torch
 from sonnx.engine.operator import OutputShape
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 from sonnx.operators.contrib import ContribOperator
+from sonnx.operators.quantize.linear import DynamicQuantizeLinear
+from sonnx.operators.quantize.straight_through import straight_through
 
 __all__ = ["Attention", "MultiHeadAttention", "QAttention"]
 
@@ -243,10 +245,45 @@ class QAttention(Attention):
         x, weight, bias, x_scale, w_scale, mask_index, x_zero, w_zero, past = xs
         self.require({"weight": weight, "bias": bias, "input_scale": x_scale,
                       "weight_scale": w_scale})  # fmt: skip
+        qkv = self._project(x, weight, bias, x_scale, w_scale, x_zero, w_zero)
+        return self._attend_projected(qkv, weight, mask_index, past, None)
+
+    def forward_float_input(self, x: torch.Tensor, *xs: torch.Tensor | None) -> torch.Tensor:
+        """The output of this node fed by a DynamicQuantizeLinear of the float ``x`` (what
+        ``quantize_dynamic`` writes), its other inputs ``xs`` those of :meth:`forward` without
+        the input, its scale and its zero point: weight, bias, weight_scale, mask_index,
+        weight_zero_point, past.
+
+        Equal to the two nodes bit for bit; differentiable in ``x`` by the straight-through
+        estimator (the input's rounding passes the gradient as if it were not rounded, through
+        the dequantized weight), so the float layers before an int8 attention train. The
+        fusion of the two nodes (:mod:`sonnx.runtime.quantized_fusions`) calls it.
+
+        :param x: the float input (batch, sequence, input hidden).
+        :param xs: weight, bias, weight_scale, mask_index, weight_zero_point, past.
+        :returns: the attention output (batch, sequence, V hidden).
+        """
+        weight, bias, w_scale, mask_index, w_zero, past = tuple(xs) + (None,) * (6 - len(xs))
+        self.require({"weight": weight, "bias": bias, "weight_scale": w_scale})
+        qx, x_scale, x_zero = DynamicQuantizeLinear().forward(x)
+        qkv = self._project(qx, weight, bias, x_scale, w_scale, x_zero, w_zero)
+        qkv = straight_through(x, qkv, weight, w_scale, w_zero)
+        return self._attend_projected(qkv, weight, mask_index, past, None)[0]
+
+    def _project(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        x_scale: torch.Tensor,
+        w_scale: torch.Tensor,
+        x_zero: torch.Tensor | None,
+        w_zero: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Q, K and V projected from the quantized input, as the CPU kernel computes them."""
         self._refuse_unsupported(None)
         x_shifted = x.double() - (0 if x_zero is None else x_zero.double())
         w_shifted = weight.double() - (0 if w_zero is None else w_zero.double())
         # Exact integer sums (float64 holds them), then scaled in float32 as the kernel does.
         product = torch.matmul(x_shifted, w_shifted).to(bias.dtype)
-        qkv = product * (x_scale * w_scale).to(bias.dtype) + bias
-        return self._attend_projected(qkv, weight, mask_index, past, None)
+        return product * (x_scale * w_scale).to(bias.dtype) + bias
