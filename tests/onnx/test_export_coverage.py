@@ -52,11 +52,18 @@ NOT_OPS = {
     "check_elements",
     "check_shape",
     "max_tensor_bytes",
-    # onnxruntime's MatMulNBits kernel (operators/quantize/ort_kernels.py): plumbing of the
-    # MatMulNBits operator, which its own export case covers, not functions of the API
+    # onnxruntime's kernels (operators/quantize/ort_kernels.py, ort_sessions.py): plumbing of
+    # the MatMulNBits, DynamicQuantizeMatMul and MatMulIntegerToFloat operators, which their
+    # own export cases cover, not functions of the API
+    "BridgedNode",
+    "KernelChoice",
+    "bridged_product",
     "choose_kernels",
     "kernel_lines",
-    "nbits_product",
+    "nbits_spec",
+    "NodeSpec",
+    "SessionKernel",
+    "kernel_for",
     "onnxruntime_module",
 }
 

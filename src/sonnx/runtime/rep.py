@@ -42,7 +42,7 @@ from sonnx.onnx.values import (
     OptionalValue,
     TensorSequence,
 )
-from sonnx.operators.quantize.ort_kernels import choose_kernels
+from sonnx.operators.quantize.ort_kernels import KERNEL_CHOICES, choose_kernels
 from sonnx.runtime.array_runs import ArrayRuns, is_plain_array
 from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget
 from sonnx.runtime.graph_mode import GraphRunner
@@ -88,6 +88,7 @@ class SingaRep:
     :param array_runs: graph-mode runs of plain NumPy arrays on the CPU (see
         :mod:`sonnx.runtime.array_runs`), else None.
     :param origin: the ``.onnx`` file it was prepared from (None: a ModelProto or bytes).
+    :param kernels: which kernels its products run (see :func:`prepare`).
     """
 
     model: onnx.ModelProto
@@ -100,6 +101,7 @@ class SingaRep:
     graph_runner: GraphRunner | None = None
     array_runs: ArrayRuns | None = None
     origin: str | None = None
+    kernels: str = KERNEL_CHOICES[0]
 
     @property
     def constants(self) -> dict[str, Tensor]:
@@ -488,8 +490,7 @@ def prepare(
     graph = GraphSettings(verify, CompileBudget(compile_budget).seconds) if use_graph else None
     # From a path, the large weights stay in the file until each is read into its tensor.
     proto, stored = load_model(model)
-    rep = _prepared(proto, as_device(device), graph, stored)
-    choose_kernels(rep.program.steps, kernels, rep.graph_runner)
+    rep = _prepared(proto, as_device(device), graph, stored, kernels=kernels)
     rep.origin = None if isinstance(model, (onnx.ModelProto, bytes)) else str(model)
     if not isinstance(model, onnx.ModelProto):
         # The model read from the file or bytes is gone now, its weights' bytes with it:
@@ -519,7 +520,8 @@ def prepare_rewritten(model: onnx.ModelProto, rep: SingaRep) -> SingaRep:
     proto, stored = load_model(model)
     runner = rep.graph_runner
     graph = None if runner is None else GraphSettings(runner.verify, runner.budget.seconds)
-    rewritten = _prepared(proto, rep.device, graph, stored, held={**rep.params, **rep.constants})
+    held = {**rep.params, **rep.constants}
+    rewritten = _prepared(proto, rep.device, graph, stored, held=held, kernels=rep.kernels)
     rewritten.origin = rep.origin
     return rewritten
 
@@ -542,11 +544,12 @@ def _prepared(
     graph_settings: GraphSettings | None,
     stored: Mapping[str, StoredWeight],
     held: Mapping[str, Tensor] | None = None,
+    kernels: str = KERNEL_CHOICES[0],
 ) -> SingaRep:
     """The SingaRep of a loaded model; it keeps the model without its weights' bytes.
     ``graph_settings``: graph mode's, None without it; ``stored``: where the initializers that
     ``proto`` holds as headers only lie; ``held``: tensors whose storage the initializers of
-    their names take (no copy)."""
+    their names take (no copy); ``kernels``: which kernels the products run."""
     # Model-local functions run inlined; the export writes the original calls (GraphSource).
     graph = onnx.inliner.inline_local_functions(proto).graph if proto.functions else proto.graph
     initializer_names = {i.name for i in graph.initializer}
@@ -566,6 +569,7 @@ def _prepared(
         if graph_settings is not None
         else None
     )
+    choose_kernels(program.steps, kernels, program.constants, runner)
     source = GraphSource(without_large_values(proto, program.constants), program)
     return SingaRep(
         model=source.model,
@@ -583,4 +587,5 @@ def _prepared(
             if runner is not None and dev.torch_device.type == "cpu"
             else None
         ),
+        kernels=kernels,
     )

@@ -21,6 +21,7 @@ from sonnx.errors import BadInputError
 from sonnx.operators.contrib import ContribOperator
 from sonnx.operators.quantize.contrib_nbits import ContribQuantOperator
 from sonnx.operators.quantize.linear import DynamicQuantizeLinear
+from sonnx.operators.quantize.ort_kernels import SPECS, KernelChoice
 from sonnx.operators.quantize.straight_through import straight_through
 
 __all__ = ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"]
@@ -104,7 +105,24 @@ def dynamic_quantized_product(
     return straight_through(a, y, b, b_scale, b_zero_point)
 
 
-class MatMulIntegerToFloat(ContribQuantOperator):
+class _Bridged(KernelChoice, ContribQuantOperator):
+    """A product onnxruntime's kernel may compute (its spec: :data:`ort_kernels.SPECS`)."""
+
+    def bridged(self, inputs: tuple[torch.Tensor | None, ...]) -> torch.Tensor | None:
+        """onnxruntime's product, or None (the torch path runs).
+
+        :param inputs: the node's inputs.
+        :returns: the product, or None.
+        """
+        a, b = inputs[0], inputs[1]
+        if b.dim() != 2 or a.shape[-1:] != b.shape[:1]:
+            return None  # the torch path reports it
+        y = self.onnxruntime_product(SPECS[self.op_type], b.shape[1], inputs)
+        self.kernel_used = f"onnxruntime's {self.op_type}" if y is not None else "torch's"
+        return y
+
+
+class MatMulIntegerToFloat(_Bridged):
     """MatMulInteger whose int32 result is scaled to float: inputs A, B, a_scale, b_scale,
     optional a_zero_point, b_zero_point (scalar or per column of B) and bias."""
 
@@ -123,12 +141,14 @@ class MatMulIntegerToFloat(ContribQuantOperator):
         b_zero_point: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return integer_product_to_float(
-            self, a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias
-        )
+        inputs = (a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+        y = self.bridged(inputs)
+        if y is not None:
+            return y
+        return integer_product_to_float(self, *inputs)
 
 
-class DynamicQuantizeMatMul(ContribQuantOperator):
+class DynamicQuantizeMatMul(_Bridged):
     """Float A quantized to uint8 from its own range (DynamicQuantizeLinear), then
     MatMulIntegerToFloat with the quantized weight B: inputs A, B, b_scale, optional
     b_zero_point and bias. A's gradient passes straight through its quantization."""
@@ -146,4 +166,7 @@ class DynamicQuantizeMatMul(ContribQuantOperator):
         b_zero_point: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        y = self.bridged((a, b, b_scale, b_zero_point, bias))
+        if y is not None:
+            return y
         return dynamic_quantized_product(self, a, b, b_scale, b_zero_point, bias)

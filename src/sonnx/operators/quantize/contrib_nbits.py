@@ -28,7 +28,7 @@ from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError
 from sonnx.operators.contrib import ContribOperator
 from sonnx.operators.elementwise.cast import decode_sub_byte
-from sonnx.operators.quantize.ort_kernels import NbitsNode, nbits_product, onnxruntime_module
+from sonnx.operators.quantize.ort_kernels import KernelChoice, nbits_spec
 
 __all__ = ["GatherBlockQuantized", "MatMulNBits"]
 
@@ -108,7 +108,7 @@ def _check_bits(op: ContribOperator, bits: int) -> None:
         )
 
 
-class MatMulNBits(ContribQuantOperator):
+class MatMulNBits(KernelChoice, ContribQuantOperator):
     """``Y = A @ dequantize(B).T + bias`` with B an [N, K] weight quantized in blocks along K.
 
     Inputs: A (float, [..., K]); B (uint8 [N, n_blocks, blob_size], blob_size = block_size *
@@ -132,17 +132,12 @@ class MatMulNBits(ContribQuantOperator):
     defaults: ClassVar[dict[str, Any]] = {"bits": 4, "accuracy_level": 0}
     required_attributes = frozenset({"K", "N", "block_size"})
 
-    #: Which kernels run (``prepare(..., kernels=...)``): onnxruntime's where it is the faster
-    #: (:mod:`sonnx.operators.quantize.ort_kernels`), or torch's.
-    kernels = "onnxruntime"
+    #: Its packed weight, scales, zero points and g_idx are initializers in every model.
+    weights_always_constant = True
 
     def __init__(self, version: int | None = None, **attrs: Any) -> None:
         super().__init__(version, **attrs)
         self._weight = KeptWeight()
-        #: The kernel the last run used (for ``explain()``); None before a run.
-        self.kernel_used: str | None = None
-        self._refused = False
-        self._node: NbitsNode | None = None
 
     def forward(
         self,
@@ -161,7 +156,9 @@ class MatMulNBits(ContribQuantOperator):
                 f"{tuple(a.shape)}"
             )
         weights = (b, scales, zero_points, g_idx)
-        y = self._onnxruntime_product(a, weights) if self._bridged(a, weights) else None
+        names = ("K", "N", "bits", "block_size", "accuracy_level")
+        spec = nbits_spec([int(self.attr(x)) for x in names])
+        y = self.onnxruntime_product(spec, n, (a, *weights))
         if y is not None:
             self.kernel_used = "onnxruntime's MatMulNBits"
             return y if bias is None else y + bias
@@ -175,31 +172,6 @@ class MatMulNBits(ContribQuantOperator):
             w = self._weight.get(weights, lambda: self.dequantize(*weights, k=k, n=n))
             y = torch.matmul(a, w.to(a.dtype).t())
         return y if bias is None else y + bias
-
-    def _bridged(self, a: torch.Tensor, weights: tuple[torch.Tensor | None, ...]) -> bool:
-        """Whether onnxruntime's kernel computes this run: on, onnxruntime importable, a float32
-        CPU input that needs no gradient (torch's path keeps training's backward), weights
-        that need none, and a node onnxruntime could build."""
-        return (
-            self.kernels == "onnxruntime"
-            and not self._refused
-            and a.dtype == torch.float32
-            and a.device.type == "cpu"
-            and not (torch.is_grad_enabled() and a.requires_grad)
-            and all(w is None or (w.device.type == "cpu" and not w.requires_grad) for w in weights)
-            and (weights[1].dtype == torch.float32)
-            and onnxruntime_module() is not None
-        )
-
-    def _onnxruntime_product(
-        self, a: torch.Tensor, weights: tuple[torch.Tensor | None, ...]
-    ) -> torch.Tensor | None:
-        if self._node is None:
-            names = ("K", "N", "bits", "block_size", "accuracy_level")
-            self._node = NbitsNode(self.name, *(int(self.attr(x)) for x in names))
-        y = nbits_product(self._node, a, weights, tracing=not value_checks())
-        self._refused = y is None
-        return y
 
     def _rounds_a_to_int8(
         self, a: torch.Tensor, zero_points: torch.Tensor | None, g_idx: torch.Tensor | None

@@ -1,0 +1,211 @@
+"""Single-node onnxruntime sessions run on torch's memory: the machinery under
+:mod:`sonnx.operators.quantize.ort_kernels`.
+
+A :class:`NodeSpec` describes one ``com.microsoft`` node: its op type, attributes, the names
+of its input slots and which of them a run binds (the activations); the others are the node's
+constants (weights, scales, zero points), held by the session as initializers. The session
+runs on CPU with torch's intra-op thread count and no spinning, and a call binds the torch
+tensors' memory as its inputs and output (no copy, no NumPy array).
+
+Sessions are found by the addresses, shapes and versions of the constants, so a compiled graph
+loaded in a new process builds its own on its first call; an entry holds weak references to
+its constants, so a tensor freed and another allocated at its address (the next model's
+weight, version 0 again) never finds the old session.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from sonnx.errors import BadInputError
+
+__all__ = ["NodeSpec", "SessionKernel", "kernel_for", "onnxruntime_module"]
+
+_LOCK = threading.RLock()  # _forget may run inside the locked section (a collection)
+#: (constant versions, kernel, weak references to the constants) of one session.
+_Entry = tuple[tuple[int, ...], "SessionKernel", tuple[Any, ...]]
+#: (constant addresses, shapes, dtypes, absent slots, spec, run dtypes, threads) -> its entry.
+_SESSIONS: dict[tuple[Any, ...], _Entry] = {}
+
+#: The element types a call binds, torch's to onnxruntime's (NumPy's names).
+_BOUND_TYPES = {torch.float32: "float32", torch.uint8: "uint8", torch.int8: "int8"}
+
+
+def onnxruntime_module() -> Any | None:
+    """The ``onnxruntime`` module, or None when it cannot be imported (the bridge is then
+    off and the torch path runs)."""
+    try:
+        return importlib.import_module("onnxruntime")
+    except ImportError:
+        return None
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What a node's session is built from.
+
+    :param op_type: the ``com.microsoft`` operator.
+    :param attrs: its attributes, as (name, int) pairs.
+    :param slots: the names of its input slots, in order.
+    :param bound: the positions of the slots a call binds; the others are constants.
+    """
+
+    op_type: str
+    attrs: tuple[tuple[str, int], ...]
+    slots: tuple[str, ...]
+    bound: tuple[int, ...]
+
+    def model_bytes(self, inputs: Sequence[torch.Tensor | None]) -> bytes:
+        """The single-node model for ``inputs`` (one per slot, None where absent): bound ones
+        as graph inputs of their types and ranks, the others as initializers, output ``y``
+        float32.
+
+        :param inputs: the node's inputs.
+        :returns: the serialized model.
+        """
+        from onnx import TensorProto, helper, numpy_helper
+
+        names = [s if x is not None else "" for s, x in zip(self.slots, inputs, strict=True)]
+        while names and names[-1] == "":
+            names.pop()
+        node = helper.make_node(
+            self.op_type, names, ["y"], domain="com.microsoft", **dict(self.attrs)
+        )
+        graph_inputs, initializers = [], []
+        for i, (slot, x) in enumerate(zip(self.slots, inputs, strict=True)):
+            if x is None:
+                continue
+            if i in self.bound:
+                elem = helper.np_dtype_to_tensor_dtype(_numpy_type(x))
+                dims = [f"d{i}_{d}" for d in range(x.dim())]
+                graph_inputs.append(helper.make_tensor_value_info(slot, elem, dims))
+            else:
+                initializers.append(numpy_helper.from_array(x.detach().contiguous().numpy(), slot))
+        output = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+        graph = helper.make_graph([node], self.op_type, graph_inputs, [output], initializers)
+        opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+        return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
+
+
+def _numpy_type(x: torch.Tensor) -> Any:
+    import numpy as np
+
+    name = _BOUND_TYPES.get(x.dtype)
+    if name is None:
+        raise BadInputError(
+            f"onnxruntime kernel: cannot bind a {x.dtype} tensor (float32, uint8 or int8 only)"
+        )
+    return np.dtype(name)
+
+
+class SessionKernel:
+    """One node's session and the call binding torch memory to it.
+
+    onnxruntime's ``IOBinding`` wrapper costs about 35 us a call in Python; its pybind layer,
+    where this onnxruntime has it, is called directly (same calls, without the wrapper's
+    bookkeeping); otherwise the public wrapper is used.
+
+    :param ort: the onnxruntime module.
+    :param spec: the node.
+    :param inputs: its inputs (constants included; the session holds copies of those).
+    """
+
+    def __init__(self, ort: Any, spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        # Between sonnx's torch calls an idle onnxruntime thread must not spin on the cores.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = ort.InferenceSession(
+            spec.model_bytes(inputs), options, providers=["CPUExecutionProvider"]
+        )
+        self._names = [spec.slots[i] for i in spec.bound]
+        low = getattr(getattr(ort, "capi", None), "_pybind_state", None)
+        try:
+            self._device = low.OrtDevice(low.OrtDevice.cpu(), low.OrtDevice.default_memory(), 0)
+            self._binding_of = low.SessionIOBinding
+            self._inner = self.session._sess
+        except AttributeError:
+            self._inner = None
+
+    def __call__(self, bound: Sequence[torch.Tensor | None], y: torch.Tensor) -> None:
+        """Run on ``bound`` (the bound slots' tensors, contiguous; None where absent), writing
+        the float32 ``y``."""
+        import numpy as np
+
+        pairs = [(n, x) for n, x in zip(self._names, bound, strict=True) if x is not None]
+        if self._inner is not None:
+            binding = self._binding_of(self._inner)
+            for name, x in pairs:
+                binding.bind_input(name, self._device, _numpy_type(x), list(x.shape), x.data_ptr())
+            binding.bind_output("y", self._device, np.float32, list(y.shape), y.data_ptr())
+            self._inner.run_with_iobinding(binding, None)
+            return
+        binding = self.session.io_binding()
+        for name, x in pairs:
+            binding.bind_input(name, "cpu", 0, _numpy_type(x), tuple(x.shape), x.data_ptr())
+        binding.bind_output("y", "cpu", 0, np.float32, tuple(y.shape), y.data_ptr())
+        self.session.run_with_iobinding(binding)
+
+
+def kernel_for(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> SessionKernel:
+    """The kernel for ``spec`` with these constants, its session built on first use (raises
+    what onnxruntime raises when it cannot build one).
+
+    :param spec: the node.
+    :param inputs: its inputs, one per slot (None where absent).
+    :returns: the kernel; the entry is dropped when its first constant is freed.
+    """
+    constants = [x for i, x in enumerate(inputs) if i not in spec.bound and x is not None]
+    key = (
+        tuple(w.data_ptr() for w in constants),
+        tuple((tuple(w.shape), w.dtype) for w in constants),
+        tuple(x is None for x in inputs),
+        spec,
+        tuple((x.dtype, x.dim()) for x in _bound(spec, inputs)),
+        torch.get_num_threads(),
+    )
+    versions = tuple(w._version for w in constants)
+
+    def current(found: _Entry | None) -> bool:
+        return (
+            found is not None
+            and found[0] == versions
+            and all(ref() is w for ref, w in zip(found[2], constants, strict=True))
+        )
+
+    found = _SESSIONS.get(key)
+    if current(found):
+        return found[1]  # type: ignore[index]
+    with _LOCK:
+        found = _SESSIONS.get(key)
+        if not current(found):
+            ort = onnxruntime_module()
+            if ort is None:
+                raise BadInputError(f"{spec.op_type}: onnxruntime is not importable")
+            refs = tuple(weakref.ref(w) for w in constants)
+            found = (versions, SessionKernel(ort, spec, inputs), refs)
+            _SESSIONS[key] = found
+            if constants:
+                weakref.finalize(constants[0], _forget, key, found)
+    return found[1]  # type: ignore[index]
+
+
+def _bound(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+    """The bound slots' tensors that are present."""
+    return [x for i, x in enumerate(inputs) if i in spec.bound and x is not None]
+
+
+def _forget(key: tuple[Any, ...], entry: _Entry) -> None:
+    """Drop ``entry`` once its first constant is freed (unless a newer entry took its key)."""
+    with _LOCK:
+        if _SESSIONS.get(key) is entry:
+            del _SESSIONS[key]
