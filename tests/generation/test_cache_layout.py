@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
 import torch
 
+import sonnx
 from sonnx.errors import BadModelError
 from sonnx.generation.cache_layout import detect_layout, read_genai_config
-from sonnx.testing.gqa_decoder import genai_config
+from sonnx.testing.gqa_decoder import GENAI_CONFIG, genai_config, gqa_decoder
 
 
 def test_optimum_names_give_the_layout(llama_rep) -> None:
@@ -44,3 +47,28 @@ def test_no_config_is_none_and_a_broken_one_an_error(tmp_path: Path) -> None:
     (tmp_path / "genai_config.json").write_text("{")
     with pytest.raises(BadModelError, match="JSON"):
         read_genai_config(tmp_path)
+
+
+def test_a_rep_prepared_from_a_genai_directorys_file_reads_its_config(tmp_path: Path) -> None:
+    """``prepare("dir/model.onnx").generate(...)`` finds the layout in the genai_config.json
+    beside the file (here past inputs named ``past.N.k``/``.v``, which optimum's names are
+    not), as ``sonnx.generation.generate`` on the directory does."""
+    model = gqa_decoder()
+    renames = {f"past_key_values.0.{kind}": f"past.0.{kind[0]}" for kind in ("key", "value")}
+    for value in model.graph.input:
+        value.name = renames.get(value.name, value.name)
+    for node in model.graph.node:
+        node.input[:] = [renames.get(name, name) for name in node.input]
+    onnx.save(model, tmp_path / "model.onnx")
+    prompt = np.array([[3, 1, 4, 1]], np.int64)
+    with pytest.raises(BadModelError, match="optimum's layout"):
+        sonnx.prepare(tmp_path / "model.onnx").generate(prompt, max_new_tokens=3)
+    config = json.loads(json.dumps(GENAI_CONFIG))
+    names = config["model"]["decoder"]["inputs"]
+    names["past_key_names"], names["past_value_names"] = "past.%d.k", "past.%d.v"
+    (tmp_path / "genai_config.json").write_text(json.dumps(config))
+    got = sonnx.prepare(tmp_path / "model.onnx").generate(prompt, max_new_tokens=3)
+    expected = sonnx.prepare(gqa_decoder()).generate(
+        prompt, max_new_tokens=3, layout=detect_layout(sonnx.prepare(gqa_decoder()), GENAI_CONFIG)
+    )
+    np.testing.assert_array_equal(got, expected)

@@ -21,6 +21,7 @@ reads in all.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -29,7 +30,7 @@ import torch
 from sonnx.engine.tracing import deferred_checks
 from sonnx.errors import BadInputError
 from sonnx.generation.beam_search import beam_search, beam_search_conflict
-from sonnx.generation.cache_layout import CacheLayout, detect_layout
+from sonnx.generation.cache_layout import CacheLayout, detect_layout, read_genai_config
 from sonnx.generation.decode_steps import check_cuda_graph, decode_steps
 from sonnx.generation.decoder import Decoder
 from sonnx.generation.limits import check_context, check_token_ids
@@ -87,7 +88,8 @@ def generate_tokens(
         :class:`TextStreamer`), or None.
     :param seed: a seed for reproducible sampling, or None.
     :param pad_token_id: the id that fills ended sequences and padding.
-    :param layout: the graph's cache layout; None detects it from optimum's names.
+    :param layout: the graph's cache layout; None detects it from the ``genai_config.json``
+        beside the file ``rep`` was prepared from, else from optimum's names.
     :param cuda_graph: capture the decode step as a CUDA graph and replay it.
     :returns: the (batch, prompt length + new) int64 token ids.
     :raises BadInputError: ``max_new_tokens`` is not a positive int, a sampling setting is out of
@@ -105,7 +107,7 @@ def generate_tokens(
     sampling = Sampling(do_sample, temperature, top_k, top_p)
     ends = _end_ids(eos_token_id)
     pad = pad_token_id if pad_token_id is not None else (ends[0] if ends else 0)
-    decoder = Decoder(rep, layout or detect_layout(rep))
+    decoder = Decoder(rep, layout or detect_layout(rep, _config_beside(rep)))
     if cuda_graph:
         check_cuda_graph(decoder, num_beams)
     limits = decoder.layout.limits
@@ -122,6 +124,13 @@ def generate_tokens(
             decoder, prompts, sampling, max_new_tokens, ends, pad, streamer, seed, cuda_graph
         )
     return torch.cat([prompts.ids, tokens], 1).cpu().numpy()
+
+
+def _config_beside(rep: SingaRep) -> dict[str, Any] | None:
+    """The ``genai_config.json`` in the directory of the ``.onnx`` file ``rep`` was prepared
+    from (onnxruntime-genai's directory), or None."""
+    origin = getattr(rep, "origin", None)
+    return read_genai_config(Path(origin).parent) if origin else None
 
 
 def _decode(
