@@ -1,6 +1,7 @@
 """Graph mode is never silently wrong and never ends a run in the compiler's own error: a
 miscompiled graph is caught at its first run, a graph raising while it runs falls back, and a
-spent compile budget leaves the rest eager; each says so in one GraphModeWarning.
+spent compile budget leaves the rest eager; each says so in one GraphModeWarning, and
+``explain()`` names the path the last run took (eager, and why), not "compiled".
 
 The faults are planted in test doubles of the compiler and of the compiled library; expected
 values come from the same model run eagerly by sonnx."""
@@ -11,8 +12,10 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
+from onnx import TensorProto, helper
 
 import sonnx
 from sonnx.errors import BadInputError, GraphModeWarning
@@ -61,6 +64,11 @@ def test_a_miscompiled_graph_is_caught_at_its_first_run_and_leaves_the_store(
         ("relu", "squash", False)
     ]
     assert "differed from the eager steps" in rep.explain().splitlines()[1]
+    last = rep.explain().splitlines()[-1]
+    assert last.startswith(
+        "  last run: eager, all 6 steps ran eagerly in graph mode: its compiled graph's first "
+        "run differed from the eager steps: output 'y'"
+    )
     with warnings.catch_warnings():  # later runs are eager, and quiet
         warnings.simplefilter("error", GraphModeWarning)
         for batch in (1, 4, 7):
@@ -138,6 +146,9 @@ def test_a_spent_compile_budget_leaves_the_parts_not_compiled_yet_eager(caplog) 
         ("cast", False),
     ]
     assert parts[2].why_eager.startswith("the compile budget of 2 s is spent")
+    last = rep.explain().splitlines()[-1]
+    assert last.startswith("  last run: compiled segments (1), with 4 steps run eagerly: 1 step: ")
+    assert "; 3 steps: the compile budget of 2 s is spent" in last
     assert rep.graph_runner.compile_count == 1  # one compile (of ~10 s) spent the 2 s
     (again,) = rep.run([_x(6, 1)])
     np.testing.assert_array_equal(to_numpy(again), to_numpy(eager.run([_x(6, 1)])[0]))
@@ -147,3 +158,57 @@ def test_a_spent_compile_budget_leaves_the_parts_not_compiled_yet_eager(caplog) 
 def test_a_compile_budget_must_be_positive_seconds(budget) -> None:
     with pytest.raises(BadInputError, match="compile_budget must be a number of seconds"):
         sonnx.prepare(chain_with_a_tanh(), use_graph=True, compile_budget=budget)
+
+
+def test_explain_names_the_eager_path_a_run_took_when_the_compiler_fails(monkeypatch) -> None:
+    """Every compile raises: the run computes eagerly, and ``explain()`` says so and why,
+    while the choice made before a run is still graph mode."""
+
+    def failing(graph: torch.fx.GraphModule, example_inputs, library, named) -> None:
+        raise RuntimeError("planted: inductor fails on everything")
+
+    monkeypatch.setattr(symbolic_graphs, "compile_library", failing)
+    model = chain_with_a_tanh()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    assert "last run" not in rep.explain()  # no run yet
+    with pytest.warns(GraphModeWarning, match="planted"):
+        (got,) = rep.run([_x(4)])
+    np.testing.assert_array_equal(to_numpy(got), to_numpy(eager.run([_x(4)])[0]))
+    lines = rep.explain().splitlines()
+    assert lines[0].startswith("compiled graph mode: prepared with use_graph=True")
+    assert lines[-1] == (
+        "  last run: eager, all 6 steps ran eagerly in graph mode: inductor could not compile "
+        "it: planted: inductor fails on everything"
+    )
+    assert rep.graph_runner.compile_count == 0
+
+
+def _first_of_a_sequence() -> onnx.ModelProto:
+    """SequenceAt(seq, 0) -> Relu: the input is a sequence of tensors."""
+    nodes = [
+        helper.make_node("SequenceAt", ["seq", "zero"], ["first"], name="first"),
+        helper.make_node("Relu", ["first"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "first_of_a_sequence",
+        [helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("zero", TensorProto.INT64, [], [0])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_explain_names_the_program_path_a_run_took_when_the_runner_gives_no_outputs() -> None:
+    """A sequence input is no tensor: the runner returns None and the program's steps run;
+    ``explain()`` says so, not "compiled" (before, that run was silently eager)."""
+    model = _first_of_a_sequence()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    seq = [_x(2), _x(3, 1)]
+    (got,) = rep.run([seq])
+    np.testing.assert_array_equal(to_numpy(got), to_numpy(eager.run([seq])[0]))
+    assert rep.explain().splitlines()[-1] == (
+        "  last run: eager, the program's steps ran: graph mode runs tensors only, and an "
+        "input is not one (a sequence, map or None)"
+    )
+    assert rep.graph_runner.compile_count == 0

@@ -15,6 +15,11 @@ and :meth:`SingaRep.run <sonnx.runtime.rep.SingaRep.run>` takes the general path
 owns every check and error message; after it, :meth:`ArrayRuns.remember` keeps its choice.
 A run that lets caches be written in place (:data:`~sonnx.run_state.CACHES_IN_PLACE`) always
 takes the general path: a user's arrays are never given to a graph that writes into them.
+
+An :class:`ArrayRuns` is a view of the runner's plan (:mod:`sonnx.runtime.graph_plan_state`):
+it remembers only where in a plan the choice for such arrays is kept (the whole graph's
+segment and the inputs' signature), and looks it up in the plan of the moment at each run, so
+a replan or a changed weight in another thread is seen at once.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import torch
 from sonnx.run_state import CACHES_IN_PLACE
 from sonnx.runtime.compiled_graphs import CompiledRunError
 from sonnx.runtime.graph_keys import RECENT_SIGNATURES, signature
-from sonnx.runtime.graph_mode import Choice, GraphRunner
+from sonnx.runtime.graph_mode import GraphRunner
+from sonnx.runtime.graph_plan_state import Bounds, bounds_of
+from sonnx.runtime.run_paths import WHOLE_GRAPH_RUN, RunTaken
 from sonnx.tensor import Tensor, computed_tensor
 
 
@@ -52,25 +59,37 @@ class ArrayRuns:
         self.runner = runner
         self.names = list(names)
         self.dtypes = list(dtypes)
-        #: For each key (see :meth:`_key`), the runner's choice for such arrays, the
-        #: positions of its compiled segment's inputs among the arrays and those of the
-        #: graph's outputs among the segment's outputs.
-        self._choices: dict[tuple[Any, ...], tuple[Choice, list[int], list[int]]] = {}
+        #: For each key (see :meth:`_key`), where the runner's plan keeps its choice for
+        #: such arrays (the whole graph's segment and its inputs' signature), the positions
+        #: of the segment's inputs among the arrays and those of the graph's outputs among
+        #: the segment's outputs.
+        self._choices: dict[
+            tuple[Any, ...], tuple[Bounds, tuple[Any, ...], list[int], tuple[int, ...]]
+        ] = {}
 
     def run(
         self, given: list[Any] | dict[str, Any]
-    ) -> tuple[dict[str, Tensor], list[torch.Tensor]] | None:
-        """The inputs as bound and the outputs' values of a compiled run of ``given`` (one
-        array per input, in order or by name); None when the general path must run them."""
+    ) -> tuple[dict[str, Tensor], list[torch.Tensor], RunTaken] | None:
+        """A compiled run of ``given`` (one array per input, in order or by name), if the
+        runner's plan holds a graph for such arrays.
+
+        :param given: the arrays.
+        :returns: the inputs as bound, the outputs' values and the path taken (the whole
+            graph's); None when the general path must run them.
+        """
         arrays = self._in_order(given)
         key = self._key(arrays)
         if key is None:
             return None
-        self.runner.current_versions()  # a changed weight empties the choices' graphs
+        self.runner.current_versions()  # a changed weight: a plan without the old choices
         found = self._choices.get(key)
         if found is None:
             return None
-        choice, inputs, outputs = found
+        bounds, layouts, inputs, outputs = found
+        plan = self.runner.plan
+        choice = plan.choice(bounds, layouts) if plan.whole is not None else None
+        if choice is None:
+            return None
         # A baked value as the general path's key has it (``graph_keys.baked_values``): the
         # elements in order, as Python numbers, read here from NumPy (a tenth of torch's cost).
         baked = tuple(tuple(arrays[inputs[i]].ravel().tolist()) for i in choice.baked)
@@ -83,28 +102,33 @@ class ArrayRuns:
         except CompiledRunError:  # the general path runs the steps eagerly, and says why
             return None
         bound = {n: computed_tensor(d) for n, d in zip(self.names, datas, strict=True)}
-        return bound, [outs[i] for i in outputs]
+        return bound, [outs[i] for i in outputs], WHOLE_GRAPH_RUN
 
     def remember(self, given: list[Any] | dict[str, Any], bound: dict[str, Tensor]) -> None:
-        """Keep the choice the general path made for ``given``, bound as ``bound``, if they
-        are plain arrays bound as they are and the runner compiled the whole graph."""
+        """Keep where the runner's plan holds the choice the general path made for ``given``,
+        bound as ``bound``, if they are plain arrays bound as they are and the runner compiled
+        the whole graph.
+
+        :param given: the arrays, as :meth:`run` got them.
+        :param bound: the inputs as the general path bound them.
+        """
         arrays = self._in_order(given)
         key = self._key(arrays)
-        whole = self.runner.whole
-        if key is None or whole is None:
+        plan = self.runner.plan
+        if key is None or plan.whole is None:
             return
-        segment, outputs = whole
+        segment, outputs = plan.whole
         for name, a in zip(self.names, arrays, strict=True):
             data = bound[name].data
             if data.data_ptr() != a.ctypes.data or tuple(data.shape) != a.shape:
                 return  # bound otherwise than as the array itself (a scalar reshaped)
-        choice = segment.recent.get(signature([bound[n].data for n in segment.inputs]))
-        if choice is None:
+        layouts = signature([bound[n].data for n in segment.inputs])
+        if plan.choice(bounds_of(segment), layouts) is None:
             return
         if len(self._choices) >= RECENT_SIGNATURES:
             self._choices.clear()
         inputs = [self.names.index(n) for n in segment.inputs]
-        self._choices[key] = (choice, inputs, outputs)
+        self._choices[key] = (bounds_of(segment), layouts, inputs, outputs)
 
     def _in_order(self, given: list[Any] | dict[str, Any]) -> list[Any] | None:
         """One value per input in the inputs' order, if ``given`` names exactly the inputs

@@ -41,14 +41,21 @@ Graph mode is never silently wrong and never ends a run in the compiler's own er
   (:mod:`sonnx.runtime.compile_budget`): what is not compiled yet runs eagerly.
 
 Each case is warned about once (:class:`~sonnx.errors.GraphModeWarning`), naming the steps and
-why; :meth:`GraphRunner.parts` and ``SingaRep.explain`` list them.
+why; :meth:`GraphRunner.parts` and ``SingaRep.explain`` list them, and each run reports the path
+it took (:class:`~sonnx.runtime.run_paths.RunTaken`).
+
+Runs from many threads share one runner: what it decided is one immutable
+:class:`~sonnx.runtime.graph_plan_state.GraphPlan`, read once per run and replaced whole, under
+a lock, on a replan (see :mod:`sonnx.runtime.graph_plan_state`).
 """
 
 from __future__ import annotations
 
 import operator
 import shutil
+import threading
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from functools import cached_property
 from typing import Any
@@ -61,24 +68,17 @@ from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget, 
 from sonnx.runtime.compiled_graphs import CompiledGraph, CompiledRunError, first_line
 from sonnx.runtime.graph_checks import first_difference, rounds_values
 from sonnx.runtime.graph_keys import (
-    RECENT_SIGNATURES,
     bake_tests,
     baked_values,
     compiled_key,
     signature,
 )
+from sonnx.runtime.graph_plan_state import Bounds, Choice, GraphPlan, bounds_of
 from sonnx.runtime.library_constants import LibraryWeights
 from sonnx.runtime.program import GraphProgram
+from sonnx.runtime.run_paths import WHOLE_GRAPH_RUN, Path, RunTaken
 from sonnx.runtime.segment_build import segment_builder
-from sonnx.runtime.segments import (
-    Choice,
-    RunPart,
-    Segment,
-    eager_by_design,
-    plan_segments,
-    segment_reads,
-    whole_graph,
-)
+from sonnx.runtime.segments import RunPart, Segment, eager_by_design, segment_reads
 from sonnx.runtime.store import GraphStore, WeightDigests, digest
 from sonnx.tensor import Tensor, computed_tensor
 
@@ -139,43 +139,50 @@ class GraphRunner:
         #: in this process (a training step, ``load_states``) are kept in memory only, so a
         #: training loop that evaluates in graph mode does not fill the disk.
         self._loaded_versions = self._versions()
-        #: The versions the segments' ``recent`` choices were made under.
-        self._recent_versions = self._loaded_versions
         #: Trace segments with symbolic sizes: one graph for every shape its guards admit
         #: (see :mod:`sonnx.runtime.symbolic_graphs`); a segment torch cannot trace or compile
         #: that way is compiled for each input shape. False compiles every segment per shape.
         self.dynamic = True
-        #: Why the steps that run eagerly do, by step index.
-        self.eager_steps: dict[int, str] = eager_by_design(program)
-        self._segments: list[Segment | int] | None = None
-        #: Where segments inductor failed on were split (the first step of each second half)
-        #: while the step it fails on is searched for, in this process.
-        self._splits: set[int] = set()
-        #: The halves of the splits made: one that fails too runs eagerly, unsplit.
-        self._halves: set[tuple[int, int]] = set()
-        #: The segments (by their steps) left eager because the compile budget was spent.
-        self._over_budget: set[tuple[int, int]] = set()
-        #: The segments of the plan before the last change, kept by their steps: a new plan
-        #: takes over the ones it still has, with their graphs.
-        self._previous: dict[tuple[int, int], Segment] = {}
-        #: The segment computing the whole graph when it is the only part (no step runs
-        #: eagerly), with the positions of the graph's outputs among the segment's.
-        self._whole: tuple[Segment, list[int]] | None = None
         self._warned: set[str] = set()
+        eager = eager_by_design(program)
         if identity:
             for index, why in self.store.load_plan(identity).items():
-                if index < len(program.steps) and index not in self.eager_steps:
-                    self.eager_steps[index] = why
+                if index < len(program.steps) and index not in eager:
+                    eager[index] = why
                     self._warn(f"node {program.steps[index].info.name!r} ({why})")
+        #: Held only to swap :attr:`plan` (see :mod:`sonnx.runtime.graph_plan_state`).
+        self._lock = threading.Lock()
+        self._plan = GraphPlan.first(program, eager, self._loaded_versions)
 
     @cached_property
     def _bake_tests(self) -> Callable[[str], Callable[[torch.Tensor], bool] | None]:
         return bake_tests(self.program)
 
     @property
+    def plan(self) -> GraphPlan:
+        """What this runner has decided so far, as one immutable snapshot: a run reads it
+        once; a replan replaces it."""
+        return self._plan
+
+    def _update(self, change: Callable[[GraphPlan], GraphPlan]) -> GraphPlan:
+        """Swap in ``change`` of the current plan (not of a run's snapshot, so that changes
+        made by other threads meanwhile are kept); the new plan."""
+        with self._lock:
+            self._plan = change(self._plan)
+            return self._plan
+
+    @property
+    def eager_steps(self) -> dict[int, str]:
+        """Why the steps that run eagerly do, by step index (a copy)."""
+        return dict(self._plan.eager_steps)
+
+    @property
     def fallback(self) -> str | None:
         """What runs eagerly and why (None: the whole graph is compiled)."""
-        found = [p for p in self.parts() if not p.compiled and p.steps.start in self.eager_steps]
+        plan = self._plan
+        found = [
+            p for p in self._parts(plan) if not p.compiled and p.steps.start in plan.eager_steps
+        ]
         parts = [
             f"node {p.nodes[0]!r} runs eagerly: {p.why_eager}"
             if len(p.steps) == 1
@@ -187,137 +194,116 @@ class GraphRunner:
 
     def parts(self) -> list[RunPart]:
         """What a run does, part by part: each compiled segment and each step run eagerly,
-        as of the runs so far (before the first, no segment is compiled yet)."""
+        as of the runs so far (before the first, no segment is compiled yet).
+
+        :returns: the parts, in the order they run.
+        """
+        return self._parts(self._plan)
+
+    def _parts(self, plan: GraphPlan) -> list[RunPart]:
         names = [step.info.name for step in self.program.steps]
-        found: list[RunPart] = []
-        for part in self.segments:
-            if isinstance(part, int):
-                why = self.eager_steps[part]
-                last = found[-1] if found else None
-                if last is not None and last.why_eager == why and last.steps.stop == part:
-                    # The steps of one dropped segment: one part, as they were.
-                    steps = range(last.steps.start, part + 1)
-                    found[-1] = RunPart(steps, (*last.nodes, names[part]), False, why)
-                else:
-                    found.append(RunPart(range(part, part + 1), (names[part],), False, why))
-                continue
-            steps = range(part.start, part.stop)
-            compiled = any(part.compiled.values())
-            why = None
-            if (part.start, part.stop) in self._over_budget:
-                why = self.budget.describe()
-            elif not compiled:
-                constant = any(not c.traced for c in part.recent.values())
-                why = "it reads only constants and shape values" if constant else "not run yet"
-            found.append(RunPart(steps, tuple(names[i] for i in steps), compiled, why))
-        return found
+        return plan.parts(names, self.budget.describe())
 
     @property
     def compile_count(self) -> int:
         """How many graphs this runner compiled (for each segment, one per set of shapes its
         guards cannot cover with one graph)."""
-        return sum(not g.loaded for g in self._graphs())
+        return sum(not g.loaded for g in self._plan.all_graphs())
 
     @property
     def loaded_count(self) -> int:
         """How many graphs this runner loaded from the store instead of compiling them."""
-        return sum(g.loaded for g in self._graphs())
-
-    def _graphs(self) -> list[CompiledGraph]:
-        return [
-            g
-            for s in self.segments
-            if isinstance(s, Segment)
-            for graphs in s.compiled.values()
-            for g in graphs
-        ]
+        return sum(g.loaded for g in self._plan.all_graphs())
 
     @property
     def segments(self) -> list[Segment | int]:
         """Compiled segments, and the indices of the steps run eagerly between them."""
-        if self._segments is None:
-            parts = plan_segments(self.program, set(self.eager_steps), self._splits)
-            self._segments = [
-                self._previous.get((p.start, p.stop), p) if isinstance(p, Segment) else p
-                for p in parts
-            ]
-            self._previous = {}
-            self._whole = whole_graph(self._segments, self.output_names)
-        return self._segments
+        return list(self._plan.segments)
 
-    def _replan(self) -> None:
-        """The segments change at the next run (a step runs eagerly, a segment is split);
-        those that stay keep their graphs."""
-        if self._segments is not None:
-            self._previous = {
-                (s.start, s.stop): s for s in self._segments if isinstance(s, Segment)
-            }
-        self._segments = None
-        self._whole = None
+    def run(self, inputs: dict[str, Tensor]) -> tuple[list[torch.Tensor] | None, RunTaken]:
+        """The outputs' values of a compiled run, with the path it took; None (and why, as a
+        path of the program) when an input or an output is not a tensor.
 
-    def run(self, inputs: dict[str, Tensor]) -> list[torch.Tensor] | None:
-        """The outputs' values of a compiled run, or None when an input or an output is not a
-        tensor."""
+        :param inputs: the graph inputs by name, bound.
+        :returns: the outputs' values or None, and the path the run took.
+        """
         if not all(isinstance(inputs.get(n), Tensor) for n in self.input_names):
-            return None
+            why = "graph mode runs tensors only, and an input is not one (a sequence, map or None)"
+            return None, RunTaken(Path.PROGRAM, why=why)
         versions = self.current_versions()
-        if self._whole is not None:  # the common case, without the general path's bookkeeping
-            whole, positions = self._whole
+        plan = self._plan
+        if plan.whole is not None:  # the common case, without the general path's bookkeeping
+            whole, positions = plan.whole
             try:
-                outs = self._chosen_outputs(whole, [inputs[n].data for n in whole.inputs])
+                datas = [inputs[n].data for n in whole.inputs]
+                outs = self._chosen_outputs(plan, whole, datas)
             except CompiledRunError:  # the general path runs it again, and eagerly
                 outs = None
             if outs is not None:
-                return [outs[i] for i in positions]
+                return [outs[i] for i in positions], WHOLE_GRAPH_RUN
         # Each new plan runs another step eagerly, or splits a segment further while the
         # search for one goes on: a bounded number of plans.
         for _ in range((len(self.program.steps) + 1) ** 2):
+            plan = self._plan  # this attempt's one snapshot
             values: dict[str, Any] = dict(self.constants)
             values.update(inputs)
+            compiled, eager = 0, Counter[str]()  # segments compiled, eager steps by why
             try:
-                for part in self.segments:
+                for part in plan.segments:
                     if isinstance(part, int):
                         self._execute(values, part, part + 1)
+                        eager[plan.eager_steps[part]] += 1
+                        continue
+                    why = self._run_segment(plan, part, values, versions)
+                    if why is None:
+                        compiled += 1
                     else:
-                        self._run_segment(part, values, versions)
+                        eager[why] += part.stop - part.start
             except _ReplanError:
                 continue
             outs = [values[n] for n in self.output_names]
-            return [o.data for o in outs] if all(isinstance(o, Tensor) for o in outs) else None
+            if not all(isinstance(o, Tensor) for o in outs):
+                why = "graph mode returns tensors only, and an output is not one"
+                return None, RunTaken(Path.PROGRAM, why=why)
+            taken = RunTaken(Path.COMPILED, compiled, tuple(eager.items()))
+            return [o.data for o in outs], taken
         raise RuntimeError("graph mode could not settle which steps run eagerly")
 
     def current_versions(self) -> tuple[Any, ...]:
         """The constants' identities and versions now; the choices made under others (a
-        weight changed) are dropped."""
+        weight changed) are dropped.
+
+        :returns: the versions.
+        """
         versions = self._versions()
-        if versions != self._recent_versions:
-            self._recent_versions = versions
-            for part in self.segments:
-                if isinstance(part, Segment):
-                    for choice in part.recent.values():  # others may hold on to a choice
-                        choice.graphs.clear()
-                    part.recent.clear()
+        if versions != self._plan.versions:
+            self._update(lambda plan: plan.for_versions(versions))
         return versions
 
     @property
-    def whole(self) -> tuple[Segment, list[int]] | None:
+    def whole(self) -> tuple[Segment, tuple[int, ...]] | None:
         """The segment computing the whole graph when it is the only part (no step runs
         eagerly), with the positions of the graph's outputs among its outputs; None before
         the first run."""
-        return self._whole
+        return self._plan.whole
 
     def whole_graph_for(
         self, inputs: dict[str, torch.Tensor]
-    ) -> tuple[CompiledGraph, list[str], list[str], list[int]] | None:
+    ) -> tuple[CompiledGraph, list[str], list[str], tuple[int, ...]] | None:
         """The graph an earlier run of ``inputs`` (values by name) computed the whole model
         with: the graph, the names of its traced inputs (in its order) and of the inputs baked
         into it, and the positions of the model's outputs among the graph's. None when no such
-        run was made or some step runs eagerly."""
-        if self._whole is None:
+        run was made or some step runs eagerly.
+
+        :param inputs: the graph inputs' values by name.
+        :returns: the graph, its traced and baked inputs' names and the outputs' positions.
+        """
+        plan = self._plan
+        if plan.whole is None:
             return None
-        segment, positions = self._whole
+        segment, positions = plan.whole
         datas = [inputs[n] for n in segment.inputs]
-        choice = segment.recent.get(signature(datas))
+        choice = plan.choice(bounds_of(segment), signature(datas))
         entry = None if choice is None else choice.graphs.get(baked_values(datas, choice.baked))
         if entry is None:
             return None
@@ -325,10 +311,12 @@ class GraphRunner:
         return entry, names[0], names[1], positions
 
     @staticmethod
-    def _chosen_outputs(segment: Segment, datas: list[torch.Tensor]) -> list[Any] | None:
+    def _chosen_outputs(
+        plan: GraphPlan, segment: Segment, datas: list[torch.Tensor]
+    ) -> list[Any] | None:
         """The segment's outputs from the graph chosen before for inputs of these layouts and
         baked values; None if none was (the general path then chooses one)."""
-        choice = segment.recent.get(signature(datas))
+        choice = plan.choice(bounds_of(segment), signature(datas))
         if choice is None or not choice.traced:
             return None
         entry = choice.graphs.get(baked_values(datas, choice.baked))
@@ -337,82 +325,88 @@ class GraphRunner:
         return entry.compute(*[datas[i] for i in choice.traced])
 
     def _run_segment(
-        self, segment: Segment, values: dict[str, Any], versions: tuple[Any, ...]
-    ) -> None:
+        self, plan: GraphPlan, segment: Segment, values: dict[str, Any], versions: tuple[Any, ...]
+    ) -> str | None:
+        """Run ``segment`` of ``plan`` into ``values``, compiled where it can be; why it ran
+        eagerly instead (None: a compiled graph computed it)."""
         args = [values.get(n) for n in segment.inputs]
-        bounds = (segment.start, segment.stop)
-        if bounds in self._over_budget or not all(isinstance(a, Tensor) for a in args):
+        bounds = bounds_of(segment)
+        if bounds in plan.over_budget:
             self._execute(values, segment.start, segment.stop)
-            return
+            return self.budget.describe()
+        if not all(isinstance(a, Tensor) for a in args):
+            self._execute(values, segment.start, segment.stop)
+            return "an input of the segment is no tensor"
         datas = [a.data for a in args]
         try:
-            outs = self._chosen_outputs(segment, datas)
+            outs = self._chosen_outputs(plan, segment, datas)
+            why = None
             if outs is None:
-                outs = self._choose(segment, args, datas, versions, values)
+                outs, why = self._choose(plan, segment, args, datas, versions, values)
         except CompiledRunError as e:
             # The eager steps raise sonnx's own error where the inputs are at fault (and the
             # graph stays); where they compute, the graph is at fault.
             self._execute(values, segment.start, segment.stop)
-            self._drop(segment, f"its compiled graph raised: {e}")
-            return
+            why = f"its compiled graph raised: {e}"
+            self._drop(segment, why)
+            return why
         except _BudgetSpentError:
-            self._over_budget.add(bounds)
+            self._update(lambda current: current.with_over_budget(bounds))
             self._warn(
                 f"steps {segment.start}-{segment.stop - 1} and every other part not compiled "
                 f"yet ({self.budget.describe()}; prepare(..., compile_budget=None) lifts it)"
             )
-            outs = None
+            self._execute(values, segment.start, segment.stop)
+            return self.budget.describe()
         if outs is None:
             self._execute(values, segment.start, segment.stop)
-            return
+            return why
         values.update(
             (n, computed_tensor(t, n)) for n, t in zip(segment.outputs, outs, strict=True)
         )
+        return why
 
     def _choose(
         self,
+        plan: GraphPlan,
         segment: Segment,
         args: list[Tensor],
         datas: list[torch.Tensor],
         versions: tuple[Any, ...],
         values: dict[str, Any],
-    ) -> list[Any] | None:
-        """The segment's outputs from the graph for these inputs, chosen now (and remembered);
-        None when the segment has nothing to compile (its steps read only constants and shape
-        values). A graph's first run is checked against the eager steps' on ``values``."""
+    ) -> tuple[list[Any] | None, str | None]:
+        """The segment's outputs from the graph for these inputs, chosen now (and remembered),
+        with why they were computed eagerly (None: by the graph). No outputs when the segment
+        has nothing to compile (its steps read only constants and shape values). A graph's
+        first run is checked against the eager steps' on ``values``."""
         # A shape value (fixed by the input shapes) computed outside the segment is baked in,
         # and so is a one-value graph input an If's condition is computed from (a sample rate):
         # the graph then holds the branch taken, one graph per value. Other graph inputs (token
         # ids are small host integers too) or value-dependent results (NonZero's indices) never
         # are: a graph per value would compile at every new input.
-        if segment.bake_tests is None:
-            segment.bake_tests = [self._bake_tests(n) for n in segment.inputs]
+        bounds = bounds_of(segment)
         layouts = signature(datas)
-        choice = segment.recent.get(layouts)
+        choice = plan.choice(bounds, layouts)
         if choice is None:
-            tests = zip(segment.bake_tests, datas, strict=True)
-            bake = [test is not None and test(d) for test, d in tests]
+            tests = [self._bake_tests(n) for n in segment.inputs]
+            bake = [test is not None and test(d) for test, d in zip(tests, datas, strict=True)]
             choice = Choice(
                 tuple(i for i, b in enumerate(bake) if b),
                 tuple(i for i, b in enumerate(bake) if not b),
             )
-            if len(segment.recent) >= RECENT_SIGNATURES:
-                segment.recent.clear()
-            segment.recent[layouts] = choice
         if not choice.traced:  # the steps read only constants and shape values
-            return None
+            self._update(lambda current: current.with_choice(bounds, layouts, choice, versions))
+            return None, "it reads only constants and shape values"
         baked = [i in choice.baked for i in range(len(datas))]
         traced = [datas[i] for i in choice.traced]
         with torch.no_grad():
-            entry = self._graph_for(segment, args, baked, traced, versions)
-        key = baked_values(datas, choice.baked)
-        if len(choice.graphs) >= RECENT_SIGNATURES:
-            choice.graphs.clear()
-        choice.graphs[key] = entry
+            entry = self._graph_for(plan, segment, args, baked, traced, versions)
+        chosen = choice.with_graph(baked_values(datas, choice.baked), entry)
+        self._update(lambda current: current.with_choice(bounds, layouts, chosen, versions))
         # The compiled library records no autograd graph, so it needs no no_grad around it.
         outs = entry.compute(*traced)
         if entry.checked or not self.verify:
-            return outs
+            return outs, None
         entry.checked = True
         expected = dict(values)
         self._execute(expected, segment.start, segment.stop, set(segment.outputs))
@@ -421,10 +415,10 @@ class GraphRunner:
         rounded = rounds_values(step.info.op_type for step in steps)
         difference = first_difference(segment.outputs, outs, eager, rounded)
         if difference is None:
-            return outs
-        self._drop(segment, f"its compiled graph's first run differed from the eager steps: "
-                            f"{difference}")
-        return eager
+            return outs, None
+        why = f"its compiled graph's first run differed from the eager steps: {difference}"
+        self._drop(segment, why)
+        return eager, why
 
     def _execute(
         self, values: dict[str, Any], start: int, stop: int, keep: set[str] | None = None
@@ -436,6 +430,7 @@ class GraphRunner:
 
     def _graph_for(
         self,
+        plan: GraphPlan,
         segment: Segment,
         args: list[Tensor],
         baked: list[bool],
@@ -443,11 +438,12 @@ class GraphRunner:
         versions: tuple[Any, ...],
     ) -> CompiledGraph:
         """The segment's graph whose guards admit ``traced``: compiled before, loaded from the
-        store or compiled now. When inductor cannot compile the segment, it is split (see
-        :meth:`_split`) and the run starts over."""
+        store or compiled now (outside the lock: only the new plan's swap holds it). When
+        inductor cannot compile the segment, it is split (see :meth:`_split`) and the run
+        starts over."""
+        bounds = bounds_of(segment)
         key = compiled_key([a.data for a in args], baked)
-        graphs = segment.compiled.setdefault(key, [])
-        graphs[:] = [g for g in graphs if g.versions == versions]
+        graphs = [g for g in plan.graphs_of(bounds, key) if g.versions == versions]
         entry = next((g for g in graphs if g.fits(traced)), None)
         if entry is not None:
             return entry
@@ -461,25 +457,26 @@ class GraphRunner:
                     entry = self._compile(segment, args, baked, versions, stored)
         except NotTraceableError as e:
             index = e.step_index
-            if index is None or index in self.eager_steps:  # not one step's: the segment's
-                self._run_eagerly(range(segment.start, segment.stop), str(e))
+            if index is None or index in plan.eager_steps:  # not one step's: the segment's
+                self._run_eagerly(range(*bounds), str(e))
             else:
                 self._run_eagerly(range(index, index + 1), str(e))
             raise _ReplanError from e
         except (BadInputError, _BudgetSpentError):  # the caller's inputs, or no budget left
             raise
         except Exception as e:  # inductor's own failure
-            self._split(segment, e)
+            self._split(bounds, e)
             raise _ReplanError from e
         finally:
             self._show_progress()
-        graphs.append(entry)
+        self._update(lambda current: current.with_graph(bounds, key, entry))
         return entry
 
     def _show_progress(self) -> None:
         """The segments compiled so far, of those planned, and the budget spent."""
-        planned = [s for s in self.segments if isinstance(s, Segment)]
-        done = sum(1 for s in planned if any(s.compiled.values()))
+        plan = self._plan
+        planned = [bounds_of(s) for s in plan.segments if isinstance(s, Segment)]
+        done = sum(1 for b in planned if any(plan.graphs.get(b, {}).values()))
         self._progress.show(done, len(planned), self.budget)
 
     def _versions(self) -> tuple[Any, ...]:
@@ -490,13 +487,17 @@ class GraphRunner:
     def library_weights(self) -> LibraryWeights:
         """What a compiled graph loaded now reads: the constants by name, and what the graphs
         loaded before read (two graphs of one model, as a prompt's and a decode step's, fold
-        the same weights alike: a dequantized 4-bit weight is then held once)."""
+        the same weights alike: a dequantized 4-bit weight is then held once).
+
+        :returns: the weights.
+        """
         named = {
             n: d
             for n, d in zip(self.constants, map(_DATA, self.constants.values()), strict=True)
             if isinstance(d, torch.Tensor)
         }
-        shared = [t for g in self._graphs() for t in getattr(g.run, "constants", {}).values()]
+        graphs = self._plan.all_graphs()
+        shared = [t for g in graphs for t in getattr(g.run, "constants", {}).values()]
         return LibraryWeights(named, shared)
 
     @property
@@ -517,39 +518,35 @@ class GraphRunner:
             [self.identity, segment.start, segment.stop, self.dynamic, key, declared, weights]
         )
 
-    def _split(self, segment: Segment, error: Exception) -> None:
-        """After inductor failed on ``segment``: it is split in halves, each compiled on its
-        own; a half that fails too (or a one-step segment) runs eagerly. Then the split's
-        other halves go: the steps before and after the eager ones are segments again."""
-        bounds = (segment.start, segment.stop)
-        if segment.stop - segment.start > 1 and bounds not in self._halves:
-            middle = (segment.start + segment.stop) // 2
-            self._splits.add(middle)
-            self._halves.update({(segment.start, middle), (middle, segment.stop)})
-            self._replan()
-            return
-        eager = [i for i in self.eager_steps if not segment.start <= i < segment.stop]
-        before = max((i for i in eager if i < segment.start), default=-1)
-        after = min((i for i in eager if i >= segment.stop), default=len(self.program.steps))
-        self._splits = {i for i in self._splits if not before < i <= after}
+    def _split(self, bounds: Bounds, error: Exception) -> None:
+        """After inductor failed on the segment ``bounds``: it is split in halves, each
+        compiled on its own; a half that fails too (or a one-step segment) runs eagerly (see
+        :meth:`GraphPlan.split <sonnx.runtime.graph_plan_state.GraphPlan.split>`)."""
         reason = f"inductor could not compile it: {first_line(error)}"
-        self._run_eagerly(range(segment.start, segment.stop), reason)
+        plan = self._update(lambda current: current.split(self.program, bounds, reason))
+        if plan.eager_steps.get(bounds[0]) == reason:
+            self._ran_eagerly(plan, range(*bounds), reason)
 
     def _drop(self, segment: Segment, reason: str) -> None:
         """``segment``'s graphs are wrong: they go (from the store too), and its steps run
         eagerly from now on."""
-        for graph in (g for graphs in segment.compiled.values() for g in graphs):
+        bounds = bounds_of(segment)
+        with self._lock:
+            gone = list(self._plan.all_graphs_of(bounds))
+            self._plan = new = self._plan.dropped(self.program, bounds, reason)
+        for graph in gone:
             if graph.library is not None:
                 shutil.rmtree(graph.library.parent, ignore_errors=True)
-        segment.compiled.clear()
-        segment.recent.clear()
-        self._run_eagerly(range(segment.start, segment.stop), reason)
+        self._ran_eagerly(new, range(*bounds), reason)
 
     def _run_eagerly(self, indices: range, reason: str) -> None:
-        """Steps ``indices`` run eagerly from now on, for ``reason``; remembered in the store."""
-        for index in indices:
-            self.eager_steps[index] = reason
-        self._replan()
+        """Steps ``indices`` run eagerly from now on, for ``reason``."""
+        plan = self._update(lambda current: current.with_eager(self.program, indices, reason))
+        self._ran_eagerly(plan, indices, reason)
+
+    def _ran_eagerly(self, plan: GraphPlan, indices: range, reason: str) -> None:
+        """Steps ``indices`` run eagerly in ``plan``, for ``reason``: warned about once, and
+        remembered in the store."""
         steps = self.program.steps
         first, last = steps[indices.start].info.name, steps[indices.stop - 1].info.name
         if len(indices) == 1:
@@ -557,8 +554,8 @@ class GraphRunner:
         else:
             span = f"steps {indices.start}-{indices.stop - 1} ({first!r} .. {last!r}"
             self._warn(f"{span}; {reason})")
-        if self.identity:
-            self.store.save_plan(self.identity, self.eager_steps)
+        if self.identity:  # outside the lock: a plan saved stale is found again by tracing
+            self.store.save_plan(self.identity, dict(self._plan.eager_steps))
 
     def _warn(self, what: str) -> None:
         if what not in self._warned:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import onnx
@@ -57,7 +57,7 @@ from sonnx.runtime.input_specs import (
 from sonnx.runtime.kept_model import without_large_values
 from sonnx.runtime.layer_table import LAYER_COLUMNS, inferred_shapes, text_table
 from sonnx.runtime.program import GraphProgram, compile_graph
-from sonnx.runtime.run_paths import Path, choose_path, debugging, explain_run, report
+from sonnx.runtime.run_paths import Path, RunTaken, choose_path, debugging, explain_run, report
 from sonnx.runtime.store import graph_digest
 from sonnx.tensor import Tensor, computed_tensor
 
@@ -101,6 +101,8 @@ class SingaRep:
     graph_runner: GraphRunner | None = None
     array_runs: ArrayRuns | None = None
     origin: str | None = None
+    #: The path the last run (of any thread) took, as :meth:`explain` reports it.
+    _last_run: ClassVar[RunTaken | None] = None
     kernels: str = KERNEL_CHOICES[0]
 
     @property
@@ -177,14 +179,18 @@ class SingaRep:
         if arrays is not None:
             fast = arrays.run(inputs)
             if fast is not None:
+                self._last_run = fast[2]
                 return ImportedGraph.record_values(self.source, fast[0], self.outputs, fast[1])
         bound = self._bind_inputs(inputs)
         if compiled_run:
-            compiled = self.graph_runner.run(bound)
+            compiled, taken = self.graph_runner.run(bound)
+            self._last_run = taken  # a None from the runner: the program's steps run
             if compiled is not None:
                 if arrays is not None:
                     arrays.remember(inputs, bound)
                 return ImportedGraph.record_values(self.source, bound, self.outputs, compiled)
+        else:
+            self._last_run = RunTaken(Path.PROGRAM, why=choice.why)
         values = dict(self.constants)
         values.update(bound)
         stop, wanted = self._plan_stop(last_layers, output)
@@ -395,8 +401,9 @@ class SingaRep:
     ) -> str:
         """Which way :meth:`run` with these arguments goes in this thread, and why: compiled
         graph mode part by part (compiled segments, steps run eagerly and the reason), or the
-        program through its generated plan or its step loop. ``SONNX_DEBUG=1`` prints the path
-        of every run.
+        program through its generated plan or its step loop; then the path the last run (of
+        any thread) actually took, a graph-mode run's eager fallback and its reason included.
+        ``SONNX_DEBUG=1`` prints the path of every run.
 
         :param inputs: the inputs :meth:`run` would get (optional); they decide whether their
             shapes were compiled before.
@@ -415,7 +422,9 @@ class SingaRep:
         if inputs is not None:
             values = dict(self.constants)
             values.update(self._bind_inputs(inputs))
-        return explain_run(self.program, self.graph_runner, choice, stop, all_outputs, values)
+        return explain_run(
+            self.program, self.graph_runner, choice, stop, all_outputs, values, self._last_run
+        )
 
     def summary(self) -> str:
         """A table of layers: index, the ``last_layers`` value that stops after it, op, node

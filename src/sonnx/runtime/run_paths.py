@@ -31,8 +31,10 @@ if TYPE_CHECKING:
     from sonnx.runtime.program import GraphProgram
 
 __all__ = [
+    "WHOLE_GRAPH_RUN",
     "Path",
     "RunChoice",
+    "RunTaken",
     "choose_path",
     "debugging",
     "explain_run",
@@ -54,6 +56,49 @@ class RunChoice:
     why: str
 
 
+@dataclass(frozen=True)
+class RunTaken:
+    """The way one run actually went, as ``SingaRep.explain`` reports it for the last run: a
+    graph-mode run can still compute eagerly (steps its runner cannot compile, a graph dropped
+    at its first-run check, a spent compile budget, or no graph-mode run at all when an input
+    or output is no tensor), which the choice made before the run does not show."""
+
+    path: Path
+    #: Compiled segments whose graphs computed this run.
+    compiled: int = 0
+    #: The steps this run computed eagerly in graph mode, counted by why.
+    eager: tuple[tuple[str, int], ...] = ()
+    #: Why the program's steps ran (``Path.PROGRAM``), graph mode's fallback included.
+    why: str | None = None
+
+    def describe(self) -> str:
+        """One line: the path taken and, where steps ran eagerly, how many and why.
+
+        :returns: the line.
+        """
+        if self.path is Path.PROGRAM:
+            return f"eager, the program's steps ran: {self.why}"
+        steps = sum(count for _, count in self.eager)
+        whys = "; ".join(
+            why if len(self.eager) == 1 else f"{_steps(count)}: {why}" for why, count in self.eager
+        )
+        if not steps:
+            if self.compiled == 1:
+                return "compiled, the whole graph in one compiled graph"
+            return f"compiled, {self.compiled} compiled segments"
+        if not self.compiled:
+            return f"eager, all {_steps(steps)} ran eagerly in graph mode: {whys}"
+        return f"compiled segments ({self.compiled}), with {_steps(steps)} run eagerly: {whys}"
+
+
+#: The path of a run the whole graph's one compiled graph computed (the common case).
+WHOLE_GRAPH_RUN = RunTaken(Path.COMPILED, compiled=1)
+
+
+def _steps(count: int) -> str:
+    return f"{count} step" if count == 1 else f"{count} steps"
+
+
 def choose_path(has_runner: bool, whole: bool, training: bool) -> RunChoice:
     """Compiled graph mode or the program, for a run of a model prepared with (``has_runner``)
     or without ``use_graph=True``, of the whole model or not, training or not."""
@@ -67,14 +112,16 @@ def choose_path(has_runner: bool, whole: bool, training: bool) -> RunChoice:
         )
     if training:
         return RunChoice(
-            Path.PROGRAM, "sonnx.autograd.training is on in this thread: autograd records "
+            Path.PROGRAM,
+            "sonnx.autograd.training is on in this thread: autograd records "
             "the eager run (compiled graphs are for inference)",
         )
     return RunChoice(Path.COMPILED, "prepared with use_graph=True; a whole run, in inference")
 
 
-def step_loop_reason(whole: bool, every_value: bool, keeps: bool, value_checks: bool,
-                     plans_work: bool) -> str | None:
+def step_loop_reason(
+    whole: bool, every_value: bool, keeps: bool, value_checks: bool, plans_work: bool
+) -> str | None:
     """Why the program's run goes through the step loop instead of the generated plan (None:
     the plan runs once a run of the input signature has found its shape values)."""
     if debugging():
@@ -109,10 +156,13 @@ def explain_run(
     stop: int,
     every_value: bool,
     values: dict[str, Any] | None,
+    last: RunTaken | None = None,
 ) -> str:
-    """The lines ``SingaRep.explain`` prints: the path, why, what it runs part by part, and
-    which kernel ran the steps that have a choice (:mod:`sonnx.operators.quantize.ort_kernels`)."""
+    """The lines ``SingaRep.explain`` prints: the path, why, what it runs part by part, the
+    path the ``last`` run actually took (if one ran), and which kernel ran the steps that have
+    a choice (:mod:`sonnx.operators.quantize.ort_kernels`)."""
     lines = [f"{choice.path.value}: {choice.why}"]
+    taken = [] if last is None else [f"  last run: {last.describe()}"]
     if choice.path is Path.COMPILED and runner is not None:
         parts = runner.parts()
         for number, part in enumerate(parts, 1):
@@ -122,7 +172,7 @@ def explain_run(
                 lines.append(f"  {where}, compiled: {span}")
             else:
                 lines.append(f"  {where}, eager ({part.why_eager}): {span}")
-        return "\n".join([*lines, *kernel_lines(program.steps)])
+        return "\n".join([*lines, *taken, *kernel_lines(program.steps)])
     why = program.step_loop_reason(0, stop, {} if every_value else None, set())
     if why is not None:
         lines.append(f"  the step loop runs steps 0-{stop - 1}: {why}")
@@ -137,7 +187,7 @@ def explain_run(
     if groups and not every_value:
         counted = ", ".join(f"{count} {name}" for name, count in sorted(groups.items()))
         lines.append(f"  fused groups, each run as one step: {counted}")
-    return "\n".join([*lines, *kernel_lines(program.steps)])
+    return "\n".join([*lines, *taken, *kernel_lines(program.steps)])
 
 
 def _span(indices: range, nodes: tuple[str, ...]) -> str:

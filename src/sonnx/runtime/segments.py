@@ -6,46 +6,24 @@ did, part by part (:class:`RunPart`)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from dataclasses import dataclass
 
 from sonnx.engine.operator import Randomness
 from sonnx.onnx.registry import operator_class
-from sonnx.runtime.compiled_graphs import CompiledGraph
 from sonnx.runtime.program import GraphProgram
 from sonnx.runtime.string_steps import string_steps
 
 
 @dataclass
-class Choice:
-    """What a segment does with inputs of one set of layouts: which inputs are baked in and
-    which traced (by position), and the graph chosen for each tuple of baked values."""
-
-    baked: tuple[int, ...]
-    traced: tuple[int, ...]
-    graphs: dict[tuple[Any, ...], CompiledGraph] = field(default_factory=dict)
-
-
-@dataclass
 class Segment:
     """Steps ``[start, stop)`` compiled together: what they read from before and what later
-    steps (or the graph's outputs) read from them; compiled graphs by the inputs' ranks,
-    dtypes and devices and the baked shape values, each serving the shapes its guards admit."""
+    steps (or the graph's outputs) read from them. Its choices and compiled graphs are the
+    runner's plan's (:class:`~sonnx.runtime.graph_plan_state.GraphPlan`), by its bounds."""
 
     start: int
     stop: int
     inputs: list[str]
     outputs: list[str]
-    compiled: dict[tuple[Any, ...], list[CompiledGraph]] = field(default_factory=dict)
-    #: The choices made for each exact set of input layouts seen under the current weight
-    #: versions (see :func:`sonnx.runtime.graph_keys.layout`): a repeated shape skips the bake
-    #: tests, key and guards.
-    recent: dict[tuple[Any, ...], Choice] = field(default_factory=dict)
-    #: For each input, the test saying whether its value is baked in (None: never is).
-    bake_tests: list[Callable[[torch.Tensor], bool] | None] | None = None
     #: Why the segment is compiled for each input shape (no symbolic trace), if it is.
     per_shape: str | None = None
 
@@ -99,9 +77,7 @@ def plan_segments(program: GraphProgram, eager: set[int], splits: set[int]) -> l
     return parts
 
 
-def whole_graph(
-    parts: list[Segment | int], outputs: list[str]
-) -> tuple[Segment, list[int]] | None:
+def whole_graph(parts: list[Segment | int], outputs: list[str]) -> tuple[Segment, list[int]] | None:
     """The only part, if it is a segment computing every output, with the outputs' positions
     among the segment's."""
     if len(parts) != 1 or isinstance(parts[0], int):
