@@ -53,14 +53,16 @@ NOT_OPS = {
     "check_shape",
     "max_tensor_bytes",
     # onnxruntime's kernels (operators/quantize/ort_kernels.py, ort_sessions.py): plumbing of
-    # the MatMulNBits, DynamicQuantizeMatMul and MatMulIntegerToFloat operators, which their
-    # own export cases cover, not functions of the API
+    # the MatMulNBits, DynamicQuantizeMatMul, MatMulIntegerToFloat and DynamicQuantizeLSTM
+    # operators (ort_lstm.py), which their own export cases cover, not functions of the API
     "BridgedNode",
     "KernelChoice",
     "bridged_product",
     "choose_kernels",
     "kernel_lines",
     "nbits_spec",
+    "register_bridge",
+    "lstm_spec",
     "NodeSpec",
     "SessionKernel",
     "kernel_for",

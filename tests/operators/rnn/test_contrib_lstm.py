@@ -9,6 +9,9 @@ about 1e-3 with the thread count (sonnx equals its one-thread results; the modul
 ``sonnx.operators.rnn.contrib_lstm`` says why). Weights are 7-bit (``reduce_range``) where
 they are int8: onnxruntime's uint8 x int8 products saturate on x86 CPUs without VNNI
 (tests/contrib_quant_helpers.py).
+
+These tests run sonnx's torch path (``kernels="torch"``); onnxruntime's own kernel, which sonnx
+calls by default, is tested in tests/operators/quantize/test_ort_lstm_kernel.py.
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def test_quantize_dynamic_lstm_equals_onnxruntime_and_exports_back(lstm_models, 
     scale = next(i for i in model.graph.initializer if i.name == node.input[8])
     assert len(scale.dims) == (2 if name == "bi" else 1)  # per gate row / per direction
     feeds = {"x": RNG.standard_normal((5, 2, 16)).astype(F32)}
-    rep = sonnx.prepare(model)
+    rep = sonnx.prepare(model, kernels="torch")
     got = sonnx_run(rep, feeds)
     np.testing.assert_allclose(got[0], ort_run(model, feeds)[0], **TOLERANCE)
     xs = [Tensor(data=feeds["x"])]
@@ -115,7 +118,7 @@ def test_quantized_cnn_lstm_ocr_stand_in_equals_onnxruntime(tmp_path, weight_typ
         n.op_type for n in model.graph.node
     }
     feeds = {"image": RNG.standard_normal((2, 3, 48, 64)).astype(F32)}
-    (got,) = sonnx_run(sonnx.prepare(model), feeds)
+    (got,) = sonnx_run(sonnx.prepare(model, kernels="torch"), feeds)
     # Probabilities after a softmax; the convolutions' own uint8 rounding of each layer's
     # input may move a code where their float sums differ in order.
     np.testing.assert_allclose(got, ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
@@ -188,7 +191,7 @@ def test_node_equals_onnxruntime(direction, codes, per_row, lengths, attrs):
         "DynamicQuantizeLSTM", inputs, feeds, outputs=(1, 1, 1), hidden_size=8,
         direction=direction, **attrs,
     )  # fmt: skip
-    got = sonnx_run(sonnx.prepare(model), feeds)
+    got = sonnx_run(sonnx.prepare(model, kernels="torch"), feeds)
     for g, e in zip(got, ort_run(model, feeds), strict=True):
         np.testing.assert_allclose(g, e, **TOLERANCE)
 

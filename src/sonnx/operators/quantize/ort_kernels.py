@@ -46,6 +46,7 @@ __all__ = [
     "choose_kernels",
     "kernel_lines",
     "nbits_spec",
+    "register_bridge",
 ]
 
 #: The values of ``prepare(..., kernels=...)``: onnxruntime's kernels where they are used
@@ -82,7 +83,8 @@ class BridgedNode:
 
     :param name: the node's name (for warnings).
     :param spec: what its session is built from.
-    :param n: the output's last dimension (N).
+    :param n: the output's last dimension (N) of a product; 0 for a node whose registered
+        calls (:func:`register_bridge`) shape its outputs.
     """
 
     def __init__(self, name: str, spec: NodeSpec, n: int) -> None:
@@ -226,6 +228,26 @@ _TRACED: Mapping[str, Callable[[BridgedNode, Sequence[Any]], torch.Tensor]] = {
 }
 
 
+#: Node calls beside the products', by op type: (eager, traced), each taking the node and its
+#: inputs and returning what the operator's forward returns (:func:`register_bridge`).
+_CALLS: dict[str, tuple[Callable[[BridgedNode, Sequence[Any]], Any], ...]] = {}
+
+
+def register_bridge(
+    op_type: str,
+    eager: Callable[[BridgedNode, Sequence[Any]], Any],
+    traced: Callable[[BridgedNode, Sequence[Any]], Any],
+) -> None:
+    """Bridge an operator whose node is not a product ``[..., N]`` (several outputs, outputs
+    shaped from several inputs): its module says how a call runs and how a trace records it.
+
+    :param op_type: the ``com.microsoft`` operator.
+    :param eager: runs the node's session on its inputs (one per slot of its spec).
+    :param traced: records the call while graph mode traces (its torch custom op).
+    """
+    _CALLS[op_type] = (eager, traced)
+
+
 def _vectors(inputs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
     """``inputs`` with each 0-d tensor as one of shape [1] (the same scale or zero point to
     onnxruntime): inductor makes a 0-d constant an argument of an extern call as a constant
@@ -235,19 +257,25 @@ def _vectors(inputs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]
 
 def bridged_product(
     node: BridgedNode, inputs: Sequence[torch.Tensor | None], tracing: bool
-) -> torch.Tensor | None:
-    """The node's float32 product by onnxruntime's kernel, or None (with a warning naming the
-    node) where onnxruntime cannot build or run the node: the torch path then runs.
+) -> Any | None:
+    """The node's float32 product by onnxruntime's kernel (or its registered call's outputs),
+    or None (with a warning naming the node) where onnxruntime cannot build or run the node:
+    the torch path then runs.
 
     :param node: the node.
-    :param inputs: its inputs, one per slot of its spec (None when absent); A [..., K] first.
+    :param inputs: its inputs, one per slot of its spec (None when absent); a product's A
+        [..., K] first.
     :param tracing: whether graph mode is tracing (the custom op is recorded as one call).
-    :returns: the product [..., N], or None when onnxruntime cannot run the node.
+    :returns: the product [..., N] (or the registered call's outputs), or None when
+        onnxruntime cannot run the node.
     """
+    calls = _CALLS.get(node.spec.op_type)
     if tracing:
-        return _TRACED[node.spec.op_type](node, inputs)
+        return (calls[1] if calls else _TRACED[node.spec.op_type])(node, inputs)
     try:
         # Eagerly, the function itself: the dispatcher's custom-op overhead is not needed.
+        if calls:
+            return calls[0](node, inputs)
         return _run(node.spec, node.n, inputs, node)
     except Exception as error:  # onnxruntime's errors have no common base class
         first_line = (str(error).strip().splitlines() or [""])[0]
@@ -255,7 +283,7 @@ def bridged_product(
             f"{node.spec.op_type} node {node.name!r}: onnxruntime cannot run it "
             f"({type(error).__name__}: {first_line}); the torch path runs",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,  # the operator code that asked for the kernel
         )
         return None
 
@@ -288,6 +316,22 @@ class KernelChoice:
         :param inputs: the node's inputs, one per slot of ``spec``.
         :returns: the product [..., N], or None.
         """
+        return self._bridged(spec, n, inputs)
+
+    def onnxruntime_outputs(
+        self, spec: NodeSpec, inputs: Sequence[torch.Tensor | None]
+    ) -> Any | None:
+        """The outputs of a node bridged by :func:`register_bridge` (several, or shaped from
+        several inputs), or None where the torch path must run (as
+        :meth:`onnxruntime_product`).
+
+        :param spec: the node's spec.
+        :param inputs: the node's inputs, one per slot of ``spec``.
+        :returns: what the registered call returns, or None.
+        """
+        return self._bridged(spec, 0, inputs)
+
+    def _bridged(self, spec: NodeSpec, n: int, inputs: Sequence[torch.Tensor | None]) -> Any:
         if not self._bridgeable(spec, inputs):
             return None
         node = self.__dict__.get("_bridge")

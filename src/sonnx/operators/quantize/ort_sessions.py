@@ -2,15 +2,17 @@
 :mod:`sonnx.operators.quantize.ort_kernels`.
 
 A :class:`NodeSpec` describes one ``com.microsoft`` node: its op type, attributes, the names
-of its input slots and which of them a run binds (the activations); the others are the node's
-constants (weights, scales, zero points), held by the session as initializers. The session
-runs on CPU with torch's intra-op thread count and no spinning, and a call binds the torch
-tensors' memory as its inputs and output (no copy, no NumPy array).
+of its input slots and which of them a run binds (the activations, lengths and states); the
+others are the node's constants (weights, scales, zero points), held by the session as
+initializers; and its outputs (one, or several, as DynamicQuantizeLSTM's Y, Y_h and Y_c). The
+session runs on CPU with torch's intra-op thread count and no spinning, and a call binds the
+torch tensors' memory as its inputs and outputs (no copy, no NumPy array).
 
-Sessions are found by the addresses, shapes and versions of the constants, so a compiled graph
-loaded in a new process builds its own on its first call; an entry holds weak references to
-its constants, so a tensor freed and another allocated at its address (the next model's
-weight, version 0 again) never finds the old session.
+Sessions are found by the addresses, shapes and versions of the constants (by their values for
+small ones: scales, zero points), so a compiled graph loaded in a new process builds its own on
+its first call; an entry holds weak references to its large constants, so a tensor freed and
+another allocated at its address (the next model's weight, version 0 again) never finds the
+old session.
 """
 
 from __future__ import annotations
@@ -33,9 +35,19 @@ _LOCK = threading.RLock()  # _forget may run inside the locked section (a collec
 _Entry = tuple[tuple[int, ...], "SessionKernel", tuple[Any, ...]]
 #: (constant addresses, shapes, dtypes, absent slots, spec, run dtypes, threads) -> its entry.
 _SESSIONS: dict[tuple[Any, ...], _Entry] = {}
+#: Constants up to this size are found by their values, the others by their tensors: a graph
+#: compiled by inductor hands an extern call each small constant (a scale, a zero point, a
+#: short bias) in a new buffer at every run, so their addresses change while their values do
+#: not (found by address, every run built a new session and kept it).
+_BY_VALUE_BYTES = 4096
 
 #: The element types a call binds, torch's to onnxruntime's (NumPy's names).
-_BOUND_TYPES = {torch.float32: "float32", torch.uint8: "uint8", torch.int8: "int8"}
+_BOUND_TYPES = {
+    torch.float32: "float32",
+    torch.uint8: "uint8",
+    torch.int8: "int8",
+    torch.int32: "int32",
+}
 
 
 def onnxruntime_module() -> Any | None:
@@ -52,19 +64,21 @@ class NodeSpec:
     """What a node's session is built from.
 
     :param op_type: the ``com.microsoft`` operator.
-    :param attrs: its attributes, as (name, int) pairs.
+    :param attrs: its attributes, as (name, value) pairs (a list as a tuple).
     :param slots: the names of its input slots, in order.
     :param bound: the positions of the slots a call binds; the others are constants.
+    :param outputs: the names of its outputs, each float32, all bound by a call.
     """
 
     op_type: str
-    attrs: tuple[tuple[str, int], ...]
+    attrs: tuple[tuple[str, Any], ...]
     slots: tuple[str, ...]
     bound: tuple[int, ...]
+    outputs: tuple[str, ...] = ("y",)
 
     def model_bytes(self, inputs: Sequence[torch.Tensor | None]) -> bytes:
         """The single-node model for ``inputs`` (one per slot, None where absent): bound ones
-        as graph inputs of their types and ranks, the others as initializers, output ``y``
+        as graph inputs of their types and ranks, the others as initializers, the outputs
         float32.
 
         :param inputs: the node's inputs.
@@ -76,7 +90,7 @@ class NodeSpec:
         while names and names[-1] == "":
             names.pop()
         node = helper.make_node(
-            self.op_type, names, ["y"], domain="com.microsoft", **dict(self.attrs)
+            self.op_type, names, list(self.outputs), domain="com.microsoft", **dict(self.attrs)
         )
         graph_inputs, initializers = [], []
         for i, (slot, x) in enumerate(zip(self.slots, inputs, strict=True)):
@@ -88,8 +102,8 @@ class NodeSpec:
                 graph_inputs.append(helper.make_tensor_value_info(slot, elem, dims))
             else:
                 initializers.append(numpy_helper.from_array(x.detach().contiguous().numpy(), slot))
-        output = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-        graph = helper.make_graph([node], self.op_type, graph_inputs, [output], initializers)
+        outputs = [helper.make_tensor_value_info(y, TensorProto.FLOAT, None) for y in self.outputs]
+        graph = helper.make_graph([node], self.op_type, graph_inputs, outputs, initializers)
         opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
         return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
 
@@ -100,7 +114,8 @@ def _numpy_type(x: torch.Tensor) -> Any:
     name = _BOUND_TYPES.get(x.dtype)
     if name is None:
         raise BadInputError(
-            f"onnxruntime kernel: cannot bind a {x.dtype} tensor (float32, uint8 or int8 only)"
+            f"onnxruntime kernel: cannot bind a {x.dtype} tensor (float32, uint8, int8 or "
+            "int32 only)"
         )
     return np.dtype(name)
 
@@ -129,6 +144,7 @@ class SessionKernel:
             spec.model_bytes(inputs), options, providers=["CPUExecutionProvider"]
         )
         self._names = [spec.slots[i] for i in spec.bound]
+        self._outputs = spec.outputs
         low = getattr(getattr(ort, "capi", None), "_pybind_state", None)
         try:
             self._device = low.OrtDevice(low.OrtDevice.cpu(), low.OrtDevice.default_memory(), 0)
@@ -138,25 +154,29 @@ class SessionKernel:
             self._inner = None
         self._bindings = threading.local()
 
-    def __call__(self, bound: Sequence[torch.Tensor | None], y: torch.Tensor) -> None:
+    def __call__(
+        self, bound: Sequence[torch.Tensor | None], y: torch.Tensor | Sequence[torch.Tensor]
+    ) -> None:
         """Run on ``bound`` (the bound slots' tensors, contiguous; None where absent), writing
-        the float32 ``y``."""
-        import numpy as np
-
+        the float32 ``y`` (one contiguous tensor per output of the spec, or the one)."""
         pairs = [(n, x) for n, x in zip(self._names, bound, strict=True) if x is not None]
+        ys = [y] if isinstance(y, torch.Tensor) else list(y)
+        outs = list(zip(self._outputs, ys, strict=True))
         if self._inner is not None:
             binding = getattr(self._bindings, "binding", None)
             if binding is None:
                 binding = self._bindings.binding = self._binding_of(self._inner)
             for name, x in pairs:
                 binding.bind_input(name, self._device, _numpy_type(x), list(x.shape), x.data_ptr())
-            binding.bind_output("y", self._device, np.float32, list(y.shape), y.data_ptr())
+            for name, x in outs:
+                binding.bind_output(name, self._device, _numpy_type(x), list(x.shape), x.data_ptr())
             self._inner.run_with_iobinding(binding, None)
             return
         binding = self.session.io_binding()
         for name, x in pairs:
             binding.bind_input(name, "cpu", 0, _numpy_type(x), tuple(x.shape), x.data_ptr())
-        binding.bind_output("y", "cpu", 0, np.float32, tuple(y.shape), y.data_ptr())
+        for name, x in outs:
+            binding.bind_output(name, "cpu", 0, _numpy_type(x), tuple(x.shape), x.data_ptr())
         self.session.run_with_iobinding(binding)
 
 
@@ -166,11 +186,14 @@ def kernel_for(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> Session
 
     :param spec: the node.
     :param inputs: its inputs, one per slot (None where absent).
-    :returns: the kernel; the entry is dropped when its first constant is freed.
+    :returns: the kernel; the entry is dropped when its first large constant is freed.
     """
     constants = [x for i, x in enumerate(inputs) if i not in spec.bound and x is not None]
+    small = [w for w in constants if w.numel() * w.element_size() <= _BY_VALUE_BYTES]
+    constants = [w for w in constants if w.numel() * w.element_size() > _BY_VALUE_BYTES]
     key = (
         tuple(w.data_ptr() for w in constants),
+        tuple((tuple(w.shape), w.dtype, _value(w)) for w in small),
         tuple((tuple(w.shape), w.dtype) for w in constants),
         tuple(x is None for x in inputs),
         spec,
@@ -201,6 +224,11 @@ def kernel_for(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> Session
             if constants:
                 weakref.finalize(constants[0], _forget, key, found)
     return found[1]  # type: ignore[index]
+
+
+def _value(w: torch.Tensor) -> bytes:
+    """A small constant's bytes."""
+    return w.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes()
 
 
 def _bound(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:

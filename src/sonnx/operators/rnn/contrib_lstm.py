@@ -26,6 +26,12 @@ an output).
 Gradients reach X, B, the initial states and the peepholes through the dequantized weights,
 straight through the rounding (a step function), as :func:`int8_blocks` does for MatMulNBits;
 the integer weights are frozen.
+
+That path costs Python time at every step (some 35x onnxruntime's time for one node). On the
+CPU in float32, without a gradient to keep and with its weights the program's constants, the
+node runs onnxruntime's own kernel instead (:mod:`sonnx.operators.quantize.ort_lstm`), equal to
+onnxruntime at the same thread count; ``prepare(..., kernels="torch")`` keeps the torch path,
+and a node onnxruntime refuses falls back to it with one warning.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from sonnx.errors import BadInputError
 from sonnx.operators.contrib import ContribOperator
 from sonnx.operators.quantize.contrib_nbits import KeptWeight
 from sonnx.operators.quantize.linear import uint8_range
+from sonnx.operators.quantize.ort_kernels import KernelChoice
+from sonnx.operators.quantize.ort_lstm import lstm_spec
 from sonnx.operators.rnn.base import _Recurrent
 from sonnx.operators.rnn.recurrent import LSTM
 from sonnx.proto.graph_builder import GraphBuilder
@@ -95,7 +103,7 @@ def _reversed_within(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x.gather(0, order.unsqueeze(-1).expand_as(x))
 
 
-class DynamicQuantizeLSTM(ContribOperator, LSTM):
+class DynamicQuantizeLSTM(KernelChoice, ContribOperator, LSTM):
     """LSTM with 8-bit weights and dynamically quantized activations (onnxruntime's contrib
     operator). Inputs: X, W, R, B, sequence_lens, initial_h, initial_c, P as LSTM's (W and R
     int8/uint8 and transposed: ``[num_directions, input_size | hidden_size, 4*hidden_size]``),
@@ -146,16 +154,41 @@ class DynamicQuantizeLSTM(ContribOperator, LSTM):
         hidden = r.shape[1] if r.dim() == 3 else -1
         self._check_codes("R", r, (directions, hidden, 4 * hidden))
         self._check_codes("W", w, (directions, x.shape[2], 4 * hidden))
-        weights = []
-        for name, (codes, scale, zero_point), kept in (
-            ("W", (w, w_scale, w_zero_point), self._w),
-            ("R", (r, r_scale, r_zero_point), self._r),
-        ):
+        scales = (w_scale, w_zero_point, r_scale, r_zero_point)
+        for name, (codes, scale, zero_point) in (("W", (w, *scales[:2])), ("R", (r, *scales[2:]))):
             self._check_scales(name, codes, scale, zero_point)
+        states = (sequence_lens, initial_h, initial_c)
+        bridged = self._onnxruntime((x, w, r, b, *states, p, *scales))
+        if bridged is not None:
+            return bridged
+        weights = []
+        for codes, scale, zero_point, kept in (
+            (w, w_scale, w_zero_point, self._w),
+            (r, r_scale, r_zero_point, self._r),
+        ):
             weights.append(
                 kept.get((codes, scale, zero_point), _dequantizer(codes, scale, zero_point))
             )
         return super().forward(x, *weights, b, sequence_lens, initial_h, initial_c, p)
+
+    def _onnxruntime(self, inputs: tuple[torch.Tensor | None, ...]) -> tuple | None:
+        """Y, Y_h and Y_c by onnxruntime's kernel, or None where the torch path runs (and sets
+        ``kernel_used``). The inputs the torch path would check are checked first, so a bad
+        input raises the same typed error on either path."""
+        x, w, r, b, sequence_lens, initial_h, initial_c, p = inputs[:8]
+        (steps, batch, width), (directions, hidden, _) = x.shape, r.shape
+        y = None
+        if steps and batch:
+            self._check_weights(w.transpose(1, 2), r.transpose(1, 2), b, directions, hidden, width)
+            for name, state in (("initial_h", initial_h), ("initial_c", initial_c)):
+                self._check_shape(name, state, (directions, batch, hidden))
+            self._check_shape("P", p, (directions, 3 * hidden))
+            if value_checks():  # the lengths' values: not readable while graph mode traces
+                self._lengths(sequence_lens, steps, batch)
+            attrs = {**self.attrs, "direction": self.attr("direction"), "hidden_size": hidden}
+            y = self.onnxruntime_outputs(lstm_spec(attrs), inputs)
+        self.kernel_used = f"onnxruntime's {self.op_type}" if y is not None else "torch's"
+        return y
 
     def _run_direction(self, x, weights, init, acts, lengths, reverse: bool):
         """The generic recurrence with every product rounding its left operand (never LSTM's
