@@ -231,13 +231,18 @@ def test_graph_mode_compiles_one_call_for_every_length(models, tmp_path, monkeyp
             super().__init__(*args)
 
     monkeypatch.setattr(ort_sessions, "SessionKernel", Counted)
+    per_run = []
     for steps in (6, 9, 6):
+        built.clear()
         feeds = feeds_for(model, steps)
         got, _ = sonnx_outputs(rep, feeds)
+        per_run.append(len(built))
         expected = ort_outputs(model, feeds, torch.get_num_threads())
         for g, e in zip(got, expected, strict=True):
             np.testing.assert_array_equal(g, e)
-    assert built == ["DynamicQuantizeLSTM"]
+    # The first run may build the node's session (or find the one an earlier test built for
+    # equal constants); no later run builds one.
+    assert per_run[0] <= 1 and per_run[1:] == [0, 0]
     assert [p.compiled for p in rep.graph_runner.parts()] == [True]
     assert len(list((tmp_path / "graphs").glob("*/*/graph.json"))) == 1
     assert f"{ORT_KERNEL} kernel: steps 0" in rep.explain(list(feeds.values()))
