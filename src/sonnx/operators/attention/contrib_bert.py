@@ -20,6 +20,7 @@ from sonnx.engine.operator import OutputShape
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 from sonnx.operators.contrib import ContribOperator
 from sonnx.operators.quantize.linear import DynamicQuantizeLinear
+from sonnx.operators.quantize.ort_qlinear import QLinearKernel
 from sonnx.operators.quantize.straight_through import straight_through
 
 __all__ = ["Attention", "MultiHeadAttention", "QAttention"]
@@ -227,12 +228,17 @@ class Attention(ContribOperator):
         return sizes
 
 
-class QAttention(Attention):
+class QAttention(QLinearKernel, Attention):
     """com.microsoft QAttention: Attention whose input and weights are 8-bit integers.
 
     The projection is the CPU kernel's: the exact integer product of ``input - input_zero_point``
     and ``weight - weight_zero_point``, times ``input_scale * weight_scale`` (per tensor, or per
     output column), plus ``bias``; the rest is :class:`Attention`'s.
+
+    On the CPU without a gradient, a node whose weight, bias and their scale and zero point are
+    the model's constants runs onnxruntime's own kernel (7-25x faster than this path at
+    BERT-base sizes, :mod:`sonnx.operators.quantize.ort_qlinear`) where it asks no present
+    state and has no past; :meth:`forward_float_input` (training) stays on torch.
     """
 
     op_type = "QAttention"
@@ -245,8 +251,29 @@ class QAttention(Attention):
         x, weight, bias, x_scale, w_scale, mask_index, x_zero, w_zero, past = xs
         self.require({"weight": weight, "bias": bias, "input_scale": x_scale,
                       "weight_scale": w_scale})  # fmt: skip
+        y = self.onnxruntime_node(xs, self._kernel_fits(xs))
+        if y is not None:
+            return y, None
         qkv = self._project(x, weight, bias, x_scale, w_scale, x_zero, w_zero)
         return self._attend_projected(qkv, weight, mask_index, past, None)
+
+    def _kernel_fits(self, xs: tuple[torch.Tensor | None, ...]) -> bool:
+        """One output asked (no present), no past, Q, K and V of one size, a 3-D input of
+        the weight's rows, per-tensor input quantization and a mask of int32 lengths or
+        flags (onnxruntime's kernel reads no other)."""
+        x, weight, _, x_scale, _, mask_index, x_zero, _, past = xs
+        return (
+            self.requested_outputs == 1
+            and past is None
+            and not self.attr("qkv_hidden_sizes")
+            and x.dim() == 3
+            and weight.dim() == 2
+            and x.shape[2] == weight.shape[0]
+            and weight.shape[1] % 3 == 0
+            and x_scale.numel() == 1
+            and (x_zero is None or x_zero.numel() == 1)
+            and (mask_index is None or mask_index.dtype == torch.int32)
+        )
 
     def forward_float_input(self, x: torch.Tensor, *xs: torch.Tensor | None) -> torch.Tensor:
         """The output of this node fed by a DynamicQuantizeLinear of the float ``x`` (what

@@ -10,6 +10,13 @@ integer accumulation scaled by the float32 ratio of the scales), and requantizes
 order the float32 operations otherwise (QLinearAdd, QLinearMul, QLinearAveragePool), the same
 order is followed, so that ties round the same way: the results are equal element for element.
 Integer in, integer out: no gradient.
+
+On the CPU, QGemm (where B, C and Y's quantization are the model's constants) and the
+elementwise operators onnxruntime runs clearly faster (QLinearAdd, QLinearMul, QLinearSigmoid,
+QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearSoftmax) call onnxruntime's own kernel for
+their node (:mod:`sonnx.operators.quantize.ort_qlinear`, measured by
+``bench/quantized_ops.py``); ``prepare(..., kernels="torch")`` keeps them on the torch path
+below.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from sonnx.operators.pooling.windowed import AveragePool
 from sonnx.operators.quantize.contrib_nbits import ContribQuantOperator
 from sonnx.operators.quantize.linear import DequantizeLinear as OnnxDequantizeLinear
 from sonnx.operators.quantize.linear import QuantizeLinear as OnnxQuantizeLinear
+from sonnx.operators.quantize.ort_qlinear import QLinearKernel
 
 if TYPE_CHECKING:
     from sonnx.proto.graph_builder import GraphBuilder
@@ -109,7 +117,18 @@ class _QLinear(ContribQuantOperator):
     defaults: ClassVar[dict[str, Any]] = {}
 
 
-class QLinearAdd(_QLinear):
+def _kernel_fits(
+    out_zp: torch.Tensor | None, codes: tuple[torch.Tensor, ...], *params: torch.Tensor | None
+) -> bool:
+    """Whether onnxruntime's kernel computes what the torch path does: the codes of the
+    output's type (uint8 without a zero point), every scale and zero point per tensor."""
+    dtype = torch.uint8 if out_zp is None else out_zp.dtype
+    return all(x.dtype == dtype for x in codes) and all(
+        p is None or p.numel() == 1 for p in (out_zp, *params)
+    )
+
+
+class QLinearAdd(QLinearKernel, _QLinear):
     """``C = quantize(A_scale / C_scale * (A - A_zp) + B_scale / C_scale * (B - B_zp))``,
     broadcasting.
 
@@ -133,6 +152,10 @@ class QLinearAdd(_QLinear):
         c_scale: torch.Tensor,
         c_zp: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        inputs = (a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp)
+        y = self.onnxruntime_node(inputs, _kernel_fits(c_zp, (a, b), *inputs[1:3], *inputs[4:7]))
+        if y is not None:
+            return y
         c = _scalar(self, "C_scale", c_scale).float()
         terms = []
         folded = torch.zeros((), device=a.device)
@@ -146,7 +169,7 @@ class QLinearAdd(_QLinear):
         return _rounded(self, -folded, c_zp, *terms)
 
 
-class QLinearMul(_QLinear):
+class QLinearMul(QLinearKernel, _QLinear):
     """``C = saturate(round(C_zp + (A - A_zp) * (B - B_zp) * (A_scale * B_scale / C_scale)))``:
     as onnxruntime's kernel, the zero point is added before rounding."""
 
@@ -165,6 +188,10 @@ class QLinearMul(_QLinear):
         c_scale: torch.Tensor,
         c_zp: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        inputs = (a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp)
+        y = self.onnxruntime_node(inputs, _kernel_fits(c_zp, (a, b), *inputs[1:3], *inputs[4:7]))
+        if y is not None:
+            return y
         one = torch.ones((), device=a.device)
         product = dequantize(self, "A", a, one, a_zp) * dequantize(self, "B", b, one, b_zp)
         multiplier = (a_scale.float() * b_scale.float() / c_scale.float()).reshape(())
@@ -186,6 +213,12 @@ class _QLinearUnary(_QLinear):
         y_scale: torch.Tensor,
         y_zp: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        if isinstance(self, QLinearKernel):
+            fits = x.dim() >= 3 or self.op_type != "QLinearGlobalAveragePool"
+            fits = fits and _kernel_fits(y_zp, (x,), x_scale, x_zp, y_scale)
+            y = self.onnxruntime_node((x, x_scale, x_zp, y_scale, y_zp), fits)
+            if y is not None:
+                return y
         y = self.compute(dequantize(self, "X", x, x_scale, x_zp))
         if self.zero_point_first:
             return _rounded(self, y / _scalar(self, "Y_scale", y_scale).float(), y_zp)
@@ -195,7 +228,7 @@ class _QLinearUnary(_QLinear):
         raise NotImplementedError
 
 
-class QLinearSigmoid(_QLinearUnary):
+class QLinearSigmoid(QLinearKernel, _QLinearUnary):
     op_type = "QLinearSigmoid"
     since_versions = (1,)
 
@@ -203,7 +236,7 @@ class QLinearSigmoid(_QLinearUnary):
         return torch.sigmoid(x)
 
 
-class QLinearLeakyRelu(_QLinearUnary):
+class QLinearLeakyRelu(QLinearKernel, _QLinearUnary):
     op_type = "QLinearLeakyRelu"
     since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {"alpha": 0.01}
@@ -212,7 +245,7 @@ class QLinearLeakyRelu(_QLinearUnary):
         return torch.where(x >= 0, x, x * float(self.attr("alpha")))
 
 
-class QLinearSoftmax(_QLinearUnary):
+class QLinearSoftmax(QLinearKernel, _QLinearUnary):
     """Softmax of the dequantized X along ``axis`` (opset < 13: of the flattened trailing
     axes from ``axis`` on, as ONNX Softmax-1/11; ``opset`` says which)."""
 
@@ -245,7 +278,7 @@ class QLinearAveragePool(_QLinearUnary):
         return pool.forward(x.permute(to_first)).permute(to_last)
 
 
-class QLinearGlobalAveragePool(_QLinearUnary):
+class QLinearGlobalAveragePool(QLinearKernel, _QLinearUnary):
     """The mean of each channel's dequantized values (``channels_last``: NHWC)."""
 
     op_type = "QLinearGlobalAveragePool"
@@ -304,7 +337,7 @@ class QLinearWhere(_QLinear):
         return torch.where(condition.bool(), qx, qy)
 
 
-class QGemm(_QLinear):
+class QGemm(QLinearKernel, _QLinear):
     """Quantized Gemm: ``alpha * (A - a_zp) @ (B - b_zp) + C`` accumulated exactly (C an int32
     bias in scale ``a_scale * b_scale``), then scaled by ``alpha * a_scale * b_scale / y_scale``
     and requantized; without y_scale the scaled float result is returned. B's scale and zero
@@ -327,6 +360,10 @@ class QGemm(_QLinear):
         y_scale: torch.Tensor | None = None,
         y_zp: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        inputs = (a, a_scale, a_zp, b, b_scale, b_zp, c, y_scale, y_zp)
+        y = self.onnxruntime_node(inputs, self._kernel_fits(inputs))
+        if y is not None:
+            return y
         _quantized(self, "A", a)
         _quantized(self, "B", b)
         a64 = a.to(torch.float64) - _scalar(self, "a_zero_point", a_zp).to(torch.float64)
@@ -353,6 +390,19 @@ class QGemm(_QLinear):
             acc.float() * (scale / y_scale.float().reshape(())),
             torch.ones((), device=acc.device),
             y_zp,
+        )
+
+    def _kernel_fits(self, inputs: tuple[torch.Tensor | None, ...]) -> bool:
+        """2-D 8-bit A and B, a per-tensor A, and Y's zero point with its scale (the torch
+        path's uint8 default is not onnxruntime's)."""
+        a, a_scale, a_zp, b, *_, y_scale, y_zp = inputs
+        return (
+            a.dim() == b.dim() == 2
+            and a.dtype in _BYTES
+            and b.dtype in _BYTES
+            and a_scale.numel() == 1
+            and (a_zp is None or a_zp.numel() == 1)
+            and (y_scale is None or (y_zp is not None and y_zp.dtype == a.dtype))
         )
 
 

@@ -79,12 +79,12 @@ class NodeSpec:
     def model_bytes(self, inputs: Sequence[torch.Tensor | None]) -> bytes:
         """The single-node model for ``inputs`` (one per slot, None where absent): bound ones
         as graph inputs of their types and ranks, the others as initializers, the outputs
-        float32.
+        of the types onnxruntime infers.
 
         :param inputs: the node's inputs.
         :returns: the serialized model.
         """
-        from onnx import TensorProto, helper, numpy_helper
+        from onnx import helper, numpy_helper
 
         names = [s if x is not None else "" for s, x in zip(self.slots, inputs, strict=True)]
         while names and names[-1] == "":
@@ -102,7 +102,8 @@ class NodeSpec:
                 graph_inputs.append(helper.make_tensor_value_info(slot, elem, dims))
             else:
                 initializers.append(numpy_helper.from_array(x.detach().contiguous().numpy(), slot))
-        outputs = [helper.make_tensor_value_info(y, TensorProto.FLOAT, None) for y in self.outputs]
+        # Untyped: onnxruntime infers each from the node (float32, or a QLinear node's 8 bits).
+        outputs = [helper.make_empty_tensor_value_info(y) for y in self.outputs]
         graph = helper.make_graph([node], self.op_type, graph_inputs, outputs, initializers)
         opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
         return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
