@@ -155,7 +155,8 @@ def compile_library(
             # found" at the first run, seen on an H200).
             options["aot_inductor.embed_kernel_binary"] = True
         try:
-            compile_fx_aot(graph, list(example_inputs), config_patches=options)
+            with recorder:
+                compile_fx_aot(graph, list(example_inputs), config_patches=options)
         except Exception:
             if not pattern_matcher:
                 raise

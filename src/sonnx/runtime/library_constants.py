@@ -15,7 +15,9 @@ hands the runner tensors when it loads one:
   and an H200, torch 2.11), where a library of kilobytes of weights loaded.
 
 While a graph compiles, :class:`ConstantRecorder` (inductor's last post-grad pass) notes the
-value of every constant the graph reads. After compiling, :func:`save_sources` gives each one a
+value of every constant the graph reads, and, entered as a context, every constant inductor
+names itself while lowering (``constant0``, ...: a 0-d tensor an extern call takes, a tensor a
+lowering builds), which no pass sees. After compiling, :func:`save_sources` gives each one a
 source, saved beside the library as ``constants.pt``:
 
 - ``("weight", name)``: the model's tensor ``name`` itself (the same memory, or equal bytes);
@@ -35,6 +37,7 @@ weight) is compiled with its constants in the ``.so``, as AOTInductor does by de
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +72,14 @@ class ConstantRecorder:
         self.values: dict[str, torch.Tensor] = {}
         self.inside = False
 
+    def __enter__(self) -> ConstantRecorder:
+        _record_named_constants()
+        _ACTIVE.recorder = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _ACTIVE.recorder = None
+
     def __deepcopy__(self, memo: dict[int, Any]) -> ConstantRecorder:
         # inductor deep-copies its config patches, this pass among them: the copy it calls
         # must record into this recorder.
@@ -87,6 +98,33 @@ class ConstantRecorder:
         # Read when the library's code is generated, after this pass; the compile's config
         # patch restores it afterwards.
         inductor_config.aot_inductor.package_constants_in_so = self.inside
+
+
+#: The recorder of the graph this thread is compiling (compiles run in the calling thread).
+_ACTIVE = threading.local()
+
+
+def _record_named_constants() -> None:
+    """Have inductor's ``GraphLowering.allocate_non_dup_const_name`` (every constant a
+    compiled graph holds is named there) also give the name and value to the thread's active
+    recorder. A patch of a private torch method, installed once: a torch upgrade that renames
+    it leaves those constants unseen (the library is then refused at load: "reads a constant
+    ... of no source", and its steps run eagerly)."""
+    from torch._inductor.graph import GraphLowering
+
+    original = getattr(GraphLowering, "allocate_non_dup_const_name", None)
+    if original is None or getattr(original, "records_for_sonnx", False):
+        return
+
+    def allocate(self: Any, name: str | None, data: Any) -> str:
+        new_name = original(self, name, data)
+        recorder = getattr(_ACTIVE, "recorder", None)
+        if recorder is not None and isinstance(data, torch.Tensor):
+            recorder.values.setdefault(new_name, data)
+        return new_name
+
+    allocate.records_for_sonnx = True  # type: ignore[attr-defined]
+    GraphLowering.allocate_non_dup_const_name = allocate
 
 
 def save_sources(
