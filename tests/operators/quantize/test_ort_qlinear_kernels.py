@@ -247,6 +247,16 @@ def test_qlinear_unary_equals_onnxruntime_exactly(op_type, shape, attrs, dtype):
     check(model, {"X": inputs["X"]}, op_type, 1.0 if op_type == "QLinearSoftmax" else 0.0)
 
 
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_qlinear_concat_equals_onnxruntime_exactly(dtype):
+    inputs = {"Y_scale": scale(0.05, 0.1), "Y_zero_point": zero_point(dtype)}
+    for i, width in enumerate((3, 1, 5)):
+        inputs |= {f"X{i}": codes(dtype, 2, width, 7), f"s{i}": scale(), f"z{i}": zero_point(dtype)}
+    fed = ["X0", "X1", "X2"]
+    model = node_model("QLinearConcat", inputs, fed, outputs=(TYPES[dtype],), axis=1)
+    check(model, {n: inputs[n] for n in fed}, "QLinearConcat")
+
+
 # ---- graph mode ----------------------------------------------------------------------------------
 
 

@@ -13,8 +13,8 @@ Integer in, integer out: no gradient.
 
 On the CPU, QGemm (where B, C and Y's quantization are the model's constants) and the
 elementwise operators onnxruntime runs clearly faster (QLinearAdd, QLinearMul, QLinearSigmoid,
-QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearSoftmax) call onnxruntime's own kernel for
-their node (:mod:`sonnx.operators.quantize.ort_qlinear`, measured by
+QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearSoftmax, QLinearConcat) call onnxruntime's
+own kernel for their node (:mod:`sonnx.operators.quantize.ort_qlinear`, measured by
 ``bench/quantized_ops.py``); ``prepare(..., kernels="torch")`` keeps them on the torch path
 below.
 """
@@ -291,7 +291,7 @@ class QLinearGlobalAveragePool(QLinearKernel, _QLinearUnary):
         return x.mean(dim=tuple(range(2, x.dim())), keepdim=True)
 
 
-class QLinearConcat(_QLinear):
+class QLinearConcat(QLinearKernel, _QLinear):
     """Concat along ``axis`` of inputs given as (tensor, scale, zero point) triples after Y's
     scale and zero point, each requantized to Y's."""
 
@@ -306,6 +306,10 @@ class QLinearConcat(_QLinear):
                 f"QLinearConcat node {self.name!r}: after Y_scale and Y_zero_point, inputs come "
                 f"in (tensor, scale, zero point) triples, received {len(inputs)} more inputs"
             )
+        fits = _kernel_fits(y_zp, inputs[0::3], y_scale, *inputs[1::3], *inputs[2::3])
+        y = self.onnxruntime_node((y_scale, y_zp, *inputs), fits)
+        if y is not None:
+            return y
         parts = [
             quantize(self, dequantize(self, f"input {i // 3}", *inputs[i : i + 3]), y_scale, y_zp)
             for i in range(0, len(inputs), 3)

@@ -1,12 +1,12 @@
 """onnxruntime's own CPU kernels for the ``com.microsoft`` QOperator-form nodes torch is slow at:
 QGemm, QAttention and the elementwise QLinearAdd, QLinearMul, QLinearSigmoid,
-QLinearLeakyRelu, QLinearGlobalAveragePool and QLinearSoftmax.
+QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearSoftmax and QLinearConcat.
 
 sonnx's torch paths compute these in float32 or float64 around the integer codes (exact, but
 through several full-size temporaries); onnxruntime runs them as integer or table kernels,
 1.7x (QLinearSoftmax) to 50x (QGemm at one row) faster at the sizes a quantized CNN or BERT
 layer runs (``bench/quantized_ops.py``, ``bench/history.md``). QLinearAveragePool (within 1.5x)
-stays on torch, QLinearConcat (variadic) and QLinearWhere too; the standard-domain QLinearConv,
+stays on torch, and QLinearWhere (not measured); the standard-domain QLinearConv,
 QLinearMatMul and MatMulInteger as well, though onnxruntime is 5-12x faster there (the bridge
 is for ``com.microsoft`` operators only).
 
@@ -69,36 +69,50 @@ _SCALARS: Mapping[str, frozenset[int]] = {
     for op, (slots, _) in _SLOTS.items()
     if slots in (_BINARY, _UNARY)
 }
-#: The operators bridged.
-QLINEAR_BRIDGED = frozenset(_SLOTS)
+#: The operators bridged (QLinearConcat's slots: Y's scale and zero point, then one
+#: (tensor, scale, zero point) triple per input, all bound).
+QLINEAR_BRIDGED = frozenset(_SLOTS) | {"QLinearConcat"}
 
 
-def qlinear_spec(op_type: str, attrs: Mapping[str, Any]) -> NodeSpec:
+def qlinear_spec(op_type: str, attrs: Mapping[str, Any], count: int) -> NodeSpec:
     """The spec of a bridged node: its attributes as the model gives them.
 
     :param op_type: one of :data:`QLINEAR_BRIDGED`.
     :param attrs: the node's attributes (a list is held as a tuple).
-    :returns: the spec (one object for equal attributes).
+    :param count: how many inputs the node has (QLinearConcat's slots depend on it).
+    :returns: the spec (one object for equal attributes and count).
     """
     pairs = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
-    return _spec(op_type, pairs)
+    return _spec(op_type, pairs, count if op_type == "QLinearConcat" else 0)
 
 
 @functools.lru_cache(maxsize=1024)
-def _spec(op_type: str, attrs: tuple[tuple[str, Any], ...]) -> NodeSpec:
+def _spec(op_type: str, attrs: tuple[tuple[str, Any], ...], count: int) -> NodeSpec:
+    if op_type == "QLinearConcat":
+        triples = [f"{n}{i}" for i in range((count - 2) // 3) for n in ("X", "X_scale", "X_zp")]
+        slots = ("Y_scale", "Y_zero_point", *triples)
+        return NodeSpec(op_type, attrs, slots, tuple(range(len(slots))))
     slots, bound = _SLOTS[op_type]
     return NodeSpec(op_type, attrs, slots, bound)
 
 
 @functools.lru_cache(maxsize=1024)
 def _spec_from_key(key: str) -> NodeSpec:
-    op_type, attrs = ast.literal_eval(key)
-    return _spec(op_type, attrs)
+    return _spec(*ast.literal_eval(key))
 
 
 def _key(spec: NodeSpec) -> str:
-    """The custom op's name for ``spec`` (its op type and attributes, as Python literals)."""
-    return repr((spec.op_type, spec.attrs))
+    """The custom op's name for ``spec`` (its op type, attributes and input count, as Python
+    literals)."""
+    count = len(spec.slots) if spec.op_type == "QLinearConcat" else 0
+    return repr((spec.op_type, spec.attrs, count))
+
+
+def _scalar_slots(spec: NodeSpec) -> frozenset[int]:
+    """The slots a call binds as 0-d (see :data:`_SCALARS`)."""
+    if spec.op_type == "QLinearConcat":
+        return frozenset(i for i in range(len(spec.slots)) if i < 2 or (i - 2) % 3)
+    return _SCALARS.get(spec.op_type, frozenset())
 
 
 # ---- each operator's output, from its inputs' shapes and types ------------------------------
@@ -125,6 +139,14 @@ def _unary_output(attrs: Mapping[str, Any], x: Sequence[Any]) -> tuple[list[Any]
     return list(x[0].shape), x[0].dtype
 
 
+def _concat_output(attrs: Mapping[str, Any], x: Sequence[Any]) -> tuple[list[Any], torch.dtype]:
+    parts = [t.shape for t in x[2::3]]
+    axis = attrs["axis"] % len(parts[0])
+    shape = list(parts[0])
+    shape[axis] = sum(p[axis] for p in parts)
+    return shape, x[1].dtype
+
+
 def _pooled_output(attrs: Mapping[str, Any], x: Sequence[Any]) -> tuple[list[Any], torch.dtype]:
     shape = list(x[0].shape)
     spatial = range(1, len(shape) - 1) if attrs.get("channels_last", 0) else range(2, len(shape))
@@ -141,6 +163,7 @@ _OUTPUT = {
     "QLinearLeakyRelu": _unary_output,
     "QLinearGlobalAveragePool": _pooled_output,
     "QLinearSoftmax": _unary_output,
+    "QLinearConcat": _concat_output,
 }
 
 
@@ -151,7 +174,7 @@ def _call(
     type (``node`` remembers its last kernel)."""
     shape, dtype = _OUTPUT[spec.op_type](dict(spec.attrs), inputs)
     y = torch.empty(shape, dtype=dtype, device=inputs[0].device)
-    scalars = _SCALARS.get(spec.op_type)
+    scalars = _scalar_slots(spec)
     if scalars:
         inputs = [
             x.reshape(()) if i in scalars and x is not None else x for i, x in enumerate(inputs)
@@ -208,7 +231,7 @@ class QLinearKernel(KernelChoice):
         """
         y = None
         if fits:
-            spec = qlinear_spec(self.op_type, getattr(self, "attrs", {}))
+            spec = qlinear_spec(self.op_type, getattr(self, "attrs", {}), len(inputs))
             y = self.onnxruntime_outputs(spec, inputs)
         self.kernel_used = f"onnxruntime's {self.op_type}" if y is not None else "torch's"
         return y
