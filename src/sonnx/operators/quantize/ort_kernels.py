@@ -250,8 +250,9 @@ def register_bridge(
 
 def _vectors(inputs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
     """``inputs`` with each 0-d tensor as one of shape [1] (the same scale or zero point to
-    onnxruntime): inductor makes a 0-d constant an argument of an extern call as a constant
-    of its own, which the graph's constant sources do not see."""
+    onnxruntime), so a traced call never takes a 0-d constant: inductor hands one to an extern
+    call as a constant it names itself, which only the recorder's hook on inductor's naming
+    sees (:mod:`sonnx.runtime.library_constants`, a patch of a private torch method)."""
     return [x.reshape(1) if x is not None and x.dim() == 0 else x for x in inputs]
 
 
