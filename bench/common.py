@@ -16,10 +16,11 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -154,6 +155,38 @@ def time_sides(fns: Sequence[Callable[[], Any]], repeats: int, warmup: int) -> l
             timings[j].cpu_samples.append(time.process_time() - cpu_start)
             timings[j].samples.append(time.perf_counter() - start)
     return timings
+
+
+def checked_rows(
+    sides: Mapping[str, Callable[[], np.ndarray]],
+    label: str,
+    repeats: int,
+    warmup: int,
+    reference: str = "onnxruntime",
+) -> tuple[list[Row], list[str]]:
+    """Each side's result checked against the reference side's, then every side timed in
+    turn (:func:`time_sides`).
+
+    :param sides: the functions by name, the reference among them.
+    :param label: the case, in each row's name (``"{side}, M=1"``: ``{side}`` is the side's
+        name) and, without ``{side}`` and its separator, before each note.
+    :returns: one row per side but the reference, and one note per side giving its largest
+        difference from the reference's result.
+    """
+    expected = sides[reference]()
+    prefix = label.replace("{side}", "").strip(", ")
+    notes = [
+        f"{prefix} {name}: max |difference| from {reference} "
+        f"{float(np.abs(fn() - expected).max()):.2e}"
+        for name, fn in sides.items()
+    ]
+    timings = dict(zip(sides, time_sides(list(sides.values()), repeats, warmup), strict=True))
+    rows = [
+        row_from(label.format(side=name), reference, (timings[name], timings[reference]))
+        for name in sides
+        if name != reference
+    ]
+    return rows, notes
 
 
 def time_pair(

@@ -24,12 +24,11 @@ import numpy as np
 import torch
 from common import (
     add_common_args,
+    checked_rows,
     emit,
     machine_facts,
     ort_session,
     pin_threads,
-    row_from,
-    time_sides,
 )
 from onnx import TensorProto, helper, numpy_helper
 
@@ -112,15 +111,9 @@ def main() -> None:
             "torch GEMV (dequantized)": lambda r=rounded: gemv(r).numpy(),
             "inductor fused (int8 codes)": lambda r=rounded: fused(r).numpy(),
         }
-        expected = sides["onnxruntime"]()
-        for name, fn in sides.items():
-            err = float(np.abs(fn() - expected).max())
-            notes.append(f"M={m} {name}: max |difference| from onnxruntime {err:.2e}")
-        measured = time_sides(list(sides.values()), args.repeats, args.warmup)
-        timings = dict(zip(sides, measured, strict=True))
-        for name in list(sides)[1:]:
-            pair = (timings[name], timings["onnxruntime"])
-            rows.append(row_from(f"{name}, M={m}", "onnxruntime", pair))
+        found = checked_rows(sides, f"{{side}}, M={m}", args.repeats, args.warmup)
+        rows += found[0]
+        notes += found[1]
     settings = {"size": args.size, "block": args.block, "rows": args.rows, "repeats": args.repeats}
     facts = machine_facts(threads)
     emit("4-bit product (MatMulNBits)", facts, settings, rows, args.json, (), notes)

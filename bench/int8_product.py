@@ -20,12 +20,11 @@ import argparse
 import numpy as np
 from common import (
     add_common_args,
+    checked_rows,
     emit,
     machine_facts,
     ort_session,
     pin_threads,
-    row_from,
-    time_sides,
 )
 from onnx import TensorProto, helper, numpy_helper
 
@@ -78,15 +77,9 @@ def main() -> None:
         sides = {"onnxruntime": lambda a=a: session.run(None, {"a": a})[0]}
         for name, rep in reps.items():
             sides[name] = lambda a=a, rep=rep: rep.run([a])[0].numpy()
-        expected = sides["onnxruntime"]()
-        for name, fn in sides.items():
-            err = float(np.abs(fn() - expected).max())
-            notes.append(f"M={m} {name}: max |difference| from onnxruntime {err:.2e}")
-        measured = time_sides(list(sides.values()), args.repeats, args.warmup)
-        timings = dict(zip(sides, measured, strict=True))
-        for name in reps:
-            pair = (timings[name], timings["onnxruntime"])
-            rows.append(row_from(f"{name}, M={m}", "onnxruntime", pair))
+        found = checked_rows(sides, f"{{side}}, M={m}", args.repeats, args.warmup)
+        rows += found[0]
+        notes += found[1]
     settings = {"size": args.size, "rows": args.rows, "repeats": args.repeats}
     emit("8-bit product (DynamicQuantizeMatMul)", machine_facts(threads), settings, rows,
          args.json, (), notes)  # fmt: skip

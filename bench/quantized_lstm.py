@@ -31,12 +31,11 @@ import onnx
 import torch
 from common import (
     add_common_args,
+    checked_rows,
     emit,
     machine_facts,
     ort_session,
     pin_threads,
-    row_from,
-    time_sides,
 )
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import quantize_dynamic
@@ -115,15 +114,9 @@ def main() -> None:
             reps["sonnx graph"] = sonnx.prepare(data, use_graph=True)
         sides = {"onnxruntime": lambda s=session, f=feed: s.run(None, f)[0]}
         sides.update({name: lambda r=rep, x=x: r.run([x])[0].numpy() for name, rep in reps.items()})
-        expected = sides["onnxruntime"]()
-        for name, fn in sides.items():
-            err = float(np.abs(fn() - expected).max())
-            notes.append(f"{case} {name}: max |difference| from onnxruntime {err:.2e}")
-        measured = time_sides(list(sides.values()), args.repeats, args.warmup)
-        timings = dict(zip(sides, measured, strict=True))
-        for name in reps:
-            pair = (timings[name], timings["onnxruntime"])
-            rows.append(row_from(f"{case}, {name}", "onnxruntime", pair))
+        found = checked_rows(sides, f"{case}, {{side}}", args.repeats, args.warmup)
+        rows += found[0]
+        notes += found[1]
     settings = {
         "node": f"T={args.steps} I={args.input} H={args.hidden} batch 1 bidirectional",
         "crnn": f"48x{args.width} batch 1",
