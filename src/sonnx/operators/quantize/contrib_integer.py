@@ -21,7 +21,7 @@ from sonnx.errors import BadInputError
 from sonnx.operators.contrib import ContribOperator
 from sonnx.operators.quantize.contrib_nbits import ContribQuantOperator
 from sonnx.operators.quantize.linear import DynamicQuantizeLinear
-from sonnx.operators.quantize.ort_kernels import SPECS, KernelChoice
+from sonnx.operators.quantize.ort_qlinear import QLinearKernel
 from sonnx.operators.quantize.straight_through import straight_through
 
 __all__ = ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"]
@@ -105,8 +105,8 @@ def dynamic_quantized_product(
     return straight_through(a, y, b, b_scale, b_zero_point)
 
 
-class _Bridged(KernelChoice, ContribQuantOperator):
-    """A product onnxruntime's kernel may compute (its spec: :data:`ort_kernels.SPECS`)."""
+class _Bridged(QLinearKernel, ContribQuantOperator):
+    """A product onnxruntime's kernel may compute (:mod:`~sonnx.operators.quantize.ort_qlinear`)."""
 
     def bridged(self, inputs: tuple[torch.Tensor | None, ...]) -> torch.Tensor | None:
         """onnxruntime's product, or None (the torch path runs).
@@ -115,11 +115,8 @@ class _Bridged(KernelChoice, ContribQuantOperator):
         :returns: the product, or None.
         """
         a, b = inputs[0], inputs[1]
-        if b.dim() != 2 or a.shape[-1:] != b.shape[:1]:
-            return None  # the torch path reports it
-        y = self.onnxruntime_product(SPECS[self.op_type], b.shape[1], inputs)
-        self.kernel_used = f"onnxruntime's {self.op_type}" if y is not None else "torch's"
-        return y
+        # A B that is not [K, N] goes to the torch path, which reports it.
+        return self.onnxruntime_node(inputs, fits=b.dim() == 2 and a.shape[-1:] == b.shape[:1])
 
 
 class MatMulIntegerToFloat(_Bridged):

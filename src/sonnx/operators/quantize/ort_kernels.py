@@ -9,10 +9,11 @@ implementation of these operators, so for a frozen weight sonnx calls its kernel
 single-node session per node and weight (:mod:`sonnx.operators.quantize.ort_sessions`), run with
 IO binding on the activations' and a new output's torch memory.
 
-Each call is a torch custom op (``sonnx::matmul_nbits_ort``,
-``sonnx::dynamic_quantize_matmul_ort``, ``sonnx::matmul_integer_to_float_ort``, each with a
-fake implementation), so graph mode's trace keeps it as one extern call instead of tracing into
-it.
+Each call is a torch custom op with a fake implementation (``sonnx::matmul_nbits_ort`` here;
+``sonnx::qlinear_ort`` for the other single-output nodes, DynamicQuantizeMatMul and
+MatMulIntegerToFloat included, in :mod:`~sonnx.operators.quantize.ort_qlinear`;
+``sonnx::dynamic_quantize_lstm_ort`` in :mod:`~sonnx.operators.quantize.ort_lstm`), so graph
+mode's trace keeps it as one extern call instead of tracing into it.
 
 The bridge is optional: without onnxruntime importable, or for a node onnxruntime cannot build
 (one warning naming the node), the torch path runs. ``prepare(..., kernels="torch")`` turns it
@@ -55,13 +56,6 @@ KERNEL_CHOICES = ("onnxruntime", "torch")
 
 _NBITS_ATTRS = ("K", "N", "bits", "block_size", "accuracy_level")
 _NBITS_SLOTS = ("A", "B", "scales", "zero_points", "g_idx")
-_DQMM_SLOTS = ("A", "B", "b_scale", "b_zero_point", "bias")
-_MITF_SLOTS = ("A", "B", "a_scale", "b_scale", "a_zero_point", "b_zero_point", "bias")
-#: The specs of the operators without attributes.
-SPECS = {
-    "DynamicQuantizeMatMul": NodeSpec("DynamicQuantizeMatMul", (), _DQMM_SLOTS, (0,)),
-    "MatMulIntegerToFloat": NodeSpec("MatMulIntegerToFloat", (), _MITF_SLOTS, (0, 2, 4)),
-}
 
 
 def nbits_spec(attrs: Sequence[int]) -> NodeSpec:
@@ -161,69 +155,10 @@ def _matmul_nbits_ort_fake(
     return a.new_empty((*a.shape[:-1], attrs[1]))
 
 
-@torch.library.custom_op("sonnx::dynamic_quantize_matmul_ort", mutates_args=(), device_types="cpu")
-def dynamic_quantize_matmul_ort(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    b_scale: torch.Tensor,
-    b_zero_point: torch.Tensor | None,
-    bias: torch.Tensor | None,
-) -> torch.Tensor:
-    """onnxruntime's DynamicQuantizeMatMul kernel as a torch operator."""
-    spec = SPECS["DynamicQuantizeMatMul"]
-    return _run(spec, b.shape[1], (a, b, b_scale, b_zero_point, bias))
-
-
-@dynamic_quantize_matmul_ort.register_fake
-def _dynamic_quantize_matmul_ort_fake(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    b_scale: torch.Tensor,
-    b_zero_point: torch.Tensor | None,
-    bias: torch.Tensor | None,
-) -> torch.Tensor:
-    return a.new_empty((*a.shape[:-1], b.shape[1]), dtype=torch.float32)
-
-
-@torch.library.custom_op("sonnx::matmul_integer_to_float_ort", mutates_args=(), device_types="cpu")
-def matmul_integer_to_float_ort(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    a_scale: torch.Tensor,
-    b_scale: torch.Tensor,
-    a_zero_point: torch.Tensor | None,
-    b_zero_point: torch.Tensor | None,
-    bias: torch.Tensor | None,
-) -> torch.Tensor:
-    """onnxruntime's MatMulIntegerToFloat kernel as a torch operator."""
-    spec = SPECS["MatMulIntegerToFloat"]
-    inputs = (a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
-    return _run(spec, b.shape[1], inputs)
-
-
-@matmul_integer_to_float_ort.register_fake
-def _matmul_integer_to_float_ort_fake(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    a_scale: torch.Tensor,
-    b_scale: torch.Tensor,
-    a_zero_point: torch.Tensor | None,
-    b_zero_point: torch.Tensor | None,
-    bias: torch.Tensor | None,
-) -> torch.Tensor:
-    return a.new_empty((*a.shape[:-1], b.shape[1]), dtype=torch.float32)
-
-
 #: How a trace records each operator's call (the custom op, one extern call).
 _TRACED: Mapping[str, Callable[[BridgedNode, Sequence[Any]], torch.Tensor]] = {
     "MatMulNBits": lambda node, x: torch.ops.sonnx.matmul_nbits_ort(
         *x, [v for _, v in node.spec.attrs]
-    ),
-    "DynamicQuantizeMatMul": lambda node, x: torch.ops.sonnx.dynamic_quantize_matmul_ort(
-        *_vectors(x)
-    ),
-    "MatMulIntegerToFloat": lambda node, x: torch.ops.sonnx.matmul_integer_to_float_ort(
-        *_vectors(x)
     ),
 }
 

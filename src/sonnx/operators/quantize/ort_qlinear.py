@@ -1,5 +1,6 @@
-"""onnxruntime's own CPU kernels for the ``com.microsoft`` QOperator-form nodes torch is slow at:
-QGemm, QAttention and the elementwise QLinearAdd, QLinearMul, QLinearSigmoid,
+"""onnxruntime's own CPU kernels for the single-output ``com.microsoft`` integer nodes torch is
+slow at: the u8 x s8 products DynamicQuantizeMatMul and MatMulIntegerToFloat, and the
+QOperator-form QGemm, QAttention and the elementwise QLinearAdd, QLinearMul, QLinearSigmoid,
 QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearSoftmax and QLinearConcat.
 
 sonnx's torch paths compute these in float32 or float64 around the integer codes (exact, but
@@ -44,6 +45,8 @@ _BINARY = ("A", "A_scale", "A_zero_point", "B", "B_scale", "B_zero_point", "C_sc
 _UNARY = ("X", "X_scale", "X_zero_point", "Y_scale", "Y_zero_point")
 _QGEMM = ("A", "a_scale", "a_zero_point", "B", "b_scale", "b_zero_point", "C", "y_scale",
           "y_zero_point")  # fmt: skip
+_DQMM = ("A", "B", "b_scale", "b_zero_point", "bias")
+_MITF = ("A", "B", "a_scale", "b_scale", "a_zero_point", "b_zero_point", "bias")
 _QATTENTION = ("input", "weight", "bias", "input_scale", "weight_scale", "mask_index",
                "input_zero_point", "weight_zero_point", "past")  # fmt: skip
 
@@ -54,6 +57,8 @@ _QATTENTION = ("input", "weight", "bias", "input_scale", "weight_scale", "mask_i
 #: graph hands over as [1] (a call binds them as 0-d views), and one session serves every node
 #: of the same attributes and types.
 _SLOTS: Mapping[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
+    "DynamicQuantizeMatMul": (_DQMM, (0,)),
+    "MatMulIntegerToFloat": (_MITF, (0, 2, 4)),
     "QGemm": (_QGEMM, (0, 1, 2)),
     "QAttention": (_QATTENTION, (0, 3, 5, 6)),
     "QLinearAdd": (_BINARY, tuple(range(8))),
@@ -118,6 +123,10 @@ def _scalar_slots(spec: NodeSpec) -> frozenset[int]:
 # ---- each operator's output, from its inputs' shapes and types ------------------------------
 
 
+def _product_output(attrs: Mapping[str, Any], x: Sequence[Any]) -> tuple[list[Any], torch.dtype]:
+    return [*x[0].shape[:-1], x[1].shape[1]], torch.float32
+
+
 def _qgemm_output(attrs: Mapping[str, Any], x: Sequence[Any]) -> tuple[list[Any], torch.dtype]:
     a, b, y_zp = x[0], x[3], x[8]
     rows = a.shape[1] if attrs.get("transA", 0) else a.shape[0]
@@ -155,6 +164,8 @@ def _pooled_output(attrs: Mapping[str, Any], x: Sequence[Any]) -> tuple[list[Any
 
 _OUTPUT: Mapping[str, Callable[[Mapping[str, Any], Sequence[Any]], tuple[list[Any], torch.dtype]]]
 _OUTPUT = {
+    "DynamicQuantizeMatMul": _product_output,
+    "MatMulIntegerToFloat": _product_output,
     "QGemm": _qgemm_output,
     "QAttention": _qattention_output,
     "QLinearAdd": _binary_output,
