@@ -205,3 +205,42 @@ def test_a_freed_models_session_never_serves_the_next_model_at_its_addresses():
         np.testing.assert_array_equal(run_rep(rep, feeds)[0], expected)
         del rep
         gc.collect()
+
+
+def test_tensors_aliasing_one_weight_share_its_session(monkeypatch):
+    """Each compiled graph of a model (a prompt's, a decode step's) hands the kernel its own
+    tensor over the model's weight memory: they share one session (before, the two took
+    turns evicting each other's, 82 builds per generate call); a weight changed in place, or
+    freed, does not."""
+    from sonnx.operators.quantize import ort_kernels, ort_sessions
+
+    built = []
+
+    class Counted(ort_sessions.SessionKernel):
+        def __init__(self, *args):
+            built.append(1)
+            super().__init__(*args)
+
+    monkeypatch.setattr(ort_sessions, "SessionKernel", Counted)
+    model, feeds = nbits_case(4, 32, "uint8", 4, 2, k=256, n=64)
+    (expected,) = ort_run(model, feeds)
+    spec = ort_kernels.nbits_spec([256, 64, 4, 32, 4])
+    weights = [torch.from_numpy(onnx_array(model, n)) for n in ("B", "scales", "zero_points")]
+    a = torch.from_numpy(feeds["A"])
+
+    def product(b):
+        y = torch.empty(2, 64)
+        ort_sessions.kernel_for(spec, [a, b, *weights[1:], None])([a], y)
+        return y.numpy()
+
+    # Two tensors over one memory, each with its own version counter, as from_blob makes them.
+    aliases = [weights[0], torch.from_numpy(weights[0].numpy())]
+    for b in aliases * 3:
+        np.testing.assert_array_equal(product(b), expected)
+    assert len(built) == 1
+    with torch.no_grad():
+        aliases[0][0, 0, 0] ^= 0xFF  # in place: its version moves on
+    changed = product(aliases[0])
+    assert len(built) == 2 and not np.array_equal(changed, expected)
+    np.testing.assert_array_equal(product(aliases[1]), changed)  # the new session's values
+    assert len(built) == 2

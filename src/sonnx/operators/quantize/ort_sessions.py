@@ -10,18 +10,23 @@ torch tensors' memory as its inputs and outputs (no copy, no NumPy array).
 
 Sessions are found by the addresses, shapes and versions of the constants (by their values for
 small ones: scales, zero points), so a compiled graph loaded in a new process builds its own on
-its first call; an entry holds weak references to its large constants, so a tensor freed and
-another allocated at its address (the next model's weight, version 0 again) never finds the
-old session.
+its first call. An entry remembers the tensors it was handed (weak references and versions) and
+the digest of the constants' bytes. A tensor new to it with the same digest joins it: each
+compiled graph of a model (a prompt's, a decode step's) hands an extern call its own tensor over
+the model's memory, and these took turns evicting each other's session (82 builds per
+``generate`` call of a 100M int4 model). A tensor freed and another allocated at its address
+(the next model's weight, version 0 again) with other values, or a weight changed in place
+(seen through a tensor with a version counter of its own), builds a new session.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -30,9 +35,45 @@ from sonnx.errors import BadInputError
 
 __all__ = ["NodeSpec", "SessionKernel", "kernel_for", "onnxruntime_module"]
 
-_LOCK = threading.RLock()  # _forget may run inside the locked section (a collection)
-#: (constant versions, kernel, weak references to the constants) of one session.
-_Entry = tuple[tuple[int, ...], "SessionKernel", tuple[Any, ...]]
+_LOCK = threading.RLock()  # _forget_group may run inside the locked section (a collection)
+
+
+@dataclass
+class _Entry:
+    """One session under its key: the digest of the large constants it holds, and the
+    tensors it has been handed them as (per group, one tensor per constant: weak references
+    and the versions they had), with the finalizers that drop a group when its first tensor
+    is freed."""
+
+    key: tuple[Any, ...]
+    kernel: SessionKernel
+    digest: bytes
+    seen: list[tuple[tuple[Any, ...], tuple[int, ...]]] = field(default_factory=list)
+    finalizers: list[weakref.finalize] = field(default_factory=list)
+
+    def finds(self, constants: Sequence[torch.Tensor]) -> bool:
+        """Whether ``constants`` are tensors this entry was handed, unchanged since."""
+        versions = tuple(w._version for w in constants)
+        return any(
+            seen_versions == versions
+            and all(ref() is w for ref, w in zip(refs, constants, strict=True))
+            for refs, seen_versions in self.seen
+        )
+
+    def join(self, constants: Sequence[torch.Tensor]) -> None:
+        """Know ``constants`` too (under the lock); their group leaves when its first tensor
+        is freed, and the entry with its last group."""
+        group = (tuple(weakref.ref(w) for w in constants), tuple(w._version for w in constants))
+        self.seen.append(group)
+        if constants:
+            self.finalizers.append(weakref.finalize(constants[0], _forget_group, self, group))
+
+    def retire(self) -> None:
+        """Stop watching the tensors (a newer entry took the key)."""
+        for finalizer in self.finalizers:
+            finalizer.detach()
+
+
 #: (constant addresses, shapes, dtypes, absent slots, spec, run dtypes, threads) -> its entry.
 _SESSIONS: dict[tuple[Any, ...], _Entry] = {}
 #: Constants up to this size are found by their values, the others by their tensors: a graph
@@ -201,30 +242,34 @@ def kernel_for(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> Session
         tuple((x.dtype, x.dim()) for x in _bound(spec, inputs)),
         torch.get_num_threads(),
     )
-    versions = tuple(w._version for w in constants)
-
-    def current(found: _Entry | None) -> bool:
-        return (
-            found is not None
-            and found[0] == versions
-            and all(ref() is w for ref, w in zip(found[2], constants, strict=True))
-        )
-
     found = _SESSIONS.get(key)
-    if current(found):
-        return found[1]  # type: ignore[index]
+    if found is not None and found.finds(constants):
+        return found.kernel
     with _LOCK:
         found = _SESSIONS.get(key)
-        if not current(found):
-            ort = onnxruntime_module()
-            if ort is None:
-                raise BadInputError(f"{spec.op_type}: onnxruntime is not importable")
-            refs = tuple(weakref.ref(w) for w in constants)
-            found = (versions, SessionKernel(ort, spec, inputs), refs)
-            _SESSIONS[key] = found
-            if constants:
-                weakref.finalize(constants[0], _forget, key, found)
-    return found[1]  # type: ignore[index]
+        if found is not None and found.finds(constants):
+            return found.kernel
+        digest = _digest(constants)
+        if found is not None and found.digest == digest:
+            found.join(constants)  # other tensors over the same values: another graph's
+            return found.kernel
+        ort = onnxruntime_module()
+        if ort is None:
+            raise BadInputError(f"{spec.op_type}: onnxruntime is not importable")
+        if found is not None:
+            found.retire()
+        found = _SESSIONS[key] = _Entry(key, SessionKernel(ort, spec, inputs), digest)
+        found.join(constants)
+        return found.kernel
+
+
+def _digest(constants: Sequence[torch.Tensor]) -> bytes:
+    """The SHA-256 of the constants' bytes (about 1 GB/s: once per session, and once per
+    tensor object new to one)."""
+    found = hashlib.sha256()
+    for w in constants:
+        found.update(memoryview(w.detach().contiguous().view(-1).view(torch.uint8).numpy()))
+    return found.digest()
 
 
 def _value(w: torch.Tensor) -> bytes:
@@ -237,8 +282,11 @@ def _bound(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> list[torch.
     return [x for i, x in enumerate(inputs) if i in spec.bound and x is not None]
 
 
-def _forget(key: tuple[Any, ...], entry: _Entry) -> None:
-    """Drop ``entry`` once its first constant is freed (unless a newer entry took its key)."""
+def _forget_group(entry: _Entry, group: tuple[tuple[Any, ...], tuple[int, ...]]) -> None:
+    """Drop a group of ``entry`` once its first tensor is freed, and the entry with its last
+    group (unless a newer entry took its key)."""
     with _LOCK:
-        if _SESSIONS.get(key) is entry:
-            del _SESSIONS[key]
+        # By identity: weak references compare their referents, tensors elementwise.
+        entry.seen = [g for g in entry.seen if g is not group]
+        if not entry.seen and _SESSIONS.get(entry.key) is entry:
+            del _SESSIONS[entry.key]
