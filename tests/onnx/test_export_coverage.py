@@ -67,6 +67,25 @@ NOT_OPS = {
     "SessionKernel",
     "kernel_for",
     "onnxruntime_module",
+    # control flow, sequences and optionals (operators/control) run other operators, which are
+    # recorded, and record no node of their own: an export writes what they ran (a Loop
+    # unrolled), as tests/operators/control/test_export.py checks
+    "GraphValueOperator",
+    "If",
+    "Loop",
+    "Scan",
+    "SequenceConstruct",
+    "SequenceEmpty",
+    "SequenceInsert",
+    "SequenceAt",
+    "SequenceErase",
+    "SequenceLength",
+    "ConcatFromSequence",
+    "SplitToSequence",
+    "SequenceMap",
+    "Optional",
+    "OptionalHasElement",
+    "OptionalGetElement",
 }
 
 

@@ -17,7 +17,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 import sonnx
 from sonnx.errors import GraphModeWarning
-from sonnx.onnx.subgraphs import UNROLL_LIMIT
+from sonnx.runtime.subgraphs import UNROLL_LIMIT
 from sonnx.tensor import to_numpy
 from sonnx.testing import torch_models as tm
 

@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import sonnx
 from sonnx.errors import BadInputError, BadModelError, ResourceLimitError, SonnxError
-from sonnx.onnx import subgraphs
 from sonnx.operators.activation.functions import Relu
+from sonnx.runtime import subgraphs
 
 F = TensorProto.FLOAT
 

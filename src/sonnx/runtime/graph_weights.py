@@ -19,8 +19,8 @@ import onnx
 
 from sonnx import dtypes
 from sonnx.onnx.registry import operator_class
-from sonnx.onnx.subgraphs import Subgraph
 from sonnx.proto.graph_builder import tensor_proto
+from sonnx.runtime.subgraphs import Subgraph
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:

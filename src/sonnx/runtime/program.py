@@ -4,7 +4,7 @@
 ``Constant`` values as tensors, and every other node as a :class:`Step` (converter, decoded
 attributes, wiring) in execution order. The same machinery compiles the subgraphs of ``If``,
 ``Loop`` and ``Scan``: their graph attributes become :class:`Subgraph` objects, bound to the
-enclosing scope's values when the node runs, so converters only call ``branch.run(inputs)``.
+enclosing scope's values when the node runs, so operators only call ``branch.run(inputs)``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from sonnx.device import Device, default_device_for_run
 from sonnx.engine.host_values import forget, place_inputs
 from sonnx.engine.operator import Operator, is_training
 from sonnx.engine.tracing import NotTraceableError, deferred_checks, value_checks
+from sonnx.engine.values import is_single_value
 from sonnx.errors import BadInputError, BadModelError, SonnxError
 from sonnx.onnx.gradient_graph import with_forward_graphs
 from sonnx.onnx.model_file import StoredWeight
@@ -39,9 +40,7 @@ from sonnx.onnx.registry import (
     check_node,
     node_attributes,
 )
-from sonnx.onnx.subgraphs import BoundSubgraph as BoundSubgraph  # re-exported for converters
-from sonnx.onnx.subgraphs import Subgraph
-from sonnx.onnx.values import is_single_value
+from sonnx.operators.control import GraphValueOperator
 from sonnx.runtime.constants import (
     initializer_tensors,
     place_constant,
@@ -60,6 +59,7 @@ from sonnx.runtime.shape_values import (
 )
 from sonnx.runtime.step_errors import free_inputs, node_error
 from sonnx.runtime.string_steps import typed_strings
+from sonnx.runtime.subgraphs import Subgraph
 from sonnx.strings import StringArray
 from sonnx.symbolic_sizes import SymbolicInts
 from sonnx.tensor import Tensor, computed_tensor, string_tensor, symbolic_tensor
@@ -564,7 +564,7 @@ def _make_step(
             program = compile_graph(value, versions, dev, inputs, is_subgraph=True, held=held)
             attrs[key] = Subgraph(program, f"{info.name}.{key}")
             has_subgraphs = True
-    if isinstance(r.convert, OperatorConverter) and not has_subgraphs:
+    if _runs_forward(r.convert) and not has_subgraphs:
         try:
             op = r.convert.build(info, attrs)
         except Exception:
@@ -572,3 +572,11 @@ def _make_step(
     step = Step(info, attrs, list(node.input), list(node.output), r.convert, has_subgraphs)
     step.op = op
     return step
+
+
+def _runs_forward(convert: Callable[..., Any]) -> bool:
+    """Whether a step may call its operator's ``forward`` on torch tensors: a class registered
+    as its own converter, unless it runs on graph values (If, the sequence operators)."""
+    return isinstance(convert, OperatorConverter) and not issubclass(
+        convert.operator_class, GraphValueOperator
+    )

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from sonnx import dtypes
+from sonnx.engine.subgraphs import BoundSubgraph
 from sonnx.errors import BadInputError
 from sonnx.onnx.gradient_graph import FORWARD_GRAPH
 from sonnx.onnx.registry import NodeInfo, converter
-from sonnx.onnx.subgraphs import BoundSubgraph
 from sonnx.operators.training.updates import TRAINING_DOMAIN
 from sonnx.run_state import TRAINING
 from sonnx.tensor import Tensor

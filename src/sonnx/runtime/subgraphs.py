@@ -1,8 +1,9 @@
-"""Subgraphs (the branches of If, the bodies of Loop and Scan) as their nodes see them.
+"""Subgraphs (the branches of If, the bodies of Loop and Scan) run by the runtime.
 
 A graph attribute is compiled into a :class:`Subgraph` with the enclosing graph (see
 :mod:`sonnx.runtime.program`); each run of its node binds it to the enclosing scope's values
-as a :class:`BoundSubgraph`, which converters call with the subgraph's inputs.
+as a :class:`BoundProgram`, the runtime's implementation of the protocol the operators of
+:mod:`sonnx.operators.control` call (:class:`sonnx.engine.subgraphs.BoundSubgraph`).
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from sonnx.errors import BadInputError, BadModelError, ResourceLimitError
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
+    from sonnx.engine.values import GraphValue
     from sonnx.runtime.program import GraphProgram
 
 __all__ = [
     "DEFAULT_LOOP_LIMIT",
     "LOOP_LIMIT_VAR",
     "UNROLL_LIMIT",
-    "BoundSubgraph",
+    "BoundProgram",
     "Subgraph",
     "loop_limit",
 ]
@@ -36,8 +38,13 @@ class Subgraph:
         #: What a run keeps of the values it computes (the rest is freed after its last use).
         self.output_names = frozenset(program.output_names)
 
-    def bind(self, scope: dict[str, Tensor]) -> BoundSubgraph:
-        return BoundSubgraph(self, scope)
+    def bind(self, scope: dict[str, Tensor]) -> BoundProgram:
+        """The subgraph for one run of its node.
+
+        :param scope: the enclosing scope's values, which the subgraph reads by name.
+        :returns: what the node's operator runs.
+        """
+        return BoundProgram(self, scope)
 
 
 #: How many times one run of a node may run its subgraph (Loop iterations, Scan steps), from
@@ -54,6 +61,10 @@ UNROLL_LIMIT = 512
 
 
 def loop_limit() -> int:
+    """How many runs of its subgraph one run of a node may make (``SONNX_MAX_LOOP_ITERATIONS``).
+
+    :returns: the limit, at least 1.
+    """
     given = os.environ.get(LOOP_LIMIT_VAR, "").strip()
     if not given:
         return DEFAULT_LOOP_LIMIT
@@ -65,8 +76,9 @@ def loop_limit() -> int:
         ) from None
 
 
-class BoundSubgraph:
-    """A subgraph with the enclosing scope's values: call :meth:`run` with its inputs."""
+class BoundProgram:
+    """A subgraph with the enclosing scope's values: call :meth:`run` with its inputs (a
+    :class:`~sonnx.engine.subgraphs.BoundSubgraph`)."""
 
     def __init__(self, subgraph: Subgraph, scope: dict[str, Tensor]) -> None:
         self.subgraph = subgraph
@@ -82,7 +94,12 @@ class BoundSubgraph:
     def num_outputs(self) -> int:
         return len(self.subgraph.program.output_names)
 
-    def run(self, inputs: list[Tensor | None]) -> list[Tensor]:
+    def run(self, inputs: list[GraphValue | None]) -> list[GraphValue]:
+        """Run the subgraph's program once on ``inputs`` and the enclosing scope.
+
+        :param inputs: values for the subgraph's formal inputs (None: left unset).
+        :returns: the subgraph's outputs, in order.
+        """
         self.runs += 1
         if self.runs > self.limit:
             raise ResourceLimitError(
