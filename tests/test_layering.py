@@ -76,6 +76,12 @@ def _imports(path: Path) -> list[Import]:
     """Every sonnx import of one file, outside ``if TYPE_CHECKING:`` blocks."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    return _source_imports(path.read_text(), module, package)
+
+
+def _source_imports(source: str, module: str, package: str) -> list[Import]:
+    """Every sonnx import of ``source`` (module ``module`` in ``package``), outside
+    ``if TYPE_CHECKING:`` blocks."""
     found: list[Import] = []
 
     def visit(node: ast.AST, in_function: bool) -> None:
@@ -101,7 +107,7 @@ def _imports(path: Path) -> list[Import]:
                         found.append(Import(module, alias.name, child.lineno, inside))
             visit(child, inside)
 
-    visit(ast.parse(path.read_text()), False)
+    visit(ast.parse(source), False)
     return found
 
 
@@ -151,6 +157,50 @@ def test_each_listed_upward_import_still_exists(importer: str, prefix: str) -> N
     assert any(
         i.module == importer and i.target.startswith(prefix) for i in ALL_IMPORTS
     ), f"{importer} no longer imports {prefix}: remove it from UPWARD"
+
+
+#: (importer prefix, imported prefix) that no import may join, not even inside a function or
+#: through UPWARD: ``onnx`` loads, registers, adapts versions and exports, and executes
+#: nothing (subgraphs run through :mod:`sonnx.engine.subgraphs`, which ``runtime``
+#: implements); ``operators`` know neither the file format nor the runtime.
+NEVER = [
+    ("sonnx.onnx", "sonnx.runtime"),
+    ("sonnx.onnx", "sonnx.generation"),
+    ("sonnx.operators", "sonnx.onnx"),
+    ("sonnx.operators", "sonnx.runtime"),
+    ("sonnx.operators", "sonnx.generation"),
+]
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _never_allowed(imports: list[Import]) -> list[str]:
+    return [
+        f"{i.module}:{i.line} imports {i.target}"
+        for i in imports
+        for low, high in NEVER
+        if _within(i.module, low) and _within(i.target, high)
+    ]
+
+
+def test_onnx_executes_nothing_and_operators_know_neither_onnx_nor_runtime() -> None:
+    wrong = _never_allowed(ALL_IMPORTS)
+    assert not wrong, "imports that must never exist:\n" + "\n".join(wrong)
+
+
+def test_a_hidden_import_of_the_runtime_is_caught() -> None:
+    """Inside a function, or from a package's ``__init__``, the check still sees it."""
+    source = "def run():\n    from sonnx.runtime.program import GraphProgram\n"
+    found = _source_imports(source, "sonnx.onnx.converters.fake", "sonnx.onnx.converters")
+    assert _never_allowed(found) == [
+        "sonnx.onnx.converters.fake:2 imports sonnx.runtime.program.GraphProgram"
+    ]
+    relative = _source_imports(
+        "from ..onnx import registry\n", "sonnx.operators", "sonnx.operators"
+    )
+    assert _never_allowed(relative) == ["sonnx.operators:1 imports sonnx.onnx.registry"]
 
 
 def _package_cycles() -> list[list[str]]:
