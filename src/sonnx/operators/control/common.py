@@ -36,8 +36,8 @@ class GraphValueOperator(Operator):
     #: Outputs are sequences, optionals or what a subgraph computed: nothing computed from
     #: their shapes is reused from one run to the next.
     output_shape: ClassVar[OutputShape] = OutputShape.VALUE_SIZED
-    #: Strings pass through to the operators they run, which decide: the value they make is
-    #: not followed as a moved string (their inputs still are, by the steps that read them).
+    #: Strings reach the operators they run, which decide what to do with them; what these
+    #: operators return is not followed as moved strings (graph mode runs them eagerly).
     moves_elements_only: ClassVar[bool] = False
     #: A position or count is part of each call's data; no float input parameterises them.
     parameterising_inputs: ClassVar[frozenset[int]] = frozenset()
