@@ -65,6 +65,7 @@ NOT_OPS = {
     "lstm_spec",
     "NodeSpec",
     "SessionKernel",
+    "bridge_op",
     "kernel_for",
     "onnxruntime_module",
     # control flow, sequences and optionals (operators/control) run other operators, which are

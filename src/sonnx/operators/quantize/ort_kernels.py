@@ -35,6 +35,7 @@ from sonnx.errors import BadInputError
 from sonnx.operators.quantize.ort_sessions import (
     NodeSpec,
     SessionKernel,
+    bridge_op,
     kernel_for,
     onnxruntime_module,
 )
@@ -129,7 +130,18 @@ def _run(
     return y.reshape(*a.shape[:-1], n)
 
 
-@torch.library.custom_op("sonnx::matmul_nbits_ort", mutates_args=(), device_types="cpu")
+def _matmul_nbits_ort_fake(
+    a: torch.Tensor, b: Any, scales: Any, zero_points: Any, g_idx: Any, attrs: list[int]
+) -> torch.Tensor:
+    return a.new_empty((*a.shape[:-1], attrs[1]))
+
+
+@bridge_op(
+    "matmul_nbits_ort",
+    "(Tensor a, Tensor b, Tensor scales, Tensor? zero_points, Tensor? g_idx, int[] attrs)"
+    " -> Tensor",
+    _matmul_nbits_ort_fake,
+)
 def matmul_nbits_ort(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -141,18 +153,6 @@ def matmul_nbits_ort(
     """onnxruntime's MatMulNBits kernel as a torch operator (``attrs``: K, N, bits,
     block_size, accuracy_level)."""
     return _run(nbits_spec(attrs), attrs[1], (a, b, scales, zero_points, g_idx))
-
-
-@matmul_nbits_ort.register_fake
-def _matmul_nbits_ort_fake(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    scales: torch.Tensor,
-    zero_points: torch.Tensor | None,
-    g_idx: torch.Tensor | None,
-    attrs: list[int],
-) -> torch.Tensor:
-    return a.new_empty((*a.shape[:-1], attrs[1]))
 
 
 #: How a trace records each operator's call (the custom op, one extern call).

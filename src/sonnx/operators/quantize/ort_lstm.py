@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from sonnx.operators.quantize.ort_kernels import BridgedNode, register_bridge
-from sonnx.operators.quantize.ort_sessions import NodeSpec, kernel_for
+from sonnx.operators.quantize.ort_sessions import NodeSpec, bridge_op, kernel_for
 
 __all__ = ["lstm_spec"]
 
@@ -97,7 +97,22 @@ def _run(
     return y, y_h, y_c
 
 
-@torch.library.custom_op("sonnx::dynamic_quantize_lstm_ort", mutates_args=(), device_types="cpu")
+def _dynamic_quantize_lstm_ort_fake(
+    x: torch.Tensor, w: Any, r: torch.Tensor, *rest: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    directions, hidden = r.shape[0], r.shape[1]
+    state = (directions, x.shape[1], hidden)
+    y = x.new_empty((x.shape[0], directions, x.shape[1], hidden))
+    return y, x.new_empty(state), x.new_empty(state)
+
+
+@bridge_op(
+    "dynamic_quantize_lstm_ort",
+    "(Tensor x, Tensor w, Tensor r, Tensor? b, Tensor? sequence_lens, Tensor? initial_h,"
+    " Tensor? initial_c, Tensor? p, Tensor w_scale, Tensor w_zero_point, Tensor r_scale,"
+    " Tensor r_zero_point, str attrs) -> (Tensor, Tensor, Tensor)",
+    _dynamic_quantize_lstm_ort_fake,
+)
 def dynamic_quantize_lstm_ort(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -117,28 +132,6 @@ def dynamic_quantize_lstm_ort(
     attributes as JSON pairs)."""
     inputs = (x, w, r, b, sequence_lens, initial_h, initial_c, p)
     return _run(_spec_of_text(attrs), (*inputs, w_scale, w_zero_point, r_scale, r_zero_point))
-
-
-@dynamic_quantize_lstm_ort.register_fake
-def _dynamic_quantize_lstm_ort_fake(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    r: torch.Tensor,
-    b: torch.Tensor | None,
-    sequence_lens: torch.Tensor | None,
-    initial_h: torch.Tensor | None,
-    initial_c: torch.Tensor | None,
-    p: torch.Tensor | None,
-    w_scale: torch.Tensor,
-    w_zero_point: torch.Tensor,
-    r_scale: torch.Tensor,
-    r_zero_point: torch.Tensor,
-    attrs: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    directions, hidden = r.shape[0], r.shape[1]
-    state = (directions, x.shape[1], hidden)
-    y = x.new_empty((x.shape[0], directions, x.shape[1], hidden))
-    return y, x.new_empty(state), x.new_empty(state)
 
 
 def _eager(node: BridgedNode, inputs: Sequence[torch.Tensor | None]) -> Outputs:

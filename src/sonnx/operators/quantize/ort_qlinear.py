@@ -36,7 +36,7 @@ from sonnx.operators.quantize.ort_kernels import (
     _vectors,
     register_bridge,
 )
-from sonnx.operators.quantize.ort_sessions import NodeSpec, SessionKernel, kernel_for
+from sonnx.operators.quantize.ort_sessions import NodeSpec, SessionKernel, bridge_op, kernel_for
 
 __all__ = ["QLINEAR_BRIDGED", "QLinearKernel"]
 
@@ -199,18 +199,17 @@ def _call(
     return y
 
 
-@torch.library.custom_op("sonnx::qlinear_ort", mutates_args=(), device_types="cpu")
-def qlinear_ort(spec: str, inputs: list[torch.Tensor | None]) -> torch.Tensor:
-    """onnxruntime's kernel for a bridged node as a torch operator (``spec``: the op type and
-    attributes, as :func:`_key` writes them; ``inputs``: one per slot)."""
-    return _call(_spec_from_key(spec), inputs)
-
-
-@qlinear_ort.register_fake
 def _qlinear_ort_fake(spec: str, inputs: list[torch.Tensor | None]) -> torch.Tensor:
     found = _spec_from_key(spec)
     shape, dtype = _OUTPUT[found.op_type](dict(found.attrs), inputs)
     return inputs[0].new_empty(shape, dtype=dtype)
+
+
+@bridge_op("qlinear_ort", "(str spec, Tensor?[] inputs) -> Tensor", _qlinear_ort_fake)
+def qlinear_ort(spec: str, inputs: list[torch.Tensor | None]) -> torch.Tensor:
+    """onnxruntime's kernel for a bridged node as a torch operator (``spec``: the op type and
+    attributes, as :func:`_key` writes them; ``inputs``: one per slot)."""
+    return _call(_spec_from_key(spec), inputs)
 
 
 def _eager(node: BridgedNode, inputs: Sequence[Any]) -> torch.Tensor:

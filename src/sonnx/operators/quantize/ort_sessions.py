@@ -25,7 +25,7 @@ import hashlib
 import importlib
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ import torch
 
 from sonnx.errors import BadInputError
 
-__all__ = ["NodeSpec", "SessionKernel", "kernel_for", "onnxruntime_module"]
+__all__ = ["NodeSpec", "SessionKernel", "bridge_op", "kernel_for", "onnxruntime_module"]
 
 _LOCK = threading.RLock()  # _forget_group may run inside the locked section (a collection)
 
@@ -50,6 +50,7 @@ class _Entry:
     digest: bytes
     seen: list[tuple[tuple[Any, ...], tuple[int, ...]]] = field(default_factory=list)
     finalizers: list[weakref.finalize] = field(default_factory=list)
+    retired: bool = False
 
     def finds(self, constants: Sequence[torch.Tensor]) -> bool:
         """Whether ``constants`` are tensors this entry was handed, unchanged since."""
@@ -70,12 +71,38 @@ class _Entry:
 
     def retire(self) -> None:
         """Stop watching the tensors (a newer entry took the key)."""
+        self.retired = True
         for finalizer in self.finalizers:
             finalizer.detach()
 
 
 #: (constant addresses, shapes, dtypes, absent slots, spec, run dtypes, threads) -> its entry.
 _SESSIONS: dict[tuple[Any, ...], _Entry] = {}
+
+
+@dataclass
+class _Recent:
+    """An entry and the tensors (all of a node's constants) it was last found for; once the
+    entry is retired (its constants changed, seen through another tensor), it is not used."""
+
+    entry: _Entry
+    seen: list[tuple[tuple[Any, ...], tuple[int, ...]]]
+
+    finds = _Entry.finds
+
+    def join(self, constants: Sequence[torch.Tensor]) -> None:
+        """Know ``constants`` (weak references: an identity reused after a free misses)."""
+        refs = tuple(weakref.ref(w) for w in constants)
+        self.seen.append((refs, tuple(w._version for w in constants)))
+
+
+#: The entries last found for each spec, thread count, bound inputs' types and ranks and
+#: identities of the constants: a call
+#: with the same tensors (each node of a compiled graph, at every run) skips the key's
+#: addresses, shapes and small constants' bytes (about 20 us a call); the record checks the
+#: tensors are the ones it was found for, unchanged.
+_RECENT: dict[tuple[Any, ...], _Recent] = {}
+_RECENT_SIZE = 4096
 #: Constants up to this size are found by their values, the others by their tensors: a graph
 #: compiled by inductor hands an extern call each small constant (a scale, a zero point, a
 #: short bias) in a new buffer at every run, so their addresses change while their values do
@@ -89,6 +116,37 @@ _BOUND_TYPES = {
     torch.int8: "int8",
     torch.int32: "int32",
 }
+
+
+#: The bridge's torch operators (``sonnx::...``), defined at the dispatcher's level.
+_LIBRARY = torch.library.Library("sonnx", "FRAGMENT")
+
+
+def bridge_op(
+    name: str, schema: str, fake: Callable[..., Any]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Define ``sonnx::name`` with the decorated function as its CPU kernel and ``fake`` as
+    its shape function (what graph mode's trace records as one extern call).
+
+    Defined on a ``torch.library.Library`` rather than by ``torch.library.custom_op``: the
+    latter's Python layers (its autograd wrapper, dynamo's guard) cost about 60-100 us a call,
+    as much as onnxruntime's product at M=1, paid by each bridged node of a compiled graph at
+    every run. Nothing is lost: a bridged call never needs a gradient (the bridge steps aside
+    for one) and mutates nothing.
+
+    :param name: the operator's name in the ``sonnx`` namespace.
+    :param schema: its arguments and results, in torch's schema language.
+    :param fake: its fake implementation (output shapes and dtypes from the inputs').
+    :returns: the decorator, returning the function unchanged.
+    """
+
+    def define(kernel: Callable[..., Any]) -> Callable[..., Any]:
+        _LIBRARY.define(f"{name}{schema}")
+        _LIBRARY.impl(name, kernel, "CPU")
+        torch.library.register_fake(f"sonnx::{name}", fake, lib=_LIBRARY)
+        return kernel
+
+    return define
 
 
 def onnxruntime_module() -> Any | None:
@@ -231,6 +289,13 @@ def kernel_for(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> Session
     :returns: the kernel; the entry is dropped when its first large constant is freed.
     """
     constants = [x for i, x in enumerate(inputs) if i not in spec.bound and x is not None]
+    threads = torch.get_num_threads()
+    runs = tuple((x.dtype, x.dim()) for x in _bound(spec, inputs))
+    recent_key = (spec, threads, runs, *map(id, constants))
+    recent = _RECENT.get(recent_key)
+    if recent is not None and not recent.entry.retired and recent.finds(constants):
+        return recent.entry.kernel
+    held = constants
     small = [w for w in constants if w.numel() * w.element_size() <= _BY_VALUE_BYTES]
     constants = [w for w in constants if w.numel() * w.element_size() > _BY_VALUE_BYTES]
     key = (
@@ -239,20 +304,35 @@ def kernel_for(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> Session
         tuple((tuple(w.shape), w.dtype) for w in constants),
         tuple(x is None for x in inputs),
         spec,
-        tuple((x.dtype, x.dim()) for x in _bound(spec, inputs)),
-        torch.get_num_threads(),
+        runs,
+        threads,
     )
     found = _SESSIONS.get(key)
-    if found is not None and found.finds(constants):
-        return found.kernel
+    if found is None or not found.finds(constants):
+        found = _session(spec, inputs, key, constants)
+    if len(_RECENT) >= _RECENT_SIZE:
+        _RECENT.clear()
+    _RECENT[recent_key] = _Recent(found, [])
+    _RECENT[recent_key].join(held)
+    return found.kernel
+
+
+def _session(
+    spec: NodeSpec,
+    inputs: Sequence[torch.Tensor | None],
+    key: tuple[Any, ...],
+    constants: Sequence[torch.Tensor],
+) -> _Entry:
+    """The entry under ``key`` knowing ``constants``: the current one, joined by tensors
+    of its values, or a new session."""
     with _LOCK:
         found = _SESSIONS.get(key)
         if found is not None and found.finds(constants):
-            return found.kernel
+            return found
         digest = _digest(constants)
         if found is not None and found.digest == digest:
             found.join(constants)  # other tensors over the same values: another graph's
-            return found.kernel
+            return found
         ort = onnxruntime_module()
         if ort is None:
             raise BadInputError(f"{spec.op_type}: onnxruntime is not importable")
@@ -260,7 +340,7 @@ def kernel_for(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> Session
             found.retire()
         found = _SESSIONS[key] = _Entry(key, SessionKernel(ort, spec, inputs), digest)
         found.join(constants)
-        return found.kernel
+        return found
 
 
 def _digest(constants: Sequence[torch.Tensor]) -> bytes:
