@@ -9,4 +9,7 @@ ruff check src tests bench examples scripts
 site="$(mktemp -d)"
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$site"
 rm -rf "$site"
-python -m pytest -p no:cacheprovider "$@"
+# Two workers, one per core of the CI machine (tests/conftest.py gives each one torch thread and
+# one inductor compile thread); a file's tests stay on one worker, so its module-scoped fixtures
+# (compiled reps, exported models) are built once. SONNX_TEST_WORKERS=0 runs in this process.
+python -m pytest -p no:cacheprovider -n "${SONNX_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -9,6 +9,20 @@ import sonnx.autograd as autograd
 #: Set to "cpu" to run the tests marked ``cuda`` with the CPU standing in for the GPU.
 CUDA_TESTS_DEVICE = "SONNX_CUDA_TESTS_ON"
 
+# The ONNX conformance summary line, printed by the process that reports (the controller under
+# pytest-xdist, which collects no test itself and so never loads tests/onnx/conftest.py).
+pytest_plugins = ["tests.onnx.conformance_summary"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``scripts/test.sh`` runs ``-n 2``) each worker is one of as many
+    processes as there are cores: it computes with one torch thread and compiles with one
+    inductor thread, so the workers do not oversubscribe the cores they share. Set here, before
+    any test imports inductor's config, which reads TORCHINDUCTOR_COMPILE_THREADS once."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+        torch.set_num_threads(1)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``cuda`` are skipped, with the reason, where torch sees no GPU (unless

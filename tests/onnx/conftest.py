@@ -1,19 +1,9 @@
-"""Shared fixtures of the ONNX tests and the conformance summary line."""
+"""Shared fixtures of the ONNX tests (the conformance summary line is
+tests/onnx/conformance_summary.py, a plugin of the root conftest)."""
 
 import pytest
 
 from sonnx.engine import operator
-
-
-def pytest_terminal_summary(terminalreporter):
-    from tests.onnx.test_conformance import RESULTS
-
-    if RESULTS:
-        passed = sum(RESULTS.values())
-        terminalreporter.write_line(
-            f"ONNX conformance: {passed}/{len(RESULTS)} official node cases passed "
-            f"({100.0 * passed / len(RESULTS):.1f} %)"
-        )
 
 
 @pytest.fixture(autouse=True)
