@@ -12,4 +12,6 @@ rm -rf "$site"
 # Two workers, one per core of the CI machine (tests/conftest.py gives each one torch thread and
 # one inductor compile thread); a file's tests stay on one worker, so its module-scoped fixtures
 # (compiled reps, exported models) are built once. SONNX_TEST_WORKERS=0 runs in this process.
-python -m pytest -p no:cacheprovider -n "${SONNX_TEST_WORKERS:-2}" --dist loadfile "$@"
+# The slowest tests are listed at the end: the suite is to stay under ~25 minutes on 2 cores.
+python -m pytest -p no:cacheprovider -n "${SONNX_TEST_WORKERS:-2}" --dist loadfile \
+  --durations=25 "$@"
