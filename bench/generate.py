@@ -129,7 +129,10 @@ class SonnxSide:
         self, model_dir: Path, use_graph: bool, kernels: str = "onnxruntime", verify: bool = True
     ) -> None:
         path = str(decoder_file(model_dir))
-        rep = sonnx.prepare(path, use_graph=use_graph, kernels=kernels, verify=verify)
+        # No compile budget: on two loaded cores the prompt's graph alone can take the default
+        # 120 s, and the decode step would then run eagerly through graph mode's general path.
+        budget = {"compile_budget": None} if use_graph else {}
+        rep = sonnx.prepare(path, use_graph=use_graph, kernels=kernels, verify=verify, **budget)
         self.model = load_decoder(model_dir, rep=rep)
 
     def __call__(self, prompt: np.ndarray, new: int) -> tuple[float, float, list[int]]:
