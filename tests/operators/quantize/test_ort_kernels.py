@@ -244,3 +244,28 @@ def test_tensors_aliasing_one_weight_share_its_session(monkeypatch):
     assert len(built) == 2 and not np.array_equal(changed, expected)
     np.testing.assert_array_equal(product(aliases[1]), changed)  # the new session's values
     assert len(built) == 2
+
+
+def test_sessions_found_by_value_alone_are_bounded(monkeypatch):
+    """Sessions whose constants are all small are found by value and watch no tensor: only
+    the newest are kept, and one dropped is built again when its values come back."""
+    from sonnx.operators.quantize import ort_kernels, ort_sessions
+
+    monkeypatch.setattr(ort_sessions, "_BY_VALUE_ENTRIES", 3)
+    monkeypatch.setattr(ort_sessions, "_BY_VALUE_KEYS", {})
+    spec = ort_kernels.nbits_spec([32, 4, 4, 32, 0])
+    a = torch.from_numpy(RNG.standard_normal((1, 32)).astype(F32))
+    b = torch.from_numpy(RNG.integers(0, 256, (4, 1, 16)).astype(np.uint8))
+
+    def product(scale):
+        scales = torch.full((4,), scale)
+        y = torch.empty(1, 4)
+        ort_sessions.kernel_for(spec, [a, b, scales, None, None])([a], y)
+        return y
+
+    first = product(0.5)
+    for scale in (0.1, 0.2, 0.3, 0.4):
+        torch.testing.assert_close(product(scale), first * (scale / 0.5), rtol=1e-5, atol=1e-6)
+    assert len(ort_sessions._BY_VALUE_KEYS) == 3
+    assert sum(key[0] == () and key[4] is spec for key in ort_sessions._SESSIONS) == 3
+    torch.testing.assert_close(product(0.5), first)  # dropped, built again

@@ -16,7 +16,8 @@ compiled graph of a model (a prompt's, a decode step's) hands an extern call its
 the model's memory, and these took turns evicting each other's session (82 builds per
 ``generate`` call of a 100M int4 model). A tensor freed and another allocated at its address
 (the next model's weight, version 0 again) with other values, or a weight changed in place
-(seen through a tensor with a version counter of its own), builds a new session.
+(seen through a tensor with a version counter of its own), builds a new session. An entry
+whose constants are all small has no tensor to watch: the newest 256 of those are kept.
 """
 
 from __future__ import annotations
@@ -103,6 +104,10 @@ class _Recent:
 #: tensors are the ones it was found for, unchanged.
 _RECENT: dict[tuple[Any, ...], _Recent] = {}
 _RECENT_SIZE = 4096
+#: The keys of the entries whose constants are all small (found by value alone), oldest
+#: first: no tensor's freeing drops them, so only the newest of them are kept.
+_BY_VALUE_KEYS: dict[tuple[Any, ...], None] = {}
+_BY_VALUE_ENTRIES = 256
 #: Constants up to this size are found by their values, the others by their tensors: a graph
 #: compiled by inductor hands an extern call each small constant (a scale, a zero point, a
 #: short bias) in a new buffer at every run, so their addresses change while their values do
@@ -340,7 +345,23 @@ def _session(
             found.retire()
         found = _SESSIONS[key] = _Entry(key, SessionKernel(ort, spec, inputs), digest)
         found.join(constants)
+        if not constants:
+            _keep_newest_by_value(key)
         return found
+
+
+def _keep_newest_by_value(key: tuple[Any, ...]) -> None:
+    """Note a new entry found by value alone, dropping the oldest past the bound (a model
+    prepared again and again, each with small weights of its own, would otherwise keep a
+    session per preparation)."""
+    _BY_VALUE_KEYS.pop(key, None)
+    _BY_VALUE_KEYS[key] = None
+    while len(_BY_VALUE_KEYS) > _BY_VALUE_ENTRIES:
+        oldest = next(iter(_BY_VALUE_KEYS))
+        del _BY_VALUE_KEYS[oldest]
+        dropped = _SESSIONS.pop(oldest, None)
+        if dropped is not None:
+            dropped.retire()
 
 
 def _digest(constants: Sequence[torch.Tensor]) -> bytes:
