@@ -31,9 +31,7 @@ class CompileBudget:
 
     def __init__(self, seconds: float | None) -> None:
         if seconds is not None and (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, int | float)
-            or not seconds > 0
+            isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0
         ):
             raise BadInputError(
                 f"prepare: compile_budget must be a number of seconds above 0, or None for no "
@@ -57,7 +55,10 @@ class CompileBudget:
             self.spent += time.perf_counter() - started
 
     def describe(self) -> str:
-        """``the compile budget of 120 s is spent (131 s compiling)``."""
+        """``the compile budget of 120 s is spent (131 s compiling)``; without a budget, the
+        seconds spent (``explain()`` asks either way)."""
+        if self.seconds is None:
+            return f"no compile budget ({self.spent:.0f} s compiling)"
         return f"the compile budget of {self.seconds:g} s is spent ({self.spent:.0f} s compiling)"
 
 
