@@ -15,6 +15,12 @@ models are (TorchScript exporter, opset 17, stochastic duration predictor with 2
 noise on, a tail bound low enough that the NonZero counts vary; texts of 5 to 23 tokens): graph
 mode equalled eager and onnxruntime. That model compiles for minutes, so this test keeps the
 piece whose kernel the report names.
+
+A tiny VITS duration predictor compiled 46 graphs over 8 runs, for two reasons the stand-in
+``_ReversedFlow`` keeps: the channel flip before each flow (a Slice from -1 to INT64_MIN by -1)
+got a data-dependent size in a symbolic trace, which the Split after it could not check, so
+those segments compiled once per text length; and every NonZero of a spline's masks cut a
+segment of a Transpose and a GatherND, compiled (10-15 s each) to do the same copies.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from torch.nn import functional as F
 
 import sonnx
 from sonnx.errors import GraphModeWarning
+from sonnx.runtime.segments import ONLY_MOVES
 from sonnx.tensor import to_numpy
 from sonnx.testing import torch_models as tm
 
@@ -90,3 +97,90 @@ def test_the_spline_edges_scatternd_serves_every_text_length_compiled(spline_edg
     # One symbolic graph serves every length, and no step fell back to eager.
     assert rep.graph_runner.compile_count == 1
     assert not rep.graph_runner.eager_steps
+
+
+class _ReversedFlow(nn.Module):
+    """A VITS duration-predictor flow run in reverse, as at inference: the channels flipped
+    and split in halves, the first projected into a scale, the second transformed where it
+    lies inside the tail bound and kept outside it (boolean-mask indexing: NonZero ->
+    Transpose -> GatherND, and ScatterND for the writes)."""
+
+    def __init__(self, bound: float = 1.0) -> None:
+        super().__init__()
+        self.bound = bound
+        self.project = nn.Conv1d(1, 1, 1)
+
+    def forward(self, latents: torch.Tensor) -> torch.Tensor:
+        first, second = torch.split(torch.flip(latents, [1]), [1, 1], dim=1)
+        scale = torch.sigmoid(self.project(first))
+        inside = (second >= -self.bound) & (second <= self.bound)
+        outside = ~inside
+        out = torch.zeros_like(second)
+        out[outside] = second[outside]
+        out[inside] = torch.exp(second[inside] * scale[inside])
+        return torch.cat([first, out], dim=1)
+
+
+class _NoisyFlows(nn.Module):
+    """Noise drawn, scaled and added, then two such flows of weights of their own, as a VITS
+    duration predictor runs at inference. The noise is scaled by 0 here: the draw is a step
+    graph mode runs eagerly, so that the flows' inputs are computed ones, as in VITS, while
+    the results stay comparable with onnxruntime's (whose draws differ)."""
+
+    def __init__(self, noise_scale: float = 0.0) -> None:
+        super().__init__()
+        self.noise_scale = noise_scale
+        self.flows = nn.ModuleList([_ReversedFlow(), _ReversedFlow()])
+
+    def forward(self, latents: torch.Tensor) -> torch.Tensor:
+        latents = latents + torch.randn_like(latents) * self.noise_scale
+        for flow in self.flows:
+            latents = flow(latents)
+        return latents
+
+
+@pytest.fixture(scope="module")
+def noisy_flows() -> onnx.ModelProto:
+    torch.manual_seed(0)
+    module = _NoisyFlows()
+    # Several latents inside and outside the bound in both channels: torch's exporter writes
+    # a masked write of one element as a broadcast, which holds for a count of one only.
+    example = torch.tensor([-3.0, -2.0, -0.5, 0.0, 0.5, 2.0, 3.0]).expand(1, 2, 7)
+    axes = {"latents": {0: "batch", 2: "tokens"}, "flowed": {0: "batch", 2: "tokens"}}
+    return tm.export(module, (example,), 17, ["latents"], ["flowed"], dynamic_axes=axes)
+
+
+def test_flows_compile_four_graphs_for_every_length_and_nonzero_count(noisy_flows) -> None:
+    rep = sonnx.prepare(noisy_flows, use_graph=True, compile_budget=None)
+    eager = sonnx.prepare(noisy_flows)
+    session = ort.InferenceSession(noisy_flows.SerializeToString())
+    rng = np.random.default_rng(0)
+    # Lengths longer and shorter than the traced one, batches of 2 and 3, counts of latents
+    # outside the bound from many to none (spread 0.1).
+    for batch, tokens, spread in ((1, 7, 1.5), (1, 12, 1.5), (2, 5, 1.5), (1, 4, 0.1), (3, 9, 2)):
+        latents = (rng.standard_normal((batch, 2, tokens)) * spread).astype(np.float32)
+        got, expected = to_numpy(rep.run([latents])[0]), to_numpy(eager.run([latents])[0])
+        reference = session.run(None, {"latents": latents})[0]
+        np.testing.assert_allclose(expected, reference, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    runner = rep.graph_runner
+    parts = [p for p in runner.parts() if len(p.steps) > 1]
+    ops = [[rep.steps[i].info.op_type for i in p.steps] for p in parts if p.compiled]
+    # Compiled: the noise added and the first flow's steps before its NonZeros; the Mul and
+    # Exp of the latents inside the bound (traced with their count symbolic), in each flow;
+    # the second flow's steps before its NonZeros (with the first's last copies).
+    assert len(ops) == 4 and all({"Slice", "Split", "Conv"} <= set(ops[i]) for i in (0, 2))
+    assert ops[1] == ops[3] and ops[1][:2] == ["Transpose", "GatherND"] and "Exp" in ops[1]
+    # One graph each for every run.
+    assert (runner.compile_count, runner.loaded_count) == (4, 0)
+    # The other parts between the NonZeros only copy elements: they run eagerly.
+    assert {p.why_eager for p in parts if not p.compiled} == {ONLY_MOVES}
+    assert _eager_ops(rep) == ["NonZero"] * 10 + ["RandomNormalLike"]
+    # Without a compile budget (None), explain() still describes every part.
+    lines = rep.explain().splitlines()
+    assert sum(line.startswith("  part") and ONLY_MOVES in line for line in lines) == 7
+
+
+def _eager_ops(rep: sonnx.SingaRep) -> list[str]:
+    """The op types of the steps graph mode found it must run eagerly."""
+    return sorted(rep.steps[i].info.op_type for i in rep.graph_runner.eager_steps)

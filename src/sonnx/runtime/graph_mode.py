@@ -329,6 +329,9 @@ class GraphRunner:
     ) -> str | None:
         """Run ``segment`` of ``plan`` into ``values``, compiled where it can be; why it ran
         eagerly instead (None: a compiled graph computed it)."""
+        if segment.runs_eagerly is not None:
+            self._execute(values, segment.start, segment.stop)
+            return segment.runs_eagerly
         args = [values.get(n) for n in segment.inputs]
         bounds = bounds_of(segment)
         if bounds in plan.over_budget:
@@ -475,7 +478,9 @@ class GraphRunner:
     def _show_progress(self) -> None:
         """The segments compiled so far, of those planned, and the budget spent."""
         plan = self._plan
-        planned = [bounds_of(s) for s in plan.segments if isinstance(s, Segment)]
+        planned = [
+            bounds_of(s) for s in plan.segments if isinstance(s, Segment) and not s.runs_eagerly
+        ]
         done = sum(1 for b in planned if any(plan.graphs.get(b, {}).values()))
         self._progress.show(done, len(planned), self.budget)
 

@@ -301,10 +301,10 @@ class GraphPlan:
             bounds = bounds_of(part)
             steps = range(*bounds)
             compiled = any(self.graphs.get(bounds, _EMPTY).values())
-            why = None
+            why = part.runs_eagerly
             if bounds in self.over_budget:
                 why = over_budget
-            elif not compiled:
+            elif not compiled and why is None:
                 chosen = self.choices.get(bounds, _EMPTY).values()
                 constant = any(not c.traced for c in chosen)
                 why = "it reads only constants and shape values" if constant else "not run yet"

@@ -1,7 +1,13 @@
 """How graph mode splits a program's steps into parts: compiled segments between the steps
 that run eagerly (see :mod:`sonnx.runtime.graph_mode`), which steps do so by design
 (:func:`eager_by_design`), what each segment reads and leaves for later steps, and what a run
-did, part by part (:class:`RunPart`)."""
+did, part by part (:class:`RunPart`).
+
+A segment between eager steps whose steps only move elements or read sizes (the ``Transpose
+-> GatherND`` of ``x[mask]`` between a VITS spline's NonZeros) is not compiled: its compiled
+graph would run the same copies, and each such graph cost a compile of 10-15 s (a tiny VITS
+duration predictor had fifteen of them). Its steps run eagerly (:attr:`Segment.runs_eagerly`).
+A model with no eager step is one segment, compiled whatever its steps."""
 
 from __future__ import annotations
 
@@ -26,6 +32,9 @@ class Segment:
     outputs: list[str]
     #: Why the segment is compiled for each input shape (no symbolic trace), if it is.
     per_shape: str | None = None
+    #: Why the segment is not compiled at all, its steps run eagerly, if it is not (it only
+    #: moves elements: see the module docstring).
+    runs_eagerly: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,30 @@ def eager_by_design(program: GraphProgram) -> dict[int, str]:
     return {**string_steps(program), **found}
 
 
+#: Why a segment that only moves elements or reads sizes runs eagerly.
+ONLY_MOVES = "it only moves elements or reads sizes: a compiled graph would save nothing"
+
+
+def only_moves(program: GraphProgram, start: int, stop: int) -> bool:
+    """Whether steps ``[start, stop)`` only move their inputs' elements (Transpose, Gather,
+    Reshape, ...), read shapes (Shape) or make tensors from sizes (ConstantOfShape).
+
+    :param program: the steps.
+    :param start: the first step.
+    :param stop: the step after the last.
+    :returns: whether a compiled graph of them would only copy.
+    """
+    for step in program.steps[start:stop]:
+        if step.has_subgraphs:
+            return False
+        traits = operator_class(step.info)
+        if traits.moves_elements_only or traits.reads_shape_only:
+            continue
+        if not all(i in traits.size_inputs for i, n in enumerate(step.inputs) if n):
+            return False
+    return True
+
+
 def segment_reads(program: GraphProgram, start: int, stop: int) -> list[str]:
     """The names steps ``[start, stop)`` read, subgraph reads and fused inputs included (the
     reads of their schedule)."""
@@ -71,7 +104,11 @@ def plan_segments(program: GraphProgram, eager: set[int], splits: set[int]) -> l
         starts = [before + 1, *sorted(i for i in splits if before + 1 < i < after), after]
         for start, stop in itertools.pairwise(starts):
             if stop > start:
-                parts.append(_segment(program, start, stop))
+                segment = _segment(program, start, stop)
+                whole = (start, stop) == (0, len(program.steps))
+                if not whole and only_moves(program, start, stop):
+                    segment.runs_eagerly = ONLY_MOVES
+                parts.append(segment)
         if after < len(program.steps):
             parts.append(after)
     return parts

@@ -164,17 +164,27 @@ def _backward_slice(dim: Any, start: Any, end: Any, step: int) -> builtins.slice
     onnxruntime does). ``torch.sym_min``/``sym_max`` keep a symbolic ``dim`` symbolic: a
     Python ``min`` or ``slice.indices`` would read its value and pin the traced graph to it.
     """
-    if isinstance(start, int):
-        start = builtins.min(builtins.max(start, -_FAR), _FAR)
-    if isinstance(end, int):
-        end = builtins.min(builtins.max(end, -_FAR), _FAR)
-    first = torch.sym_max(torch.sym_min(start + dim if start < 0 else start, dim - 1), 0)
-    stop = torch.sym_max(torch.sym_min(end + dim if end < 0 else end, dim - 1), -1)
+    first = _clamped(start, dim, 0)
+    stop = _clamped(end, dim, -1)
     stride = -step
     count = torch.sym_max((first - stop + stride - 1) // stride, 0)
     # From the last element taken up to the first; empty (start past stop) for a count of 0.
     # An empty dim gives first 0 and count 1, a slice of nothing all the same.
     return builtins.slice(first - (count - 1) * stride, first + 1, stride)
+
+
+def _clamped(bound: Any, dim: Any, low: int) -> Any:
+    """A backward slice's ``bound`` clamped to ``[low, dim - 1]``, negatives counted from the
+    end. A sentinel past any dimension (INT64_MIN, INT64_MAX) clamps to its end without
+    ``dim``: ``sym_max(-1, s0 - 2**62)`` is one torch cannot decide, and the slice of such a
+    bound gets a data-dependent size that the next size check (a Split's) cannot guard on,
+    so a symbolic trace of a VITS flow's channel flip failed and compiled per shape."""
+    if isinstance(bound, int):
+        if bound <= -_FAR:
+            return low
+        if bound >= _FAR:
+            return torch.sym_max(dim - 1, low)
+    return torch.sym_max(torch.sym_min(bound + dim if bound < 0 else bound, dim - 1), low)
 
 
 class Slice(Operator):
