@@ -267,3 +267,26 @@ def test_a_qat_model_trains_as_a_sonnx_model_with_a_layer_appended(cnn, precisio
     assert net.rep is rep
     deployed = convert(net.rep)
     assert sum(n.op_type == "QuantizeLinear" for n in deployed.graph.node) >= 3
+
+
+def test_lora_adapters_keep_the_fake_quantization(cnn):
+    """lora.add prepares the rewritten model anew: its Q/DQ pairs still fake-quantize in
+    training, and convert still finds them (before, the pairs ran as plain nodes, which pass
+    no gradient, and convert refused the model). A quantized product takes no adapter: its
+    weight is a DequantizeLinear's output, which the error says."""
+    from sonnx import lora
+    from sonnx.lora.targets import LoraTargetError
+    from sonnx.quantization.fake_quant import FAKE_QUANTIZE
+
+    model, feeds = cnn
+    with pytest.raises(LoraTargetError, match=r"take a computed weight \(a DequantizeLinear's"):
+        lora.add(prepare_qat(model, feeds), "Gemm")
+    rep = prepare_qat(model, feeds, nodes_to_exclude=["/fc/Gemm"])
+    pairs = sum(f.name == FAKE_QUANTIZE for f in rep.program.fusions.values())
+    assert lora.add(rep, "Gemm", rank=2) == ["fc"]
+    assert sum(f.name == FAKE_QUANTIZE for f in rep.program.fusions.values()) == pairs > 0
+    before = {k: tensor.to_numpy(t).copy() for k, t in rep.params.items()}
+    _step(rep, feeds[0], opt.SGD(lr=0.05))
+    moved = [k for k, t in rep.params.items() if not np.array_equal(before[k], tensor.to_numpy(t))]
+    assert moved and all("lora" in k for k in moved)
+    onnx.checker.check_model(convert(rep))

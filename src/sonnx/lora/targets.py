@@ -119,9 +119,19 @@ def select(graph: onnx.GraphProto, targets: str | Sequence[str]) -> list[Target]
     chosen: list[Target] = []
     for target in wanted:
         hits = [n for n in products if _matches(n, target)]
+        computed = []
         if target in ADAPTABLE_OPS:
             # An op type means the weight products among them, not activation products.
+            computed = [
+                n.name for n in hits if n.op_type != "MatMulNBits" and n.input[1] not in shapes
+            ]
             hits = [n for n in hits if n.op_type == "MatMulNBits" or n.input[1] in shapes]
+        if not hits and computed:
+            raise LoraTargetError(
+                f"targets: {target!r} selects no node with a weight initializer: the "
+                f"{target} nodes {computed[:6]} take a computed weight (a DequantizeLinear's "
+                "output, in a QDQ or QAT model: an adapter needs the float weight itself)"
+            )
         if not hits:
             raise LoraTargetError(
                 f"targets: {target!r} matches no {'/'.join(ADAPTABLE_OPS)} node; such nodes "
@@ -149,4 +159,3 @@ def _check_unique(chosen: Iterable[Target]) -> None:
                 f"{t.module!r}"
             )
         seen[t.module] = t.node
-

@@ -11,6 +11,7 @@ any prepared model uses: ``autograd.training``, ``opt.*``, ``SONNXModel``, ``Dis
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from os import PathLike
 from typing import Any
@@ -87,6 +88,16 @@ def prepare_qat(
         }
         graph = trainable_qdq(quantize_static(proto, calibration, extra_options=extra, **options))
     rep = prepare(graph, device=device)
+    fake_quantize = functools.partial(_fake_quantize, learn_scales=learn_scales)
+    fake_quantize(rep)
+    # Done again to a rep prepared from a rewrite of this one (lora.add's adapters).
+    rep.rewrites = (*rep.rewrites, fake_quantize)
+    return rep
+
+
+def _fake_quantize(rep: SingaRep, learn_scales: bool) -> None:
+    """Run the program's Q/DQ pairs as fake-quantizing groups in training (their scales
+    trainable with ``learn_scales``)."""
     pairs = fake_quant_fusions(rep.program, learn_scales)
     if not pairs:
         raise BadModelError(
@@ -99,7 +110,6 @@ def prepare_qat(
             scale = rep.constants[pair.inputs[1]]
             scale.requires_grad = scale.stores_grad = True
             rep.tensor_map[pair.inputs[1]] = scale
-    return rep
 
 
 def convert(rep: SingaRep) -> onnx.ModelProto:

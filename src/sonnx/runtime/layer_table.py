@@ -6,7 +6,8 @@ the columns after it stay aligned; the last column (the shape) is not padded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import onnx
 
@@ -59,3 +60,21 @@ def inferred_shapes(model: onnx.ModelProto) -> dict[str, str]:
         if dims is not None:
             shapes[v.name] = "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
     return shapes
+
+
+def layer_table(steps: Sequence[Any], shapes: Mapping[str, str]) -> str:
+    """The table of :meth:`SingaRep.summary`: per step its index, the ``last_layers`` value
+    that stops after it, op, node name, output names and first output's shape (``?`` where
+    shape inference knows none).
+
+    :param steps: the program's steps, in order.
+    :param shapes: inferred shapes by tensor name.
+    :returns: the table, one line per step after a header line.
+    """
+    n, rows = len(steps), []
+    for k, step in enumerate(steps):
+        outputs = [o for o in step.outputs if o]
+        shape = shapes.get(outputs[0], "?") if outputs else ""
+        cells = (step.info.op_type, step.info.name, ", ".join(outputs), str(shape))
+        rows.append((str(k), str(k - n), *cells))
+    return text_table(LAYER_COLUMNS, rows, right=2)

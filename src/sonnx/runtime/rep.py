@@ -17,7 +17,7 @@ and the time it took.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
@@ -55,7 +55,7 @@ from sonnx.runtime.input_specs import (
     is_map_list,
 )
 from sonnx.runtime.kept_model import without_large_values
-from sonnx.runtime.layer_table import LAYER_COLUMNS, inferred_shapes, text_table
+from sonnx.runtime.layer_table import inferred_shapes, layer_table
 from sonnx.runtime.program import GraphProgram, compile_graph
 from sonnx.runtime.run_paths import Path, RunTaken, choose_path, debugging, explain_run, report
 from sonnx.runtime.store import graph_digest
@@ -89,6 +89,8 @@ class SingaRep:
         :mod:`sonnx.runtime.array_runs`), else None.
     :param origin: the ``.onnx`` file it was prepared from (None: a ModelProto or bytes).
     :param kernels: which kernels its products run (see :func:`prepare`).
+    :param rewrites: what was done to the program after preparing it (QAT's fake quantization),
+        done again to a rep prepared from a rewrite of the model (:func:`prepare_rewritten`).
     """
 
     model: onnx.ModelProto
@@ -104,6 +106,7 @@ class SingaRep:
     #: The path the last run (of any thread) took, as :meth:`explain` reports it.
     _last_run: ClassVar[RunTaken | None] = None
     kernels: str = KERNEL_CHOICES[0]
+    rewrites: tuple[Callable[[SingaRep], None], ...] = ()
 
     @property
     def constants(self) -> dict[str, Tensor]:
@@ -434,13 +437,7 @@ class SingaRep:
 
         :returns: the table, one line per layer after a header line.
         """
-        n, rows = len(self.steps), []
-        for k, step in enumerate(self.steps):
-            outputs = [o for o in step.outputs if o]
-            shape = self.shapes.get(outputs[0], "?") if outputs else ""
-            cells = (step.info.op_type, step.info.name, ", ".join(outputs), str(shape))
-            rows.append((str(k), str(k - n), *cells))
-        return text_table(LAYER_COLUMNS, rows, right=2)
+        return layer_table(self.steps, self.shapes)
 
     def __str__(self) -> str:
         return self.summary()
@@ -512,7 +509,8 @@ def prepare(
 
 def prepare_rewritten(model: onnx.ModelProto, rep: SingaRep) -> SingaRep:
     """A new SingaRep of ``model``, a rewrite of ``rep.model`` (new nodes, new initializers),
-    on ``rep``'s device and in its mode, holding the weights once with ``rep``.
+    on ``rep``'s device and in its mode, holding the weights once with ``rep``; ``rep``'s
+    rewrites are done to it again.
 
     Each weight or constant of ``model`` that ``rep`` holds gets ``rep``'s tensor, its storage
     shared (current values, trained ones included), whatever ``model`` has for it: so
@@ -531,7 +529,9 @@ def prepare_rewritten(model: onnx.ModelProto, rep: SingaRep) -> SingaRep:
     graph = None if runner is None else GraphSettings(runner.verify, runner.budget.seconds)
     held = {**rep.params, **rep.constants}
     rewritten = _prepared(proto, rep.device, graph, stored, held=held, kernels=rep.kernels)
-    rewritten.origin = rep.origin
+    rewritten.origin, rewritten.rewrites = rep.origin, rep.rewrites
+    for rewrite in rep.rewrites:
+        rewrite(rewritten)
     return rewritten
 
 
