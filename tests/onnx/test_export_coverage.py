@@ -66,6 +66,7 @@ NOT_OPS = {
     "NodeSpec",
     "SessionKernel",
     "bridge_op",
+    "table_softmax",
     "kernel_for",
     "onnxruntime_module",
     # control flow, sequences and optionals (operators/control) run other operators, which are

@@ -47,7 +47,7 @@ def run(model: onnx.ModelProto, feeds: dict, **prepare) -> tuple[np.ndarray, str
 
 def check(model: onnx.ModelProto, feeds: dict, op_type: str, torch_atol: float = 0.0) -> None:
     """The bridge equals onnxruntime bit for bit; ``kernels="torch"`` equals it as the torch
-    path does (within ``torch_atol``: QAttention's float32 softmax, QLinearSoftmax's one code)."""
+    path does (within ``torch_atol``: QAttention's float32 softmax)."""
     (expected,) = ort_run(model, feeds)[:1]
     got, kernel = run(model, feeds)
     assert kernel == f"onnxruntime's {op_type}"
@@ -233,8 +233,17 @@ def test_qlinear_binary_equals_onnxruntime_exactly(op_type, dtype, b_shape):
         ("QLinearGlobalAveragePool", (2, 5, 7, 3), {"channels_last": 1}),
         ("QLinearSoftmax", (3, 9, 7), {"axis": -1, "opset": 13}),
         ("QLinearSoftmax", (3, 9, 7), {"axis": 1, "opset": 11}),
+        ("QLinearSoftmax", (2, 40, 3), {"axis": 1, "opset": 13}),
     ],
-    ids=["sigmoid", "leaky_relu", "global_pool", "global_pool_nhwc", "softmax", "softmax_11"],
+    ids=[
+        "sigmoid",
+        "leaky_relu",
+        "global_pool",
+        "global_pool_nhwc",
+        "softmax",
+        "softmax_11",
+        "softmax_middle_axis",
+    ],
 )
 @pytest.mark.parametrize("dtype", [U8, I8])
 def test_qlinear_unary_equals_onnxruntime_exactly(op_type, shape, attrs, dtype):
@@ -243,8 +252,7 @@ def test_qlinear_unary_equals_onnxruntime_exactly(op_type, shape, attrs, dtype):
         "Y_scale": scale(0.005, 0.02), "Y_zero_point": zero_point(dtype),
     }  # fmt: skip
     model = node_model(op_type, inputs, ["X"], outputs=(TYPES[dtype],), **attrs)
-    # sonnx's torch softmax rounds some codes one step from onnxruntime's table kernel.
-    check(model, {"X": inputs["X"]}, op_type, 1.0 if op_type == "QLinearSoftmax" else 0.0)
+    check(model, {"X": inputs["X"]}, op_type)
 
 
 @pytest.mark.parametrize("dtype", [U8, I8])

@@ -35,6 +35,7 @@ from sonnx.operators.quantize.contrib_nbits import ContribQuantOperator
 from sonnx.operators.quantize.linear import DequantizeLinear as OnnxDequantizeLinear
 from sonnx.operators.quantize.linear import QuantizeLinear as OnnxQuantizeLinear
 from sonnx.operators.quantize.ort_qlinear import QLinearKernel
+from sonnx.operators.quantize.qlinear_softmax import table_softmax
 
 if TYPE_CHECKING:
     from sonnx.proto.graph_builder import GraphBuilder
@@ -246,19 +247,36 @@ class QLinearLeakyRelu(QLinearKernel, _QLinearUnary):
 
 
 class QLinearSoftmax(QLinearKernel, _QLinearUnary):
-    """Softmax of the dequantized X along ``axis`` (opset < 13: of the flattened trailing
-    axes from ``axis`` on, as ONNX Softmax-1/11; ``opset`` says which)."""
+    """Softmax of X's codes along ``axis`` (opset < 13: of the flattened trailing axes from
+    ``axis`` on, as ONNX Softmax-1/11; ``opset`` says which), computed as onnxruntime's kernel
+    computes it (:mod:`~sonnx.operators.quantize.qlinear_softmax`)."""
 
     op_type = "QLinearSoftmax"
     since_versions = (1,)
     defaults: ClassVar[dict[str, Any]] = {"axis": -1}
     required_attributes = frozenset({"opset"})
 
-    def compute(self, x: torch.Tensor) -> torch.Tensor:
-        axis = int(self.attr("axis")) % x.dim()
-        if int(self.attr("opset")) >= 13:
-            return torch.softmax(x, axis)
-        return torch.softmax(x.flatten(axis), -1).reshape(x.shape)
+    def forward(
+        self,
+        x: torch.Tensor,
+        x_scale: torch.Tensor,
+        x_zp: torch.Tensor | None,
+        y_scale: torch.Tensor,
+        y_zp: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        fits = _kernel_fits(y_zp, (x,), x_scale, x_zp, y_scale)
+        y = self.onnxruntime_node((x, x_scale, x_zp, y_scale, y_zp), fits)
+        if y is not None:
+            return y
+        dequantize(self, "X", x, x_scale, x_zp)  # its checks: codes, one scale, one zero point
+        _scalar(self, "Y_scale", y_scale)
+        if y_zp is not None and y_zp.dtype != x.dtype:
+            raise BadInputError(
+                f"QLinearSoftmax node {self.name!r}: Y_zero_point must be {dtype_name(x.dtype)} "
+                f"as X, received {dtype_name(y_zp.dtype)}"
+            )
+        axis = int(self.attr("axis")) % max(x.dim(), 1)
+        return table_softmax(x, x_scale, y_scale, y_zp, axis, int(self.attr("opset")))
 
 
 class QLinearAveragePool(_QLinearUnary):
