@@ -183,6 +183,22 @@ def test_explain_names_the_eager_path_a_run_took_when_the_compiler_fails(monkeyp
     assert rep.graph_runner.compile_count == 0
 
 
+def test_sonnx_debug_prints_the_path_a_run_took_after_the_one_chosen(monkeypatch, capsys) -> None:
+    def failing(graph: torch.fx.GraphModule, example_inputs, library, named) -> None:
+        raise RuntimeError("planted: inductor fails on everything")
+
+    monkeypatch.setattr(symbolic_graphs, "compile_library", failing)
+    rep = sonnx.prepare(chain_with_a_tanh(), use_graph=True)
+    monkeypatch.setenv("SONNX_DEBUG", "1")
+    with pytest.warns(GraphModeWarning, match="planted"):
+        rep.run([_x(4)])
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("[sonnx] run: compiled graph mode (prepared with use_graph=True")
+    assert "[sonnx] took: eager, all 6 steps ran eagerly in graph mode: inductor could not " in (
+        "\n".join(lines)
+    )
+
+
 def _first_of_a_sequence() -> onnx.ModelProto:
     """SequenceAt(seq, 0) -> Relu: the input is a sequence of tensors."""
     nodes = [

@@ -57,7 +57,7 @@ from sonnx.runtime.input_specs import (
 from sonnx.runtime.kept_model import without_large_values
 from sonnx.runtime.layer_table import inferred_shapes, layer_table
 from sonnx.runtime.program import GraphProgram, compile_graph
-from sonnx.runtime.run_paths import Path, RunTaken, choose_path, debugging, explain_run, report
+from sonnx.runtime.run_paths import Path, RunTaken, announce, choose_path, explain_run, took
 from sonnx.runtime.store import graph_digest
 from sonnx.tensor import Tensor, computed_tensor
 
@@ -174,20 +174,18 @@ class SingaRep:
             above the limits.
         """
         whole = last_layers == -1 and output is None and not all_outputs and not aux_output
-        choice = choose_path(self.graph_runner is not None, whole, is_training())
-        if debugging():
-            report(f"run: {choice.path.value} ({choice.why})")
+        choice = announce(choose_path(self.graph_runner is not None, whole, is_training()))
         compiled_run = choice.path is Path.COMPILED
         arrays = self.array_runs if compiled_run and type(inputs) in (list, dict) else None
         if arrays is not None:
             fast = arrays.run(inputs)
             if fast is not None:
-                self._last_run = fast[2]
+                self._last_run = took(fast[2])
                 return ImportedGraph.record_values(self.source, fast[0], self.outputs, fast[1])
         bound = self._bind_inputs(inputs)
         if compiled_run:
             compiled, taken = self.graph_runner.run(bound)
-            self._last_run = taken  # a None from the runner: the program's steps run
+            self._last_run = took(taken)  # a None from the runner: the program's steps run
             if compiled is not None:
                 if arrays is not None:
                     arrays.remember(inputs, bound)

@@ -35,11 +35,13 @@ __all__ = [
     "Path",
     "RunChoice",
     "RunTaken",
+    "announce",
     "choose_path",
     "debugging",
     "explain_run",
     "report",
     "step_loop_reason",
+    "took",
 ]
 
 
@@ -137,6 +139,30 @@ def step_loop_reason(
     if not plans_work:
         return "a generated plan failed where the step loop did not (plans are off for this graph)"
     return None
+
+
+def announce(choice: RunChoice) -> RunChoice:
+    """``choice``, printed as the first line of the ``SONNX_DEBUG`` trace of a run.
+
+    :param choice: the path chosen before the run.
+    :returns: ``choice``.
+    """
+    if debugging():
+        report(f"run: {choice.path.value} ({choice.why})")
+    return choice
+
+
+def took(taken: RunTaken) -> RunTaken:
+    """``taken``, printed in the ``SONNX_DEBUG`` trace of a graph-mode run once its graphs ran:
+    the path it actually took (steps run eagerly and why, the fallback to the program's steps),
+    which the first line, the path chosen, does not show.
+
+    :param taken: how the run went.
+    :returns: ``taken``.
+    """
+    if debugging():
+        report(f"took: {taken.describe()}")
+    return taken
 
 
 def debugging() -> bool:
