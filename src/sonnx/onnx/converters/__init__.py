@@ -1,33 +1,22 @@
-"""Importer converters, one module per operator family; importing this registers them all."""
+"""The importer's registrations; importing this registers them all.
+
+:mod:`~sonnx.onnx.converters.families` registers every family's operator classes in one loop;
+the other modules are adapters, converter functions for what a class alone cannot do: an older
+version's attributes turned into inputs, a training flag followed, a map or a subgraph handled.
+"""
 
 from sonnx.onnx.converters import (  # noqa: F401
-    activations,
     attention,
     cast,
-    contrib_attention,
-    contrib_norms,
-    contrib_quant,
-    control_flow,
-    conv,
-    conv_quantized,
     elementwise,
+    families,
     gradient,
-    image,
     indexing,
     linalg,
-    loss,
     ml,
     normalization,
-    pooling,
-    quantize,
-    random_ops,
     reduce,
     resize,
     rnn,
-    sequence,
     shape,
-    signal,
-    strings_ops,
-    text,
-    training_ops,
 )

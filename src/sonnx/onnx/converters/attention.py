@@ -14,21 +14,13 @@ import torch
 
 from sonnx import dtypes
 from sonnx.errors import BadInputError
-from sonnx.onnx.registry import NodeInfo, converter, register_operators
+from sonnx.onnx.registry import NodeInfo, converter
 from sonnx.operators.activation.softmax import softmax
-from sonnx.operators.attention.attention import (
-    Attention,
-    CausalConvWithState,
-    LinearAttention,
-    RotaryEmbedding,
-)
 from sonnx.operators.elementwise.binary import mul
 from sonnx.operators.elementwise.cast import cast
 from sonnx.operators.linalg.products import matmul
 from sonnx.operators.shape.layout import expand, reshape, transpose, unsqueeze
 from sonnx.tensor import Tensor
-
-register_operators(Attention, RotaryEmbedding, LinearAttention, CausalConvWithState)
 
 
 def _repeat_heads(x: Tensor, times: int) -> Tensor:

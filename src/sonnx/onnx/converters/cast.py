@@ -7,11 +7,9 @@ from typing import Any
 from onnx import TensorProto
 
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, converter, register_operators
-from sonnx.operators.elementwise.cast import BitCast, Cast, CastLike
+from sonnx.onnx.registry import NodeInfo, converter
+from sonnx.operators.elementwise.cast import Cast
 from sonnx.tensor import Tensor
-
-register_operators(Cast, CastLike, BitCast)
 
 
 @converter("Cast", 1)

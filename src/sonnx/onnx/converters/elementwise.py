@@ -1,7 +1,6 @@
-"""Importer registrations for elementwise: see sonnx.operators.elementwise.
-
-Versions whose semantics differ only in the types they accept register the Operator class
-itself. The opset-1/6 forms are adapted here so that the recorded graph is the modern one:
+"""Importer adapters for elementwise (operators in :mod:`sonnx.operators.elementwise`, which
+lists the classes registered as themselves for the versions that differ only in the types
+they accept). The opset-1/6 forms are adapted here so that the recorded graph is the modern one:
 
 * ``consumed_inputs`` (opset 1, an in-place hint) is dropped;
 * ``broadcast=1`` with ``axis`` (binary ops before opset 7) becomes NumPy broadcasting by
@@ -17,20 +16,10 @@ import torch
 
 from sonnx.engine.operator import Operator
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, converter, register_operators
+from sonnx.onnx.registry import NodeInfo, converter
 from sonnx.operators import elementwise as ew
 from sonnx.operators.shape.layout import unsqueeze
 from sonnx.tensor import Tensor
-
-# ---- ops whose versions differ only in accepted types ---------------------------------------
-register_operators(
-    ew.Abs, ew.Neg, ew.Exp, ew.Log, ew.Sqrt, ew.Reciprocal, ew.Ceil, ew.Floor, ew.Sin, ew.Cos,
-    ew.Tan, ew.Asin, ew.Acos, ew.Atan, ew.Sinh, ew.Cosh, ew.Asinh, ew.Acosh, ew.Atanh, ew.Add,
-    ew.Sub, ew.Mul, ew.Div, ew.And, ew.Or, ew.Xor, ew.BitwiseAnd, ew.BitwiseOr, ew.BitwiseXor,
-    ew.BitwiseNot, ew.Less, ew.Greater, ew.LessOrEqual, ew.GreaterOrEqual, ew.Max, ew.Min,
-    ew.Mean, ew.Sum, ew.Sign, ew.Erf, ew.Round, ew.IsNaN, ew.IsInf, ew.Not, ew.Pow, ew.Mod,
-    ew.BitShift, ew.Equal, ew.Where, ew.Clip,
-)
 
 _OPSET1_CLASSES: dict[str, type[Operator]] = {
     cls.op_type: cls

@@ -11,27 +11,12 @@ from typing import Any
 
 import torch
 
-from sonnx.onnx.registry import NodeInfo, converter, register_operators
+from sonnx.onnx.registry import NodeInfo, converter
 from sonnx.operators.indexing.gather_scatter import (
-    ArgMax,
-    ArgMin,
-    Gather,
-    GatherElements,
-    GatherND,
-    NonMaxSuppression,
     ScatterElements,
-    ScatterND,
-    TensorScatter,
     TopK,
-    Unique,
 )
-from sonnx.operators.indexing.masks import Compress, NonZero, OneHot
 from sonnx.tensor import Tensor
-
-register_operators(
-    Gather, GatherElements, GatherND, ScatterElements, ScatterND, TensorScatter, OneHot,
-    NonZero, Compress, TopK, Unique, ArgMax, ArgMin, NonMaxSuppression,
-)
 
 
 @converter("Scatter", 9, 11, operator=ScatterElements)

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sonnx.onnx.registry import NodeInfo, converter, register_operators
+from sonnx.onnx.registry import NodeInfo, converter
 from sonnx.operators.linalg.products import (
-    CumProd,
-    CumSum,
-    Det,
-    Einsum,
     Gemm,
-    MatMul,
-    MatMulInteger,
-    QLinearMatMul,
 )
 from sonnx.tensor import Tensor
-
-register_operators(MatMul, Gemm, Einsum, Det, CumSum, CumProd, MatMulInteger, QLinearMatMul)
 
 
 @converter("Gemm", 1, 6)

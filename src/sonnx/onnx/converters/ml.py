@@ -11,29 +11,10 @@ import numpy as np
 from sonnx import dtypes
 from sonnx.device import get_default_device
 from sonnx.errors import BadInputError
-from sonnx.onnx.registry import NodeInfo, converter, register_operators
+from sonnx.onnx.registry import NodeInfo, converter
 from sonnx.onnx.values import MapSequence
 from sonnx.operators.ml.common import ML_DOMAIN
-from sonnx.operators.ml.linear import (
-    FeatureVectorizer,
-    Imputer,
-    LinearClassifier,
-    LinearRegressor,
-    Normalizer,
-    OneHotEncoder,
-    Scaler,
-)
-from sonnx.operators.ml.lookup import CategoryMapper, LabelEncoder
-from sonnx.operators.ml.svm import SVMClassifier, SVMRegressor
-from sonnx.operators.ml.transforms import ArrayFeatureExtractor, Binarizer, TreeEnsemble
-from sonnx.operators.ml.trees import TreeEnsembleClassifier, TreeEnsembleRegressor
 from sonnx.tensor import Tensor
-
-register_operators(
-    ArrayFeatureExtractor, Binarizer, TreeEnsemble, FeatureVectorizer, Imputer,
-    LinearClassifier, LinearRegressor, Normalizer, OneHotEncoder, Scaler, SVMClassifier,
-    SVMRegressor, LabelEncoder, CategoryMapper, TreeEnsembleClassifier, TreeEnsembleRegressor,
-)
 
 
 @converter("ZipMap", 1, domain=ML_DOMAIN)

@@ -13,25 +13,13 @@ import torch
 
 from sonnx.engine.operator import is_training
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operators
+from sonnx.onnx.registry import NodeInfo, bind_node, converter
 from sonnx.operators.normalization.batch import (
-    LRN,
     BatchNormalization,
     Dropout,
-    GroupNormalization,
-    InstanceNormalization,
-    LayerNormalization,
-    LpNormalization,
-    MeanVarianceNormalization,
-    RMSNormalization,
     batch_norm,
 )
 from sonnx.tensor import Tensor
-
-register_operators(
-    InstanceNormalization, LayerNormalization, GroupNormalization, RMSNormalization, LRN,
-    LpNormalization, MeanVarianceNormalization, Dropout,
-)
 
 
 @converter("BatchNormalization", 1, 6, 7, 9, 14, 15, operator=BatchNormalization)

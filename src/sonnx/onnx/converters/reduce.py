@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from sonnx.onnx.registry import NodeInfo, converter, register_operators
+from sonnx.onnx.registry import NodeInfo, converter
 from sonnx.operators.reduce.reductions import (
     ReduceL1,
     ReduceL2,
@@ -45,16 +45,8 @@ def _register_attribute_axes(cls: type[Reduction], *versions: int) -> None:
 
 
 _register_attribute_axes(ReduceSum, 1, 11)
-register_operators(ReduceSum)
-
-for _cls in (ReduceMean, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare):
+for _cls in (ReduceMean, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum,
+             ReduceLogSumExp):  # fmt: skip
     _register_attribute_axes(_cls, 1, 11, 13)
-    register_operators(_cls)
-
 for _cls in (ReduceMax, ReduceMin):
     _register_attribute_axes(_cls, 1, 11, 12, 13)
-    register_operators(_cls)
-
-for _cls in (ReduceLogSum, ReduceLogSumExp):
-    _register_attribute_axes(_cls, 1, 11, 13)
-    register_operators(_cls)

@@ -11,11 +11,9 @@ from typing import Any
 import numpy as np
 
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, converter, register_operators
-from sonnx.operators.image.resize import AffineGrid, GridSample, Resize, RoiAlign
+from sonnx.onnx.registry import NodeInfo, converter
+from sonnx.operators.image.resize import Resize
 from sonnx.tensor import Tensor
-
-register_operators(Resize, GridSample, AffineGrid, RoiAlign)
 
 
 def _legacy_resize(x: Tensor, scales: Tensor, mode: str, node: NodeInfo) -> Tensor:

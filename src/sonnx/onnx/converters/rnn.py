@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operators
-from sonnx.operators.rnn.contrib_lstm import DynamicQuantizeLSTM
+from sonnx.onnx.registry import NodeInfo, bind_node, converter
 from sonnx.operators.rnn.recurrent import GRU, LSTM, RNN
 from sonnx.tensor import Tensor
-
-register_operators(RNN, GRU, LSTM, DynamicQuantizeLSTM)
 
 _CLASSES = {"RNN": RNN, "GRU": GRU, "LSTM": LSTM}
 

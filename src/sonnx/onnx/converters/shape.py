@@ -13,39 +13,18 @@ from typing import Any
 import torch
 
 from sonnx.errors import BadModelError
-from sonnx.onnx.registry import NodeInfo, bind_node, converter, register_operators
+from sonnx.onnx.registry import NodeInfo, bind_node, converter
 from sonnx.operators.shape import (
-    CenterCropPad,
-    Concat,
-    Constant,
-    ConstantOfShape,
-    DepthToSpace,
-    Expand,
-    EyeLike,
-    Flatten,
     Identity,
     Pad,
-    Range,
     Reshape,
-    ReverseSequence,
-    Shape,
-    Size,
     Slice,
-    SpaceToDepth,
     Split,
     Squeeze,
     Tile,
-    Transpose,
-    Trilu,
     Unsqueeze,
 )
 from sonnx.tensor import Tensor
-
-register_operators(
-    Reshape, Flatten, Transpose, Concat, Split, Slice, Squeeze, Unsqueeze, Tile, Expand, Pad,
-    Shape, Size, Constant, ConstantOfShape, Range, EyeLike, Trilu, DepthToSpace, SpaceToDepth,
-    CenterCropPad, ReverseSequence,
-)
 
 
 def _ints(values: Sequence[int], like: Tensor) -> Tensor:

@@ -8,7 +8,8 @@ They run on graph values by calling other operators (see
 as a :class:`~sonnx.engine.subgraphs.BoundSubgraph`, which the runtime implements.
 """
 
-# ruff: noqa: F403
+# ruff: noqa: F403, F405
+from sonnx.engine.operator import Operator
 from sonnx.operators.control.branch import *
 from sonnx.operators.control.branch import __all__ as _branch_all
 from sonnx.operators.control.common import *
@@ -30,3 +31,23 @@ __all__ = [
     *_scan_all,
     *_sequence_all,
 ]
+
+#: The classes the importer registers as their own converters, at their since-versions
+#: (see :func:`sonnx.onnx.registry.register_operators`).
+OPERATORS: tuple[type[Operator], ...] = (
+    If,
+    Loop,
+    Scan,
+    SequenceConstruct,
+    SequenceEmpty,
+    SequenceInsert,
+    SequenceAt,
+    SequenceErase,
+    SequenceLength,
+    ConcatFromSequence,
+    SplitToSequence,
+    SequenceMap,
+    Optional,
+    OptionalHasElement,
+    OptionalGetElement,
+)

@@ -15,10 +15,18 @@ reads ``tensor.to_numpy(loss)[0]``), averaged over the batch axis 0:
 Their operators are composites exported as standard ONNX ops (see each ``export``).
 """
 
-# ruff: noqa: F403
+# ruff: noqa: F403, F405
+from sonnx.engine.operator import Operator
 from sonnx.operators.loss.onnx_losses import *
 from sonnx.operators.loss.onnx_losses import __all__ as _onnx_all
 from sonnx.operators.singa.losses import *
 from sonnx.operators.singa.losses import __all__ as _singa_all
 
 __all__ = [*_onnx_all, *_singa_all]
+
+#: The classes the importer registers as their own converters, at their since-versions
+#: (see :func:`sonnx.onnx.registry.register_operators`).
+OPERATORS: tuple[type[Operator], ...] = (
+    NegativeLogLikelihoodLoss,
+    SoftmaxCrossEntropyLoss,
+)

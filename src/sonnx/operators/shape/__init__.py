@@ -7,7 +7,8 @@ pick, ``padding``: grow or crop to a size, ``create``: new tensors); this module
 public names.
 """
 
-# ruff: noqa: F403
+# ruff: noqa: F403, F405
+from sonnx.engine.operator import Operator
 from sonnx.operators.shape.create import *
 from sonnx.operators.shape.create import __all__ as _create_all
 from sonnx.operators.shape.layout import *
@@ -18,3 +19,30 @@ from sonnx.operators.shape.slicing import *
 from sonnx.operators.shape.slicing import __all__ as _slicing_all
 
 __all__ = [*_create_all, *_layout_all, *_padding_all, *_slicing_all]
+
+#: The classes the importer registers as their own converters, at their since-versions
+#: (see :func:`sonnx.onnx.registry.register_operators`).
+OPERATORS: tuple[type[Operator], ...] = (
+    Reshape,
+    Flatten,
+    Transpose,
+    Concat,
+    Split,
+    Slice,
+    Squeeze,
+    Unsqueeze,
+    Tile,
+    Expand,
+    Pad,
+    Shape,
+    Size,
+    Constant,
+    ConstantOfShape,
+    Range,
+    EyeLike,
+    Trilu,
+    DepthToSpace,
+    SpaceToDepth,
+    CenterCropPad,
+    ReverseSequence,
+)
