@@ -66,6 +66,14 @@ class CompiledGraph:
         except Exception as e:
             raise CompiledRunError(first_line(e)) from e
 
+    def twin(self) -> CompiledGraph:
+        """This graph's code for another segment of the same steps and constants (see
+        :mod:`~sonnx.runtime.segment_identity`): counted as loaded, not compiled, checked
+        again at its first run there, and not the owner of the library file."""
+        twin = CompiledGraph(self.versions, self.guards, self.run, loaded=True)
+        twin.checked = False
+        return twin
+
     def fits(self, inputs: Sequence[torch.Tensor]) -> bool:
         """Whether the guards admit ``inputs``."""
         if not self.guards:

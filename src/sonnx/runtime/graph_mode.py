@@ -78,7 +78,8 @@ from sonnx.runtime.library_constants import LibraryWeights
 from sonnx.runtime.program import GraphProgram
 from sonnx.runtime.run_paths import WHOLE_GRAPH_RUN, Path, RunTaken
 from sonnx.runtime.segment_build import segment_builder
-from sonnx.runtime.segments import RunPart, Segment, eager_by_design, segment_reads
+from sonnx.runtime.segment_identity import SharedGraphs, segment_identity
+from sonnx.runtime.segments import RunPart, Segment, eager_by_design
 from sonnx.runtime.store import GraphStore, WeightDigests, digest
 from sonnx.tensor import Tensor, computed_tensor
 
@@ -135,6 +136,8 @@ class GraphRunner:
         self._progress = CompileProgress()
         self.store = GraphStore.from_environment() if identity else GraphStore(None)
         self._weight_digests = WeightDigests()
+        #: Graphs by store key: a segment of the same steps as another shares its graph.
+        self._shared = SharedGraphs()
         #: The constants as loaded: graphs of these are stored; graphs of weights changed
         #: in this process (a training step, ``load_states``) are kept in memory only, so a
         #: training loop that evaluates in graph mode does not fill the disk.
@@ -452,12 +455,16 @@ class GraphRunner:
             return entry
         try:
             stored = self._store_key(segment, key)
-            entry = self.store.find(stored, traced, versions, self._device, self.library_weights())
+            entry = self._shared.find(stored, traced, versions)
             if entry is None:
-                if self.budget.exhausted:
-                    raise _BudgetSpentError
-                with self.budget.counting():
-                    entry = self._compile(segment, args, baked, versions, stored)
+                weights = self.library_weights()
+                entry = self.store.find(stored, traced, versions, self._device, weights)
+                if entry is None:
+                    if self.budget.exhausted:
+                        raise _BudgetSpentError
+                    with self.budget.counting():
+                        entry = self._compile(segment, args, baked, versions, stored)
+                self._shared.add(stored, entry)
         except NotTraceableError as e:
             index = e.step_index
             if index is None or index in plan.eager_steps:  # not one step's: the segment's
@@ -510,18 +517,11 @@ class GraphRunner:
         return self.program.device.torch_device
 
     def _store_key(self, segment: Segment, key: tuple[Any, ...]) -> str:
-        """The on-disk key of a segment's graphs for inputs of ``key`` (see
-        :mod:`sonnx.runtime.store`)."""
-        reads = segment_reads(self.program, segment.start, segment.stop)
-        weights = [
-            (n, self._weight_digests.of(self.constants[n].data))
-            for n in reads
-            if n in self.constants
-        ]
+        """The key of a segment's graphs for inputs of ``key``, on disk (see
+        :mod:`sonnx.runtime.store`) and among :attr:`_shared`."""
+        steps = segment_identity(self.program, segment, self._weight_digests.of)
         declared = [self.declared_shapes.get(n) for n in segment.inputs]
-        return digest(
-            [self.identity, segment.start, segment.stop, self.dynamic, key, declared, weights]
-        )
+        return digest([self.identity, steps, self.dynamic, key, declared])
 
     def _split(self, bounds: Bounds, error: Exception) -> None:
         """After inductor failed on the segment ``bounds``: it is split in halves, each
