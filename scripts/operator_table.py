@@ -1,18 +1,16 @@
-"""Write docs/operators.md, the operator-support table, from the registry and the conformance
-cases, so the page says what the code does.
+"""The operator-support page (operators.md), written from the registry and the conformance
+cases when the docs are built, so the page says what the code does and nobody regenerates it.
 
-    python scripts/operator_table.py          # rewrite docs/operators.md
-    python scripts/operator_table.py --check  # exit 1 if the page differs from what it would write
-
-tests/docs/test_operator_table.py runs the check.
+mkdocs.yml names this file as a hook: :func:`on_files` adds the page to the build (it is not
+checked in). ``python scripts/operator_table.py`` prints the page, to read it without a build.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -25,14 +23,19 @@ import sonnx  # noqa: E402, F401  (registers every converter)
 from sonnx.engine.operator import Operator  # noqa: E402
 from sonnx.onnx.registry import REGISTRY  # noqa: E402
 
-PAGE = ROOT / "docs" / "operators.md"
+if TYPE_CHECKING:
+    from mkdocs.config.defaults import MkDocsConfig
+    from mkdocs.structure.files import Files
+
+#: The page's path under docs/, where mkdocs.yml's nav and the other pages link to it.
+PAGE = "operators.md"
 #: The domains the table lists, in this order ("" is ai.onnx); anything else registered is an
 #: extension of some user's, not part of sonnx.
 DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training", "com.microsoft")
 
 HEADER = """# Supported operators
 
-<!-- Written by scripts/operator_table.py from the registry; do not edit by hand. -->
+<!-- Written by scripts/operator_table.py from the registry when the docs are built. -->
 
 Every operator sonnx imports, by domain, as the importer's registry holds it
 (`sonnx.onnx.registry`). A model may use any opset: each node runs the registered
@@ -126,20 +129,18 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare instead of writing")
-    args = parser.parse_args()
-    text = render()
-    if args.check:
-        if PAGE.read_text(encoding="utf-8") != text:
-            print(f"{PAGE} is out of date: run python scripts/operator_table.py")
-            return 1
-        return 0
-    PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE}")
-    return 0
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """mkdocs hook: add the operator page, rendered now, to the files the build writes.
+
+    :param files: the docs' files as mkdocs collected them.
+    :param config: the build's configuration.
+    :returns: ``files`` with the operator page.
+    """
+    from mkdocs.structure.files import File
+
+    files.append(File.generated(config, PAGE, content=render()))
+    return files
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    print(render(), end="")
