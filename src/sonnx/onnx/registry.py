@@ -7,8 +7,9 @@ Attribute defaults come from the ``onnx.defs`` schema of the matched version, ne
 A converter is called as ``convert(node, inputs, attrs)`` where ``node`` is a
 :class:`NodeInfo`, ``inputs`` the node's input tensors (``None`` for absent optional inputs) and
 ``attrs`` the node's attributes with schema defaults filled in; it returns the output tensor(s).
-Most operators register their :class:`~sonnx.engine.operator.Operator` class directly with
-:func:`register_operators`, which reads the since-versions and domain the class declares;
+Most operators are their own converters: each family package of :mod:`sonnx.operators` lists
+its classes in ``OPERATORS``, and :mod:`sonnx.onnx.converters.families` passes every list to
+:func:`register_operators`, which reads the since-versions and domain each class declares;
 version adapters (an attribute that later became an input, …) are
 written as functions with :func:`converter`.
 
@@ -16,8 +17,7 @@ An operator's traits (:class:`~sonnx.engine.operator.Operator`: output shape, pa
 inputs, randomness, ...) are read from its class, which :func:`operator_class` finds for a node:
 the class registered for any version of its operator, or the one a function converter names
 (``converter(..., operator=Split)``), or :class:`~sonnx.engine.operator.Operator` itself,
-whose defaults are the safe ones, for an operator no class stands for (If, the sequence
-operators).
+whose defaults are the safe ones, for an operator no class stands for (ZipMap, FlexAttention).
 
 Before a converter is ever called, :func:`check_node` holds the node to its ``onnx.defs``
 schema: input and output counts (variadic included), required inputs present, attributes
