@@ -207,3 +207,15 @@ def genai_build():
 def genai_hf_model_dir():
     """``genai_hf_model_dir(family) -> Path``: :func:`hf_model_dir` as a fixture."""
     return hf_model_dir
+
+
+def unbudgeted_graph_decoder(model_dir: Path):
+    """The decoder in ``model_dir`` in graph mode without a compile budget, for tests that
+    count compiled graphs: a slow or loaded machine must not leave one eager by spending the
+    default budget."""
+    import sonnx
+    from sonnx.generation import load_decoder
+    from sonnx.generation.model_dir import decoder_file
+
+    rep = sonnx.prepare(str(decoder_file(model_dir)), use_graph=True, compile_budget=None)
+    return load_decoder(model_dir, rep=rep)

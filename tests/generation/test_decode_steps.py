@@ -35,7 +35,7 @@ from sonnx.run_state import CACHES_IN_PLACE
 from sonnx.runtime.cuda_graphs import CapturedRun
 from sonnx.tensor import Tensor, computed_tensor
 from sonnx.testing.gqa_decoder import GENAI_CONFIG, gqa_decoder
-from tests.genai_builds import SENTENCES, build
+from tests.genai_builds import SENTENCES, build, unbudgeted_graph_decoder
 
 NEW_TOKENS = 32
 StepsOf = Callable[[Decoder, Cache, torch.Tensor, torch.Tensor, bool], object]
@@ -98,7 +98,8 @@ def test_graph_mode_compiles_a_growing_decode_step_once(llama_dir, llama_rep) ->
     compiled graphs in all. The prompt's past has 0 rows, which graph mode once traced as a
     symbol that inductor could not compile (a size hint of 0 divides by zero), and so it
     compiled every later shape, each decode length, on its own."""
-    graph = sonnx.prepare(str(llama_dir / "model.onnx"), use_graph=True)
+    # No compile budget: this counts compiles, which a slow or loaded machine must not cut.
+    graph = sonnx.prepare(str(llama_dir / "model.onnx"), use_graph=True, compile_budget=None)
     for prompts in ([[1, 5, 9, 33, 7]], [[1, 5, 9, 33, 7], [1, 4]]):
         expected = llama_rep.generate(prompts, max_new_tokens=8, eos_token_id=None)
         got = graph.generate(prompts, max_new_tokens=8, eos_token_id=None)
@@ -113,7 +114,7 @@ def test_graph_mode_compiles_the_static_decode_step_once() -> None:
     and 32 new tokens compile two graphs, the prompt's and the one decode step's, and give the
     growing mask's tokens run eagerly."""
     model_dir = build("llama", "fp32")
-    eager, graph = load_decoder(model_dir), load_decoder(model_dir, use_graph=True)
+    eager, graph = load_decoder(model_dir), unbudgeted_graph_decoder(model_dir)
     runner = graph.rep.graph_runner
     runner.dynamic = False
     prompts = _llama_prompts(eager, 3)

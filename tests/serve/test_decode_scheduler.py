@@ -20,7 +20,7 @@ from sonnx.serve.batch_cache import Joining, SharedBatchBuffer
 from sonnx.serve.decode_scheduler import DecodeScheduler, GenerationRequest
 from sonnx.serve.errors import InvalidRequestError, ModelUnavailableError
 from sonnx.testing.host_reads import count_host_reads, device_values
-from tests.genai_builds import build
+from tests.genai_builds import build, unbudgeted_graph_decoder
 from tests.generation.optimum_models import export_optimum_style, tiny_llama
 
 PROMPTS = [[1, 5, 9, 33, 7], [1, 4], [1, 8, 8, 3], [1, 20, 21], [1, 3, 3, 3, 3, 3, 3], [1, 9],
@@ -304,7 +304,7 @@ def test_graph_mode_batches_equal_eager_from_two_compiled_graphs() -> None:
     and each gets eager's tokens from two compiled graphs in all (the prefill's and the
     decode step's, whatever the batch or the buffer's size)."""
     model_dir = build("llama", "fp32")
-    eager, graph = load_decoder(model_dir), load_decoder(model_dir, use_graph=True)
+    eager, graph = load_decoder(model_dir), unbudgeted_graph_decoder(model_dir)
     requests = [
         (PROMPTS[0], 6, Sampling(), None, 1),
         (PROMPTS[1], 3, Sampling(), None, 1),
