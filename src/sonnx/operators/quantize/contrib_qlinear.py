@@ -220,6 +220,25 @@ class _QLinearUnary(_QLinear):
             y = self.onnxruntime_node((x, x_scale, x_zp, y_scale, y_zp), fits)
             if y is not None:
                 return y
+        return self.torch_path(x, x_scale, x_zp, y_scale, y_zp)
+
+    def torch_path(
+        self,
+        x: torch.Tensor,
+        x_scale: torch.Tensor,
+        x_zp: torch.Tensor | None,
+        y_scale: torch.Tensor,
+        y_zp: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Y without onnxruntime's kernel: :meth:`compute` of the dequantized X, quantized.
+
+        :param x: X's codes.
+        :param x_scale: X's scale.
+        :param x_zp: X's zero point, or None.
+        :param y_scale: Y's scale.
+        :param y_zp: Y's zero point, or None.
+        :returns: Y's codes.
+        """
         y = self.compute(dequantize(self, "X", x, x_scale, x_zp))
         if self.zero_point_first:
             return _rounded(self, y / _scalar(self, "Y_scale", y_scale).float(), y_zp)
@@ -256,18 +275,25 @@ class QLinearSoftmax(QLinearKernel, _QLinearUnary):
     defaults: ClassVar[dict[str, Any]] = {"axis": -1}
     required_attributes = frozenset({"opset"})
 
-    def forward(
+    def torch_path(
         self,
         x: torch.Tensor,
         x_scale: torch.Tensor,
         x_zp: torch.Tensor | None,
         y_scale: torch.Tensor,
-        y_zp: torch.Tensor | None = None,
+        y_zp: torch.Tensor | None,
     ) -> torch.Tensor:
-        fits = _kernel_fits(y_zp, (x,), x_scale, x_zp, y_scale)
-        y = self.onnxruntime_node((x, x_scale, x_zp, y_scale, y_zp), fits)
-        if y is not None:
-            return y
+        """Y as onnxruntime's kernel computes it, from X's codes (no float softmax).
+
+        :param x: X's codes.
+        :param x_scale: X's scale.
+        :param x_zp: X's zero point (checked; the kernel does not read it), or None.
+        :param y_scale: Y's scale.
+        :param y_zp: Y's zero point, or None.
+        :returns: Y's codes.
+        :raises BadInputError: a scale or zero point of more than one element, or a Y zero
+            point of another type than X.
+        """
         dequantize(self, "X", x, x_scale, x_zp)  # its checks: codes, one scale, one zero point
         _scalar(self, "Y_scale", y_scale)
         if y_zp is not None and y_zp.dtype != x.dtype:
