@@ -34,7 +34,6 @@ from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError
 from sonnx.operators.quantize.ort_sessions import (
     NodeSpec,
-    SessionKernel,
     bridge_op,
     kernel_for,
     onnxruntime_module,
@@ -74,7 +73,7 @@ def _nbits_spec(attrs: tuple[int, ...]) -> NodeSpec:
 
 
 class BridgedNode:
-    """One node run by onnxruntime's kernel: its spec, name and last kernel.
+    """One node run by onnxruntime's kernel: its spec and name.
 
     :param name: the node's name (for warnings).
     :param spec: what its session is built from.
@@ -86,37 +85,11 @@ class BridgedNode:
         self.name = name
         self.spec = spec
         self.n = n
-        self._last: tuple[tuple[Any, ...], tuple[int, ...], int, SessionKernel] | None = None
-
-    def kernel(self, inputs: Sequence[torch.Tensor | None]) -> SessionKernel:
-        """The kernel for ``inputs``: the last one while the constants are the same tensors,
-        unchanged, and torch's thread count is the same.
-
-        :param inputs: the node's inputs, one per slot (None when absent).
-        :returns: the kernel.
-        """
-        constants = tuple(x for i, x in enumerate(inputs) if i not in self.spec.bound)
-        versions = tuple(-1 if w is None else w._version for w in constants)
-        last = self._last
-        threads = torch.get_num_threads()
-        if (
-            last is not None
-            and last[2] == threads
-            and last[1] == versions
-            and all(x is y for x, y in zip(last[0], constants, strict=True))
-        ):
-            return last[3]
-        found = kernel_for(self.spec, inputs)
-        self._last = (constants, versions, threads, found)
-        return found
 
 
-def _run(
-    spec: NodeSpec, n: int, inputs: Sequence[torch.Tensor | None], node: BridgedNode | None = None
-) -> torch.Tensor:
+def _run(spec: NodeSpec, n: int, inputs: Sequence[torch.Tensor | None]) -> torch.Tensor:
     """The node's product [..., N] by onnxruntime's kernel, on the activations' memory (A is
-    run as [M, K]; ``node`` remembers its last kernel: no lookup while its constants are the
-    same, unchanged)."""
+    run as [M, K])."""
     a = inputs[0]
     flat = a.reshape(-1, a.shape[-1])
     if not flat.is_contiguous():
@@ -125,8 +98,7 @@ def _run(
     if flat.shape[0]:
         full = [flat, *inputs[1:]]
         bound = [x if x is None else x.contiguous() for x in (full[i] for i in spec.bound)]
-        kernel = node.kernel(full) if node is not None else kernel_for(spec, full)
-        kernel(bound, y)
+        kernel_for(spec, full)(bound, y)
     return y.reshape(*a.shape[:-1], n)
 
 
@@ -212,7 +184,7 @@ def bridged_product(
         # Eagerly, the function itself: the dispatcher's custom-op overhead is not needed.
         if calls:
             return calls[0](node, inputs)
-        return _run(node.spec, node.n, inputs, node)
+        return _run(node.spec, node.n, inputs)
     except Exception as error:  # onnxruntime's errors have no common base class
         first_line = (str(error).strip().splitlines() or [""])[0]
         warnings.warn(

@@ -75,11 +75,9 @@ def _text(spec: NodeSpec) -> str:
     return json.dumps([list(pair) for pair in spec.attrs])
 
 
-def _run(
-    spec: NodeSpec, inputs: Sequence[torch.Tensor | None], node: BridgedNode | None = None
-) -> Outputs:
+def _run(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> Outputs:
     """Y ``[seq_length, num_directions, batch, hidden]``, Y_h and Y_c ``[num_directions,
-    batch, hidden]`` by onnxruntime's kernel (``node`` remembers its last kernel)."""
+    batch, hidden]`` by onnxruntime's kernel."""
     x, r = inputs[0], inputs[2]
     (steps, batch, _), (directions, hidden, _) = x.shape, r.shape
     y = torch.empty((steps, directions, batch, hidden), dtype=torch.float32, device=x.device)
@@ -92,8 +90,7 @@ def _run(
     for i in _BOUND:
         if full[i] is not None:
             full[i] = full[i].contiguous()
-    kernel = node.kernel(full) if node is not None else kernel_for(spec, full)
-    kernel([full[i] for i in _BOUND], (y, y_h, y_c))
+    kernel_for(spec, full)([full[i] for i in _BOUND], (y, y_h, y_c))
     return y, y_h, y_c
 
 
@@ -136,7 +133,7 @@ def dynamic_quantize_lstm_ort(
 
 def _eager(node: BridgedNode, inputs: Sequence[torch.Tensor | None]) -> Outputs:
     # The function itself: the dispatcher's custom-op overhead is not needed outside a trace.
-    return _run(node.spec, inputs, node)
+    return _run(node.spec, inputs)
 
 
 def _traced(node: BridgedNode, inputs: Sequence[torch.Tensor | None]) -> Outputs:

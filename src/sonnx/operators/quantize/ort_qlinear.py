@@ -36,7 +36,7 @@ from sonnx.operators.quantize.ort_kernels import (
     _vectors,
     register_bridge,
 )
-from sonnx.operators.quantize.ort_sessions import NodeSpec, SessionKernel, bridge_op, kernel_for
+from sonnx.operators.quantize.ort_sessions import NodeSpec, bridge_op, kernel_for
 
 __all__ = ["QLINEAR_BRIDGED", "QLinearKernel"]
 
@@ -178,11 +178,9 @@ _OUTPUT = {
 }
 
 
-def _call(
-    spec: NodeSpec, inputs: Sequence[torch.Tensor | None], node: BridgedNode | None = None
-) -> torch.Tensor:
+def _call(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> torch.Tensor:
     """The node's output by onnxruntime's kernel, written into a new tensor of its shape and
-    type (``node`` remembers its last kernel)."""
+    type."""
     shape, dtype = _OUTPUT[spec.op_type](dict(spec.attrs), inputs)
     y = torch.empty(shape, dtype=dtype, device=inputs[0].device)
     scalars = _scalar_slots(spec)
@@ -191,11 +189,8 @@ def _call(
             x.reshape(()) if i in scalars and x is not None else x for i, x in enumerate(inputs)
         ]
     if y.numel():
-        kernel: SessionKernel = (
-            node.kernel(inputs) if node is not None else kernel_for(spec, inputs)
-        )
         bound = [x if x is None else x.contiguous() for x in (inputs[i] for i in spec.bound)]
-        kernel(bound, y)
+        kernel_for(spec, inputs)(bound, y)
     return y
 
 
@@ -213,7 +208,7 @@ def qlinear_ort(spec: str, inputs: list[torch.Tensor | None]) -> torch.Tensor:
 
 
 def _eager(node: BridgedNode, inputs: Sequence[Any]) -> torch.Tensor:
-    return _call(node.spec, inputs, node)
+    return _call(node.spec, inputs)
 
 
 def _traced(node: BridgedNode, inputs: Sequence[Any]) -> torch.Tensor:

@@ -81,20 +81,23 @@ class _Entry:
 _SESSIONS: dict[tuple[Any, ...], _Entry] = {}
 
 
-@dataclass
 class _Recent:
-    """An entry and the tensors (all of a node's constants) it was last found for; once the
+    """An entry and the tensors (all of a node's constants: weak references, so an identity
+    reused after a free misses) it was last found for, with their versions then; once the
     entry is retired (its constants changed, seen through another tensor), it is not used."""
 
-    entry: _Entry
-    seen: list[tuple[tuple[Any, ...], tuple[int, ...]]]
+    def __init__(self, entry: _Entry, constants: Sequence[torch.Tensor]) -> None:
+        self.entry = entry
+        self.refs = tuple(weakref.ref(w) for w in constants)
+        self.versions = tuple(w._version for w in constants)
 
-    finds = _Entry.finds
-
-    def join(self, constants: Sequence[torch.Tensor]) -> None:
-        """Know ``constants`` (weak references: an identity reused after a free misses)."""
-        refs = tuple(weakref.ref(w) for w in constants)
-        self.seen.append((refs, tuple(w._version for w in constants)))
+    def finds(self, constants: Sequence[torch.Tensor]) -> SessionKernel | None:
+        """The entry's kernel while ``constants`` are these tensors, unchanged, else None."""
+        if self.entry.retired or self.versions != tuple(w._version for w in constants):
+            return None
+        if all(ref() is w for ref, w in zip(self.refs, constants, strict=True)):
+            return self.entry.kernel
+        return None
 
 
 #: The entries last found for each spec, thread count, bound inputs' types and ranks and
@@ -298,27 +301,26 @@ def kernel_for(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> Session
     runs = tuple((x.dtype, x.dim()) for x in _bound(spec, inputs))
     recent_key = (spec, threads, runs, *map(id, constants))
     recent = _RECENT.get(recent_key)
-    if recent is not None and not recent.entry.retired and recent.finds(constants):
-        return recent.entry.kernel
-    held = constants
+    kernel = None if recent is None else recent.finds(constants)
+    if kernel is not None:
+        return kernel
     small = [w for w in constants if w.numel() * w.element_size() <= _BY_VALUE_BYTES]
-    constants = [w for w in constants if w.numel() * w.element_size() > _BY_VALUE_BYTES]
+    large = [w for w in constants if w.numel() * w.element_size() > _BY_VALUE_BYTES]
     key = (
-        tuple(w.data_ptr() for w in constants),
+        tuple(w.data_ptr() for w in large),
         tuple((tuple(w.shape), w.dtype, _value(w)) for w in small),
-        tuple((tuple(w.shape), w.dtype) for w in constants),
+        tuple((tuple(w.shape), w.dtype) for w in large),
         tuple(x is None for x in inputs),
         spec,
         runs,
         threads,
     )
     found = _SESSIONS.get(key)
-    if found is None or not found.finds(constants):
-        found = _session(spec, inputs, key, constants)
+    if found is None or not found.finds(large):
+        found = _session(spec, inputs, key, large)
     if len(_RECENT) >= _RECENT_SIZE:
         _RECENT.clear()
-    _RECENT[recent_key] = _Recent(found, [])
-    _RECENT[recent_key].join(held)
+    _RECENT[recent_key] = _Recent(found, constants)
     return found.kernel
 
 
