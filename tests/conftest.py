@@ -52,6 +52,17 @@ def _session_inductor_cache(tmp_path_factory):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _inference_at_each_module_start():
+    """Each module's fixtures start in inference mode, whatever an earlier module's fixtures
+    left in this process (a worker runs many modules): a module-scoped fixture runs before
+    :func:`_isolate_global_state` and would otherwise see, and keep, a flag leaked by one
+    (graph mode compiles nothing while ``autograd.training`` is on)."""
+    autograd.training = False
+    yield
+    autograd.training = False
+
+
 @pytest.fixture(autouse=True)
 def _isolate_global_state(tmp_path_factory, monkeypatch):
     """Each test starts in inference mode with fixed seeds and leaves the flag as it found it,

@@ -171,7 +171,10 @@ def trained(data):
     train_x, train_y, _, _ = data
     model = CNN()
     autograd.training = True
-    x, y = train(model, train_x, train_y)
+    try:
+        x, y = train(model, train_x, train_y)
+    finally:
+        autograd.training = False
     return model, onnx.load_from_string(sonnx.to_onnx([x], [y]).SerializeToString())
 
 
