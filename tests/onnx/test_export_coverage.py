@@ -88,6 +88,9 @@ NOT_OPS = {
     "Optional",
     "OptionalHasElement",
     "OptionalGetElement",
+    # Gradient recomputes its forward graph and returns plain tensors (gradients of
+    # gradients are not taken): it records no node of its own
+    "Gradient",
 }
 
 

@@ -27,6 +27,7 @@ from sonnx.onnx.registry import (
     operator_class,
     register_operators,
 )
+from sonnx.operators.training.gradient import Gradient
 
 #: Schema input names that configure an operation rather than carry its data or weights.
 PARAMETER_NAMES = frozenset(
@@ -120,9 +121,7 @@ def test_the_registry_holds_each_class_at_the_since_versions_it_declares(cls) ->
     )
 
 
-SCHEMA_CLASSES = [
-    cls for cls in OWN_VERSIONS if (cls.domain, cls.op_type) in ONNX_SINCE_VERSIONS
-]
+SCHEMA_CLASSES = [cls for cls in OWN_VERSIONS if (cls.domain, cls.op_type) in ONNX_SINCE_VERSIONS]
 
 
 @pytest.mark.parametrize("cls", sorted(SCHEMA_CLASSES, key=_class_label), ids=_class_label)
@@ -132,8 +131,7 @@ def test_declared_since_versions_are_the_operators_since_versions_in_onnx(cls) -
     class was not written for. (com.microsoft operators have no schema in onnx.)"""
     real = ONNX_SINCE_VERSIONS[(cls.domain, cls.op_type)]
     assert set(cls.since_versions) <= real, (
-        f"{cls.__qualname__}: since_versions {cls.since_versions}, onnx.defs has "
-        f"{sorted(real)}"
+        f"{cls.__qualname__}: since_versions {cls.since_versions}, onnx.defs has {sorted(real)}"
     )
 
 
@@ -237,7 +235,7 @@ def test_the_ml_operators_are_inference_only() -> None:
     assert not any(cls.inference_only for domain, _, cls in CLASSES if domain != "ai.onnx.ml")
 
 
-#: A node of an operator no class stands for: its converter reads a forward graph itself.
+#: A node of an operator that runs a graph (its forward graph) and declares no traits of its own.
 _GRADIENT = NodeInfo("Gradient", "ai.onnx.preview.training", "grad", 1, 17, 1)
 
 
@@ -251,7 +249,7 @@ def test_an_operator_that_declares_nothing_has_the_safe_defaults() -> None:
         assert traits.random is Randomness.NONE
         assert not traits.parameterising_inputs and not traits.size_inputs
         assert not traits.moves_elements_only and not traits.inference_only
-    assert operator_class(_GRADIENT) is Operator
+    assert operator_class(_GRADIENT) is Gradient
 
 
 def test_a_function_converter_has_the_traits_of_the_class_it_builds() -> None:

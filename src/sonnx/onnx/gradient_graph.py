@@ -2,11 +2,12 @@
 
 A ``Gradient`` node (domain ``ai.onnx.preview.training``) names the differentiated
 computation only through its attributes: ``y`` is computed from ``xs`` and ``zs`` by other
-nodes of the graph, and nothing in the node's inputs gives ``y``'s value. So that the
-converter (``sonnx.onnx.converters.gradient``) can recompute ``y`` with gradients recorded, each
-Gradient node gets a copy carrying a graph attribute :data:`FORWARD_GRAPH`: the nodes between
-``xs + zs`` (its inputs) and ``y`` (its output). Tensors that subgraph reads from elsewhere
-(initializers, other graph inputs) come from the enclosing scope like any subgraph's.
+nodes of the graph, and nothing in the node's inputs gives ``y``'s value. So that the operator
+(:class:`~sonnx.operators.training.gradient.Gradient`) can recompute ``y`` with gradients
+recorded, each Gradient node gets a copy carrying a graph attribute ``FORWARD_GRAPH``: the
+nodes between ``xs + zs`` (its inputs) and ``y`` (its output). Tensors that subgraph reads from
+elsewhere (initializers, other graph inputs) come from the enclosing scope like any
+subgraph's.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from onnx import helper
 
 from sonnx.errors import BadModelError, UnsupportedOperatorError
 from sonnx.onnx.model_loading import ResolvedNode, needed_inputs
+from sonnx.operators.training.gradient import FORWARD_GRAPH
 from sonnx.operators.training.updates import TRAINING_DOMAIN
 from sonnx.proto.attributes import decode_attribute
-
-FORWARD_GRAPH = "sonnx_forward_graph"
 
 
 def with_forward_graphs(

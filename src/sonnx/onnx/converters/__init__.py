@@ -10,7 +10,6 @@ from sonnx.onnx.converters import (  # noqa: F401
     cast,
     elementwise,
     families,
-    gradient,
     indexing,
     linalg,
     ml,
