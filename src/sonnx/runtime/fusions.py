@@ -41,19 +41,34 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Fusion:
-    """Steps ``internal`` (skipped) and ``final`` (run as ``compute``) of one group.
+    """Steps ``internal`` (skipped) and ``final`` (where the group runs, as ``compute``) of
+    one group.
 
     ``compute`` takes the torch tensors of ``inputs`` and returns the final step's output, or
     None where it declines them (the Conv chain outside CPU float32 inference, a Linear of
     shapes ``F.linear`` does not take): the executor then runs the group's steps one by one
-    (:meth:`~sonnx.runtime.program.GraphProgram.run_group`), as without the fusion."""
+    (:meth:`~sonnx.runtime.program.GraphProgram.run_group`), as without the fusion.
+
+    A group of independent steps reading one input (:mod:`sonnx.runtime.product_groups`)
+    names the values ``compute`` returns, one each, in ``outputs``; it runs at its first step
+    (``final``), its later steps ``internal``. Without ``outputs``, ``compute`` returns the
+    final step's first output, and ``final`` is the group's last step."""
 
     name: str
     internal: tuple[int, ...]
     final: int
     inputs: tuple[str, ...]
     intermediates: frozenset[str]
-    compute: Callable[..., torch.Tensor | None]
+    compute: Callable[..., torch.Tensor | tuple[torch.Tensor, ...] | None]
+    outputs: tuple[str, ...] = ()
+
+    def made(self, final_outputs: Sequence[str]) -> tuple[str, ...]:
+        """The names the group makes: its ``outputs``, else its final step's.
+
+        :param final_outputs: the final step's outputs.
+        :returns: the names.
+        """
+        return self.outputs or tuple(final_outputs)
 
 
 def _scalar(constants: dict[str, Tensor], name: str) -> float | None:

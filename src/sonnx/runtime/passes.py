@@ -24,6 +24,7 @@ from sonnx.runtime.constants import mark_parameterising_constants, mark_statisti
 from sonnx.runtime.folding import mark_foldable
 from sonnx.runtime.fusions import find_fusions
 from sonnx.runtime.graph_weights import mark_constant_weights
+from sonnx.runtime.product_groups import find_product_groups
 from sonnx.runtime.step_errors import input_dependent
 
 if TYPE_CHECKING:
@@ -68,6 +69,11 @@ def _fusions(program: GraphProgram, free: set[str]) -> None:
     program.fusions = find_fusions(program.steps, program.constants, program.output_names)
 
 
+def _product_groups(program: GraphProgram, free: set[str]) -> None:
+    claimed = {i for f in program.fusions.values() for i in (*f.internal, f.final)}
+    program.fusions.update(find_product_groups(program.steps, program.constants, claimed))
+
+
 #: The passes, in order: what a later one reads, an earlier one wrote (the statistics and
 #: parameterising passes judge Constant nodes' weights as they judge initializers; folding
 #: reads which constants are weights; the fusions leave out folded steps).
@@ -78,6 +84,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("constant folding", _folding),
     Pass("input blame", _blame),
     Pass("fusions (GELU, Linear, Conv+BatchNorm+activation chains)", _fusions),
+    Pass("products reading one input as one onnxruntime session", _product_groups),
 )
 
 

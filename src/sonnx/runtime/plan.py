@@ -21,7 +21,7 @@ when a plan raises, the step loop runs again and names the node that fails (see
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +94,7 @@ class _PlanWriter:
             "_SonnxTensor": Tensor,
             "_run": program.run_step,
             "_run_group": program.run_group,
+            "_raw_all": _raw_all,
             "_on_one_device": _on_one_device,
             "PlanAssumptionError": PlanAssumptionError,
         }
@@ -125,6 +126,12 @@ class _PlanWriter:
         self.namespace[f"_group{index}"] = fusion
         raw = ", ".join(self._raw_arg(n, lines) for n in fusion.inputs)
         boxed = ", ".join(self._boxed_arg(n, lines) for n in fusion.inputs)
+        if fusion.outputs:  # several results, one per name
+            targets = ", ".join(self._define(n, _RAW) for n in fusion.outputs)
+            lines.append(f"_made = _fusion{index}({raw})")
+            lines.append(f"if _made is None: _made = _run_group(_group{index}, [{boxed}])")
+            lines.append(f"{targets}, = _raw_all(_made)")
+            return
         target = self._define(step.outputs[0], _RAW)
         lines.append(f"{target} = _fusion{index}({raw})")
         lines.append(f"if {target} is None: {target} = _run_group(_group{index}, [{boxed}]).data")
@@ -265,6 +272,11 @@ def _first_raw(result: Any) -> Any:
     if isinstance(result, (torch.Tensor, StringArray)):
         return result
     return result[0]
+
+
+def _raw_all(results: Sequence[Any]) -> list[Any]:
+    """A group's results as raw tensors (the fused call's, or its steps' Tensors)."""
+    return [r.data if isinstance(r, Tensor) else r for r in results]
 
 
 def _outputs(result: Any, count: int, raw: bool) -> tuple[Any, ...]:

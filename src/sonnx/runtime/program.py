@@ -350,11 +350,12 @@ class GraphProgram:
                     if failure is e:
                         raise
                     raise failure from e
-                result = self.run_group(fusion, args) if raw is None else _plain(raw)
+                result = self.run_group(fusion, args) if raw is None else _plain_all(raw)
+                _store(fusion.made(step.outputs), result, values, computed)
             else:
                 args = _arguments(step, values)
                 result = self._run_named(index, step, args, values)
-            _store(step, result, values, computed)
+                _store(step.outputs, result, values, computed)
             if fresh is not None and entry.action is Action.SHAPE_VALUE:
                 fresh.update((n, values[n]) for n in step.outputs if n in values)
             if debug:
@@ -365,15 +366,18 @@ class GraphProgram:
             self._shape_values.store(signature, fresh)
         return values
 
-    def run_group(self, fusion: Fusion, args: list[Tensor]) -> Tensor:
+    def run_group(self, fusion: Fusion, args: list[Tensor]) -> Any:
         """A fused group's steps one by one, on the tensors of its inputs: what runs where its
         fused call declines (while training or tracing, on another device or dtype, for a
-        shape the call does not take); a failing step names itself."""
+        shape the call does not take); a failing step names itself. Returns the final step's
+        output, or the tuple of the group's ``outputs`` where it names them."""
         env: dict[str, Any] = dict(zip(fusion.inputs, args, strict=True))
-        for index in (*fusion.internal, fusion.final):
+        for index in sorted((*fusion.internal, fusion.final)):
             step = self.steps[index]
             step_args = _arguments(step, env)
-            _store(step, self._run_named(index, step, step_args, env), env, None)
+            _store(step.outputs, self._run_named(index, step, step_args, env), env, None)
+        if fusion.outputs:
+            return tuple(env[name] for name in fusion.outputs)
         return env[self.steps[fusion.final].outputs[0]]
 
     def _run_named(self, index: int, step: Step, args: list[Any], values: dict[str, Any]) -> Any:
@@ -402,12 +406,18 @@ class GraphProgram:
         return result
 
 
+def _plain_all(raw: Any) -> Tensor | tuple[Tensor, ...]:
+    """A fused call's result as Tensors: one, or a tuple of them (a group naming several)."""
+    return tuple(map(_plain, raw)) if isinstance(raw, (tuple, list)) else _plain(raw)
+
+
 def _store(
-    step: Step, result: Any, values: dict[str, Any], computed: dict[str, Tensor] | None
+    names: Sequence[str], result: Any, values: dict[str, Any], computed: dict[str, Tensor] | None
 ) -> None:
-    """Name a step's result(s) and add them to ``values`` (and ``computed``)."""
+    """Name a step's (or a group's) result(s) ``names`` and add them to ``values`` (and
+    ``computed``)."""
     outs = (result,) if type(result) is Tensor or is_single_value(result) else result
-    for name, t in zip(step.outputs, outs, strict=False):
+    for name, t in zip(names, outs, strict=False):
         if name and t is not None:
             if isinstance(t, Tensor):
                 t.name = name

@@ -104,7 +104,7 @@ def _active_fusions(
         final: fusion
         for final, fusion in program.fusions.items()
         if start <= min((*fusion.internal, final))
-        and final < stop
+        and max((*fusion.internal, final)) < stop
         and not (keep and fusion.intermediates & keep)
     }
 
@@ -141,8 +141,9 @@ def _frees(
     if keep is None:
         return [() for _ in entries]
     last: dict[str, int] = {}
-    for position, (index, _, _, reads) in enumerate(entries):
-        for name in program.steps[index].outputs:  # a group makes what its final step makes
+    for position, (index, _, fusion, reads) in enumerate(entries):
+        made = program.steps[index].outputs
+        for name in made if fusion is None else fusion.made(made):
             if name:
                 last.setdefault(name, position)  # freed where made unless read later
         for name in reads:

@@ -240,7 +240,7 @@ class KernelChoice:
         return self._bridged(spec, 0, inputs)
 
     def _bridged(self, spec: NodeSpec, n: int, inputs: Sequence[torch.Tensor | None]) -> Any:
-        if not self._bridgeable(spec, inputs):
+        if not self.bridgeable(spec, inputs):
             return None
         node = self.__dict__.get("_bridge")
         if node is None or node.spec != spec:
@@ -250,7 +250,16 @@ class KernelChoice:
             self._refused = True
         return y
 
-    def _bridgeable(self, spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> bool:
+    def bridgeable(self, spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> bool:
+        """Whether onnxruntime's kernel may run the node on ``inputs`` (see
+        :meth:`onnxruntime_product`: the bridge is on and has not been refused, the held slots
+        are constants, every input is on the CPU, every float one float32 and none needs a
+        gradient, and onnxruntime is importable).
+
+        :param spec: the node's spec.
+        :param inputs: the node's inputs, one per slot of ``spec``.
+        :returns: whether the bridge may run.
+        """
         present = [x for x in inputs if x is not None]
         held = {i for i, x in enumerate(inputs) if x is not None and i not in spec.bound}
         constants = self.constant_inputs

@@ -184,7 +184,7 @@ class NodeSpec:
     outputs: tuple[str, ...] = ("y",)
 
     def model_bytes(self, inputs: Sequence[torch.Tensor | None]) -> bytes:
-        """The single-node model for ``inputs`` (one per slot, None where absent): bound ones
+        """The model of :meth:`nodes` for ``inputs`` (one per slot, None where absent): bound ones
         as graph inputs of their types and ranks, the others as initializers, the outputs
         of the types onnxruntime infers.
 
@@ -194,11 +194,6 @@ class NodeSpec:
         from onnx import helper, numpy_helper
 
         names = [s if x is not None else "" for s, x in zip(self.slots, inputs, strict=True)]
-        while names and names[-1] == "":
-            names.pop()
-        node = helper.make_node(
-            self.op_type, names, list(self.outputs), domain="com.microsoft", **dict(self.attrs)
-        )
         graph_inputs, initializers = [], []
         for i, (slot, x) in enumerate(zip(self.slots, inputs, strict=True)):
             if x is None:
@@ -211,9 +206,29 @@ class NodeSpec:
                 initializers.append(numpy_helper.from_array(x.detach().contiguous().numpy(), slot))
         # Untyped: onnxruntime infers each from the node (float32, or a QLinear node's 8 bits).
         outputs = [helper.make_empty_tensor_value_info(y) for y in self.outputs]
-        graph = helper.make_graph([node], self.op_type, graph_inputs, outputs, initializers)
+        graph = helper.make_graph(
+            self.nodes(names), self.op_type, graph_inputs, outputs, initializers
+        )
         opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
         return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
+
+    def nodes(self, names: Sequence[str]) -> list[Any]:
+        """The session's nodes: this one node (a spec of several nodes reading one input
+        overrides it).
+
+        :param names: the input name of each slot, "" where the input is absent.
+        :returns: the ``NodeProto`` list.
+        """
+        from onnx import helper
+
+        names = list(names)
+        while names and names[-1] == "":
+            names.pop()
+        return [
+            helper.make_node(
+                self.op_type, names, list(self.outputs), domain="com.microsoft", **dict(self.attrs)
+            )
+        ]
 
 
 def _numpy_type(x: torch.Tensor) -> Any:
