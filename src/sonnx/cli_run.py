@@ -95,7 +95,7 @@ def run_outputs(
             names = [o for o in rep.steps[len(rep.steps) + last_layers].outputs if o]
         return {n: host_value(v) for n, v in zip(names, results, strict=True)}
     names = list(dict.fromkeys(names))
-    produced = {o: i for i, step in enumerate(rep.steps) for o in step.outputs if o}
+    produced = rep.program.index.producer
     unknown = [n for n in names if n not in produced and n not in rep.constants]
     if unknown:
         raise BadInputError(

@@ -209,6 +209,47 @@ def test_weights_inside_if_branches_are_parameters_trained_through_the_branch_ru
         np.testing.assert_array_equal(before[idle], to_numpy(rep.params[idle]))
 
 
+@pytest.mark.parametrize("as_constant", [True, False], ids=["constant_node", "initializer"])
+def test_an_outer_weight_only_a_branch_reads_is_a_parameter(as_constant) -> None:
+    """y = x @ w in either branch, w of the enclosing graph: the branch reads it as an operand,
+    so it trains whether a Constant node or an initializer holds it (a Constant node's used to
+    stay a constant: the pass saw only the nodes' own inputs, not what branches read)."""
+    rng = np.random.default_rng(5)  # not the module's: the tests after this one keep theirs
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+
+    def branch(name: str) -> onnx.GraphProto:
+        node = helper.make_node("MatMul", ["x", "w"], [f"{name}_y"])
+        out = helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)
+        return helper.make_graph([node], name, [], [out])
+
+    nodes = [
+        helper.make_node("If", ["cond"], ["y"], then_branch=branch("t"), else_branch=branch("e"))
+    ]
+    if as_constant:
+        value = numpy_helper.from_array(w, "w")
+        nodes.insert(0, helper.make_node("Constant", [], ["w"], value=value))
+    graph = helper.make_graph(
+        nodes,
+        "outer_weight",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        [] if as_constant else [numpy_helper.from_array(w, "w")],
+    )
+    rep = sonnx.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert set(rep.params) == {"w"}
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    autograd.training = True
+    try:
+        loss = autograd.reduce_sum(rep.run([x, np.array(True)])[0])
+        grads = {p.name: to_numpy(g) for p, g in autograd.backward(loss)}
+    finally:
+        autograd.training = False
+    np.testing.assert_allclose(grads["w"], np.repeat(x.sum(0)[:, None], 3, 1), rtol=1e-5)
+
+
 def test_trained_branch_weights_export_in_place(if_model) -> None:
     rep = sonnx.prepare(if_model)
     with torch.no_grad():

@@ -18,7 +18,7 @@ import onnx
 from onnx import helper
 
 from sonnx.errors import BadModelError, UnsupportedOperatorError
-from sonnx.onnx.model_loading import ResolvedNode, needed_inputs
+from sonnx.onnx.model_loading import ResolvedNode, needed_inputs, node_producers
 from sonnx.operators.training.gradient import FORWARD_GRAPH
 from sonnx.operators.training.updates import TRAINING_DOMAIN
 from sonnx.proto.attributes import decode_attribute
@@ -34,7 +34,7 @@ def with_forward_graphs(
     """
     if not any(_is_gradient(r.node) for r in resolved):
         return resolved
-    producers = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    producers = node_producers(graph.node)
     defined = known | set(producers)
     return [
         dataclasses.replace(r, node=_with_forward_graph(graph, r, producers, defined))

@@ -14,7 +14,7 @@ out through a symbolic link is refused before any file is opened.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -327,11 +327,7 @@ def check_graph_order(graph: onnx.GraphProto, known: set[str]) -> list[int]:
     ONNX requires nodes to be topologically sorted; an unsorted graph is sorted here, while an
     undefined input name or a cycle is reported with the node involved.
     """
-    producers: dict[str, int] = {}
-    for i, node in enumerate(graph.node):
-        for out in node.output:
-            if out:
-                producers[out] = i
+    producers = node_producers(graph.node)
     order: list[int] = []
     state = [0] * len(graph.node)  # 0 unvisited, 1 on the stack, 2 done
     for start in range(len(graph.node)):
@@ -365,6 +361,18 @@ def check_graph_order(graph: onnx.GraphProto, known: set[str]) -> list[int]:
                 state[j] = 1
                 stack.append((j, iter(needed_inputs(graph.node[j]))))
     return order
+
+
+def node_producers(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:
+    """The position of the node computing each name, among ``nodes`` (a graph's, in its own
+    order): what the loader, the Gradient nodes' forward graphs and export walk back through.
+    The program's steps have their own index (:mod:`sonnx.runtime.program_index`): they leave
+    out Constant nodes and come in execution order.
+
+    :param nodes: the nodes.
+    :returns: the positions by output name (a name two nodes compute: the later one's).
+    """
+    return {out: i for i, node in enumerate(nodes) for out in node.output if out}
 
 
 def needed_inputs(node: onnx.NodeProto) -> list[str]:

@@ -165,31 +165,26 @@ def fake_quant_fusions(program: GraphProgram, learn_scales: bool) -> dict[int, F
     :param learn_scales: whether the scales train (LSQ); they must then be trainable tensors.
     :returns: the groups.
     """
-    steps = program.steps
-    readers: dict[str, list[int]] = {}
-    for i, step in enumerate(steps):
-        for name in step.reads():
-            readers.setdefault(name, []).append(i)
     claimed = {i for f in program.fusions.values() for i in (*f.internal, f.final)}
-    outputs = set(program.output_names)
     found: dict[int, Fusion] = {}
-    for i, q in enumerate(steps):
+    for i, q in enumerate(program.steps):
         if q.info.op_type != "QuantizeLinear" or q.info.domain not in _DOMAINS or i in claimed:
             continue
-        pair = _pair(program, i, readers.get(q.outputs[0], []), outputs, learn_scales)
+        pair = _pair(program, i, learn_scales)
         if pair is not None and pair.final not in claimed:
             found[pair.final] = pair
     return found
 
 
-def _pair(
-    program: GraphProgram, i: int, readers: list[int], outputs: set[str], learn_scales: bool
-) -> Fusion | None:
+def _pair(program: GraphProgram, i: int, learn_scales: bool) -> Fusion | None:
+    """The fake-quantizing group of QuantizeLinear step ``i`` and the DequantizeLinear that
+    alone reads its output (no subgraph body, no graph output: see the program's index)."""
     steps = program.steps
     q = steps[i]
-    if len(readers) != 1 or q.outputs[0] in outputs or len(q.inputs) < 2:
+    reader = program.index.only_reader(q.outputs[0]) if q.outputs else None
+    if reader is None or len(q.inputs) < 2:
         return None
-    dq = steps[readers[0]]
+    dq = steps[reader]
     if (
         dq.info.op_type != "DequantizeLinear"
         or dq.info.domain != q.info.domain
@@ -210,5 +205,5 @@ def _pair(
     spec = FakeQuantSpec(*bounds, *_granularity(q), learn_scales, activation)
     inputs = (q.inputs[0], q.inputs[1], *((zp_name,) if zp_name else ()))
     return Fusion(
-        FAKE_QUANTIZE, (i,), readers[0], inputs, frozenset(q.outputs), partial(_compute, spec)
+        FAKE_QUANTIZE, (i,), reader, inputs, frozenset(q.outputs), partial(_compute, spec)
     )

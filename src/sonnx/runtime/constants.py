@@ -23,6 +23,7 @@ from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.runtime.program import Step
+    from sonnx.runtime.program_index import ProgramIndex
 
 CPU = Device("cpu")
 
@@ -95,37 +96,48 @@ STATISTICS_SUFFIX = "/statistics"
 _STATISTICS_INPUTS = {"BatchNormalization": (3, 4)}
 
 
-def mark_parameterising_constants(steps: list[Step], constants: dict[str, Tensor]) -> None:
+def mark_parameterising_constants(
+    steps: list[Step], constants: dict[str, Tensor], index: ProgramIndex
+) -> None:
     """Float initializers read only where they parameterise an operation (exponents, bounds,
     quantization parameters, a Resize's scales) are constants: training them is never meant (a
     trained exponent's gradient is NaN for negative bases), and graph mode may read a
-    constant on the host where it could not read a weight."""
-    parameter_use: dict[str, bool] = {}
-    for step in steps:
-        positions = operator_class(step.info).parameterising_inputs
-        for position, name in enumerate(step.inputs):
-            parameter_use[name] = parameter_use.get(name, True) and position in positions
-        # what a subgraph body reads from this scope is an ordinary operand there
-        for name in set(step.reads()) - set(step.inputs):
-            parameter_use[name] = False
-    for name, only_parameterising in parameter_use.items():
-        if name in constants and only_parameterising:
-            constants[name].stores_grad = False
-            constants[name].requires_grad = False
+    constant on the host where it could not read a weight.
+
+    :param steps: the program's steps.
+    :param constants: the program's constants by name.
+    :param index: the steps' readers of each value; what a subgraph body reads from this
+        scope is an ordinary operand there.
+    """
+
+    def parameterising(step: int) -> frozenset[int]:
+        return operator_class(steps[step].info).parameterising_inputs
+
+    for name, t in constants.items():
+        if index.read_only_at(name, parameterising):
+            t.stores_grad = False
+            t.requires_grad = False
 
 
-def mark_statistics_as_buffers(steps: list[Step], constants: dict[str, Tensor]) -> None:
+def mark_statistics_as_buffers(
+    steps: list[Step], constants: dict[str, Tensor], index: ProgramIndex
+) -> None:
     """Float initializers used as running statistics are states, not trainable weights.
 
     torch's exporter stores equal initializers once and hands out copies through Identity
     nodes, so a fresh network's running variance (all ones) can be its scale's tensor. Such a
-    statistic gets a buffer of its own, so updating it in training never writes the weight.
+    statistic gets a buffer of its own, so updating it in training never writes the weight:
+    the BatchNormalization step then reads the buffer's name (the steps' wiring changes).
+
+    :param steps: the program's steps.
+    :param constants: the program's constants by name; the buffers made are added.
+    :param index: the producer of each value, as the steps were before this pass.
     """
-    producers = {o: step for step in steps for o in step.outputs}
     for step in steps:
         for position in _STATISTICS_INPUTS.get(step.info.op_type, ()):
             name = step.inputs[position] if position < len(step.inputs) else ""
-            source = producers.get(name)
+            found = index.producer.get(name)
+            source = None if found is None else steps[found]
             if (
                 source is not None
                 and source.info.op_type == "Identity"

@@ -63,6 +63,7 @@ from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.runtime.program import Step
+    from sonnx.runtime.program_index import ProgramIndex
 
 __all__ = ["ConvChain", "ConvGroup", "find_conv_group"]
 
@@ -102,15 +103,21 @@ def find_conv_group(
     conv: int,
     steps: Sequence[Step],
     constants: dict[str, Tensor],
-    producer: dict[str, int],
-    readers: dict[str, list[int]],
-    outputs: set[str],
+    index: ProgramIndex,
 ) -> ConvGroup | None:
     """The chain of Conv units starting at Conv step ``conv``, or None: each unit a Conv
     with weights known before the run (initializers, or values computed from them only), then
     optionally an inference-form BatchNormalization and an activation; the next unit is the
-    Conv that alone reads the previous unit's output."""
-    finder = _Finder(steps, constants, producer, readers, outputs)
+    Conv that alone reads the previous unit's output.
+
+    :param conv: the Conv step's index.
+    :param steps: the program's steps.
+    :param constants: the program's constants by name.
+    :param index: the producer and readers of each value (subgraph reads and graph outputs
+        included): a unit's intermediate values must be read inside it only.
+    :returns: the group, or None.
+    """
+    finder = _Finder(steps, constants, index)
     units: list[list[int]] = []
     found = finder.unit(conv)
     if found is None:
@@ -136,22 +143,19 @@ class _Finder:
 
     steps: Sequence[Step]
     constants: dict[str, Tensor]
-    producer: dict[str, int]
-    readers: dict[str, list[int]]
-    outputs: set[str]
+    index: ProgramIndex
 
     def weight(self, name: str) -> bool:
         """A constant, or computed from constants only (an Identity or Cast of one)."""
         if name in self.constants:
             return True
-        return name in self.producer and self.steps[self.producer[name]].foldable
+        producer = self.index.producer.get(name)
+        return producer is not None and self.steps[producer].foldable
 
     def only_reader(self, name: str) -> int | None:
         """The one step reading ``name``, if ``name`` is not a graph output."""
-        found = self.readers.get(name, [])
-        if len(found) != 1 or name in self.outputs or self.steps[found[0]].foldable:
-            return None
-        return found[0]
+        found = self.index.only_reader(name)
+        return None if found is None or self.steps[found].foldable else found
 
     def unit(self, conv: int) -> list[int] | None:
         """The steps of the unit starting at ``conv``, if it is a Conv with known weights."""
@@ -207,8 +211,8 @@ class _Finder:
 
     def silu(self, tail: str) -> list[int] | None:
         """``Mul(t, Sigmoid(t))`` (either order) of ``tail``: the Sigmoid and Mul steps."""
-        found = self.readers.get(tail, [])
-        if len(found) != 2 or tail in self.outputs:
+        found = self.index.readers(tail)
+        if len(found) != 2 or tail in self.index.outputs:
             return None
         kinds = {self.steps[i].info.op_type: i for i in found if self.steps[i].info.domain == ""}
         sig, mul = kinds.get("Sigmoid"), kinds.get("Mul")

@@ -37,6 +37,7 @@ from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.runtime.program import Step
+    from sonnx.runtime.program_index import ProgramIndex
 
 
 @dataclass(frozen=True)
@@ -89,29 +90,27 @@ def _other(step: Step, name: str) -> str | None:
 
 
 def find_fusions(
-    steps: Sequence[Step], constants: dict[str, Tensor], outputs: Sequence[str]
+    steps: Sequence[Step], constants: dict[str, Tensor], index: ProgramIndex
 ) -> dict[int, Fusion]:
-    """Every fusable group, by the index of its final step."""
-    producer = {o: i for i, step in enumerate(steps) for o in step.outputs if o}
-    # Readers include what subgraph bodies read from this scope (``Step.reads``): an If
-    # branch reading a group's intermediate keeps that group from fusing.
-    readers: dict[str, list[int]] = {}
-    for i, step in enumerate(steps):
-        for name in step.reads():
-            readers.setdefault(name, []).append(i)
-    graph_outputs = set(outputs)
+    """Every fusable group, by the index of its final step.
+
+    :param steps: the program's steps.
+    :param constants: the program's constants by name.
+    :param index: the producer and readers of each value: a group's intermediate values must
+        be read inside the group only (not by a subgraph body, not as a graph output).
+    :returns: the groups.
+    """
+    finders = {
+        "Erf": _gelu,
+        "MatMul": _linear,
+        "Conv": _conv,
+        "DynamicQuantizeLinear": _dynamic_quantization,
+    }
     found: dict[int, Fusion] = {}
     claimed: set[int] = set()  # the steps of the groups found so far
-    for index, step in enumerate(steps):
-        fusion = None
-        if step.info.op_type == "Erf":
-            fusion = _gelu(index, steps, constants, producer, readers, graph_outputs)
-        elif step.info.op_type == "MatMul":
-            fusion = _linear(index, steps, constants, readers, graph_outputs)
-        elif step.info.op_type == "Conv":
-            fusion = _conv(index, steps, constants, producer, readers, graph_outputs)
-        elif step.info.op_type == "DynamicQuantizeLinear":
-            fusion = _dynamic_quantization(index, steps, constants, readers, graph_outputs)
+    for position, step in enumerate(steps):
+        finder = finders.get(step.info.op_type)
+        fusion = None if finder is None else finder(position, steps, constants, index)
         if fusion is not None and not ({*fusion.internal, fusion.final} & claimed):
             found[fusion.final] = fusion
             claimed.update((*fusion.internal, fusion.final))
@@ -119,15 +118,10 @@ def find_fusions(
 
 
 def _conv(
-    conv: int,
-    steps: Sequence[Step],
-    constants: dict[str, Tensor],
-    producer: dict[str, int],
-    readers: dict[str, list[int]],
-    outputs: set[str],
+    conv: int, steps: Sequence[Step], constants: dict[str, Tensor], index: ProgramIndex
 ) -> Fusion | None:
     """A Conv with what follows it (see :mod:`sonnx.runtime.conv_fusions`)."""
-    group = find_conv_group(conv, steps, constants, producer, readers, outputs)
+    group = find_conv_group(conv, steps, constants, index)
     if group is None:
         return None
     *internal, final = group.steps
@@ -136,14 +130,10 @@ def _conv(
 
 
 def _dynamic_quantization(
-    dql: int,
-    steps: Sequence[Step],
-    constants: dict[str, Tensor],
-    readers: dict[str, list[int]],
-    outputs: set[str],
+    dql: int, steps: Sequence[Step], constants: dict[str, Tensor], index: ProgramIndex
 ) -> Fusion | None:
     """A DynamicQuantizeLinear with its product (see :mod:`sonnx.runtime.quantized_fusions`)."""
-    group = find_dynamic_quantization_group(dql, steps, constants, readers, outputs)
+    group = find_dynamic_quantization_group(dql, steps, constants, index)
     if group is None:
         return None
     *internal, final = group.steps
@@ -152,22 +142,17 @@ def _dynamic_quantization(
 
 
 def _linear(
-    matmul: int,
-    steps: Sequence[Step],
-    constants: dict[str, Tensor],
-    readers: dict[str, list[int]],
-    outputs: set[str],
+    matmul: int, steps: Sequence[Step], constants: dict[str, Tensor], index: ProgramIndex
 ) -> Fusion | None:
     """``Add(MatMul(x, W), b)`` with W a 2-D float weight and b a 1-D one of W's width."""
     if len(steps[matmul].inputs) != 2:
         return None
     x, w = steps[matmul].inputs
     product = steps[matmul].outputs[0]
-    found = readers.get(product, [])
+    add = index.only_reader(product)
     weight = constants.get(w)
-    if len(found) != 1 or product in outputs or weight is None or weight.data.dim() != 2:
+    if add is None or weight is None or weight.data.dim() != 2:
         return None
-    add = found[0]
     bias = constants.get(_other(steps[add], product) or "")
     if (
         steps[add].info.op_type != "Add"
@@ -192,22 +177,15 @@ def _linear_call(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Ten
 
 
 def _gelu(
-    erf: int,
-    steps: Sequence[Step],
-    constants: dict[str, Tensor],
-    producer: dict[str, int],
-    readers: dict[str, list[int]],
-    outputs: set[str],
+    erf: int, steps: Sequence[Step], constants: dict[str, Tensor], index: ProgramIndex
 ) -> Fusion | None:
     """``Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)``, operands in either order."""
 
     def only_reader(name: str, op_type: str) -> int | None:
-        found = readers.get(name, [])
-        if len(found) != 1 or name in outputs or steps[found[0]].info.op_type != op_type:
-            return None
-        return found[0]
+        found = index.only_reader(name)
+        return None if found is None or steps[found].info.op_type != op_type else found
 
-    div = producer.get(steps[erf].inputs[0])
+    div = index.producer.get(steps[erf].inputs[0])
     if div is None or steps[div].info.op_type != "Div" or len(steps[div].inputs) != 2:
         return None
     x, root = steps[div].inputs

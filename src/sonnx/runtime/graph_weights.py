@@ -25,29 +25,32 @@ from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.runtime.program import GraphProgram, Step
+    from sonnx.runtime.program_index import ProgramIndex
 
 __all__ = ["graph_weights", "mark_constant_weights", "write_constant_value"]
 
 
 def mark_constant_weights(
-    steps: list[Step], constants: dict[str, Tensor], names: frozenset[str]
+    steps: list[Step], constants: dict[str, Tensor], names: frozenset[str], index: ProgramIndex
 ) -> None:
     """Make the values of Constant nodes ``names`` that hold weights trainable parameters.
 
     :param steps: the program's steps, which decide how each value is used.
     :param constants: the program's constants by name, the Constant nodes' values among them.
     :param names: the names of the values that Constant nodes hold.
+    :param index: the steps' readers of each value; what a subgraph body reads from this
+        scope is an operand there (a branch's MatMul by the outer graph's weight).
     """
-    operand_reads: set[str] = set()
-    for step in steps:
-        op = operator_class(step.info)
-        not_operands = op.parameterising_inputs | op.shape_inputs | op.size_inputs
-        operand_reads.update(
-            name for position, name in enumerate(step.inputs) if position not in not_operands
-        )
-    for name in names & operand_reads:
+
+    def not_operands(step: int) -> frozenset[int]:
+        op = operator_class(steps[step].info)
+        return op.parameterising_inputs | op.shape_inputs | op.size_inputs
+
+    for name in names:
         t = constants.get(name)
-        if t is not None and dtypes.is_float(t.dtype) and t.data.numel() > 1:
+        if t is None or not dtypes.is_float(t.dtype) or t.data.numel() <= 1:
+            continue
+        if index.uses.get(name) and not index.read_only_at(name, not_operands):
             t.requires_grad = True
             t.stores_grad = True
 

@@ -21,7 +21,7 @@ import torch
 from sonnx import dtypes
 from sonnx.engine.operator import Operator, next_call_number, recorded_input
 from sonnx.errors import ExportError
-from sonnx.onnx.model_loading import check_graph_order, needed_inputs
+from sonnx.onnx.model_loading import check_graph_order, needed_inputs, node_producers
 from sonnx.proto.graph_builder import GraphBuilder, tensor_proto
 from sonnx.runtime.constants import STATISTICS_SUFFIX
 from sonnx.runtime.graph_weights import graph_weights, write_constant_value
@@ -55,7 +55,7 @@ class GraphSource:
         self.program = program
         self.constants = program.constants
         graph = model.graph
-        self.producer = {o: i for i, node in enumerate(graph.node) for o in node.output if o}
+        self.producer = node_producers(graph.node)
         self.initializers = {t.name for t in graph.initializer}
         self.sparse_initializers = {s.values.name: s for s in graph.sparse_initializer}
         self.graph_inputs = {v.name: v for v in graph.input}

@@ -2,9 +2,12 @@
 
 :func:`~sonnx.runtime.program.compile_graph` lowers a ``GraphProto`` to a program (constants and
 one :class:`~sonnx.runtime.program.Step` per node, in execution order) and then runs
-:data:`PASSES` over it. Each pass reads the steps, constants and outputs and writes what it
-decides onto them; none changes the steps themselves, so cuts (``last_layers``), export and
-``SONNX_DEBUG`` still see one step per original node. What runs when is decided later, per kind
+:data:`PASSES` over it. Each pass reads the steps, constants and outputs, and who computes and
+reads each value from the program's one index (:mod:`sonnx.runtime.program_index`, subgraph
+bodies' reads and the graph's outputs included), and writes what it decides onto them; none
+adds or removes steps, so cuts (``last_layers``), export and ``SONNX_DEBUG`` still see one step
+per original node. A pass that renames what a step reads says so (``Pass.rewires``), and the
+index is built again for the passes after it. What runs when is decided later, per kind
 of run, by the schedule (:mod:`sonnx.runtime.schedule`): which groups run fused, which steps
 are known shape values, which are pruned as dead, and when each value is freed. Every executor
 (the program's step loop, the generated plan, graph mode's segments) walks that schedule.
@@ -40,18 +43,20 @@ class Pass:
 
     name: str
     apply: Callable[[GraphProgram, set[str]], None]
+    #: Whether it may rename what steps read or write (the program's index is then stale).
+    rewires: bool = False
 
 
 def _constant_weights(program: GraphProgram, free: set[str]) -> None:
-    mark_constant_weights(program.steps, program.constants, program.constant_nodes)
+    mark_constant_weights(program.steps, program.constants, program.constant_nodes, program.index)
 
 
 def _statistics(program: GraphProgram, free: set[str]) -> None:
-    mark_statistics_as_buffers(program.steps, program.constants)
+    mark_statistics_as_buffers(program.steps, program.constants, program.index)
 
 
 def _parameterising(program: GraphProgram, free: set[str]) -> None:
-    mark_parameterising_constants(program.steps, program.constants)
+    mark_parameterising_constants(program.steps, program.constants, program.index)
 
 
 def _folding(program: GraphProgram, free: set[str]) -> None:
@@ -66,7 +71,7 @@ def _blame(program: GraphProgram, free: set[str]) -> None:
 
 
 def _fusions(program: GraphProgram, free: set[str]) -> None:
-    program.fusions = find_fusions(program.steps, program.constants, program.output_names)
+    program.fusions = find_fusions(program.steps, program.constants, program.index)
 
 
 def _product_groups(program: GraphProgram, free: set[str]) -> None:
@@ -79,7 +84,7 @@ def _product_groups(program: GraphProgram, free: set[str]) -> None:
 #: reads which constants are weights; the fusions leave out folded steps).
 PASSES: tuple[Pass, ...] = (
     Pass("Constant nodes' weights as parameters", _constant_weights),
-    Pass("running statistics as buffers", _statistics),
+    Pass("running statistics as buffers", _statistics, rewires=True),
     Pass("parameterising inputs as constants", _parameterising),
     Pass("constant folding", _folding),
     Pass("input blame", _blame),
@@ -92,3 +97,5 @@ def run_passes(program: GraphProgram, free: set[str]) -> None:
     """Run every pass of :data:`PASSES` over ``program``."""
     for each in PASSES:
         each.apply(program, free)
+        if each.rewires:
+            program.wiring_changed()

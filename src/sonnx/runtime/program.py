@@ -49,7 +49,8 @@ from sonnx.runtime.folding import FoldedResults
 from sonnx.runtime.fusions import Fusion
 from sonnx.runtime.passes import run_passes
 from sonnx.runtime.plan import Plan, build_plan
-from sonnx.runtime.run_paths import debugging, report, step_loop_reason
+from sonnx.runtime.program_index import ProgramIndex
+from sonnx.runtime.run_paths import debugging, step_loop_reason, trace_step
 from sonnx.runtime.schedule import Action, Schedule, build_schedule
 from sonnx.runtime.shape_values import (
     ShapeValueCache,
@@ -93,14 +94,15 @@ class Step:
     blames_input: bool = False
 
     def reads(self) -> list[str]:
-        """The names the step reads: its inputs and what its subgraphs take from the outer
-        scope."""
-        names = [n for n in self.inputs if n]
-        if self.has_subgraphs:
-            for value in self.attrs.values():
-                if isinstance(value, Subgraph):
-                    names.extend(value.program.outer_names())
-        return names
+        """The names the step reads: its inputs, then :meth:`outer_reads`."""
+        return [n for n in self.inputs if n] + self.outer_reads()
+
+    def outer_reads(self) -> list[str]:
+        """What the step's subgraph bodies read from the enclosing scope, branch by branch."""
+        if not self.has_subgraphs:
+            return []
+        subgraphs = (v for v in self.attrs.values() if isinstance(v, Subgraph))
+        return [n for subgraph in subgraphs for n in subgraph.program.outer_names()]
 
     def failure(
         self, args: list[Any], error: Exception, names: Sequence[str] | None = None
@@ -176,6 +178,19 @@ class GraphProgram:
     #: once a plan failed where the step loop did not (the step loop then runs every time).
     _plans: dict[frozenset[str], Plan] | None = field(default_factory=dict, repr=False)
     _schedules: dict[tuple[Any, ...], Schedule] = field(default_factory=dict, repr=False)
+    _index: ProgramIndex | None = field(default=None, repr=False)
+
+    @property
+    def index(self) -> ProgramIndex:
+        """The producer and readers of each value (see :mod:`sonnx.runtime.program_index`),
+        built at first use after the steps' wiring last changed."""
+        if self._index is None:
+            self._index = ProgramIndex(self.steps, self.output_names)
+        return self._index
+
+    def wiring_changed(self) -> None:
+        """Say that a pass rewrote which names the steps read or write: the index is stale."""
+        self._index = None
 
     @cached_property
     def shape_value_steps(self) -> set[int]:
@@ -184,7 +199,8 @@ class GraphProgram:
 
     @cached_property
     def _shape_value_sources(self) -> tuple[str, ...]:
-        return shape_value_sources(self.steps, self.shape_value_steps, self.constants)
+        steps, producer = self.steps, self.index.producer
+        return shape_value_sources(steps, self.shape_value_steps, self.constants, producer)
 
     def _known_shape_values(self, signature: tuple[Any, ...] | None) -> dict[str, Any] | None:
         if signature is None:
@@ -279,18 +295,14 @@ class GraphProgram:
     def outer_names(self) -> list[str]:
         """Names this (sub)graph reads that it does not define (the enclosing scope's), in
         the order first read (store keys list them: no per-process hash order)."""
-        defined = set(self.input_names) | set(self.constants)
-        defined |= {o for step in self.steps for o in step.outputs}
-        reads = (n for step in self.steps for n in step.reads() if n not in defined)
-        return list(dict.fromkeys(reads))
+        index = self.index
+        defined = {*self.input_names, *self.constants, *index.producer}
+        return [n for n in index.uses if n not in defined]
 
     def step_producing(self, name: str) -> Step | None:
         """The step that computes tensor ``name``, or None."""
-        return self._producers.get(name)
-
-    @cached_property
-    def _producers(self) -> dict[str, Step]:
-        return {o: step for step in self.steps for o in step.outputs if o}
+        found = self.index.producer.get(name)
+        return None if found is None else self.steps[found]
 
     def schedule(
         self,
@@ -359,7 +371,7 @@ class GraphProgram:
             if fresh is not None and entry.action is Action.SHAPE_VALUE:
                 fresh.update((n, values[n]) for n in step.outputs if n in values)
             if debug:
-                _trace(step, args, values, time.perf_counter() - started)
+                trace_step(step, args, values, time.perf_counter() - started)
             for name in entry.frees:
                 values.pop(name, None)
         if fresh is not None and whole:
@@ -435,24 +447,6 @@ def _arguments(step: Step, values: dict[str, Any]) -> list[Any]:
             f"node {step.info.name!r} ({step.info.op_type}) needs tensor {e.args[0]!r}, "
             "which was not computed (an optional input left out, or a cut too early?)"
         ) from None
-
-
-def _trace(step: Step, args: list[Any], values: dict[str, Any], seconds: float) -> None:
-    """One node of the ``SONNX_DEBUG`` trace: its inputs, its outputs by name, its time."""
-    inputs = ", ".join(_described(a) for a in args)
-    outputs = ", ".join(f"{n}: {_described(values.get(n))}" for n in step.outputs if n)
-    report(
-        f"{step.info.op_type:<20} {step.info.name:<30} ({inputs}) -> {outputs} "
-        f"{seconds * 1e3:.3f} ms"
-    )
-
-
-def _described(value: Any) -> str:
-    if value is None:
-        return "-"
-    if hasattr(value, "dtype") and hasattr(value, "shape"):
-        return f"{dtypes.dtype_name(value.dtype)}{list(value.shape)}"
-    return type(value).__name__  # a sequence, an optional
 
 
 def compile_graph(

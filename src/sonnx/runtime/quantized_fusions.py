@@ -34,6 +34,7 @@ from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.runtime.program import Step
+    from sonnx.runtime.program_index import ProgramIndex
 
 __all__ = ["QuantizedGroup", "find_dynamic_quantization_group"]
 
@@ -62,8 +63,7 @@ def find_dynamic_quantization_group(
     dql: int,
     steps: Sequence[Step],
     constants: dict[str, Tensor],
-    readers: dict[str, list[int]],
-    outputs: set[str],
+    index: ProgramIndex,
 ) -> QuantizedGroup | None:
     """The group a DynamicQuantizeLinear step starts, if its outputs feed one QAttention or
     one MatMulInteger chain only (see the module docstring).
@@ -71,35 +71,26 @@ def find_dynamic_quantization_group(
     :param dql: the DynamicQuantizeLinear step's index.
     :param steps: the program's steps.
     :param constants: the program's constants (a MatMulInteger's weight must be one).
-    :param readers: the steps reading each value (subgraph reads included).
-    :param outputs: the graph's outputs (an intermediate the run returns keeps the nodes).
+    :param index: the steps reading each value (subgraph reads included) and the graph's
+        outputs (an intermediate the run returns keeps the nodes).
     :returns: the group, or None.
     """
     names = steps[dql].outputs
-    if len(names) != 3 or not all(names) or names[0] in outputs:
+    if len(names) != 3 or not all(names):
         return None
-    first = readers.get(names[0], [])
-    if len(first) != 1 or steps[first[0]].foldable:
+    first = index.only_reader(names[0])
+    if first is None or steps[first].foldable:
         return None
-    op_type = steps[first[0]].info.op_type
+    op_type = steps[first].info.op_type
     if op_type == "QAttention":
-        return _qattention(dql, first[0], steps, readers, outputs)
+        return _qattention(dql, first, steps, index)
     if op_type == "MatMulInteger":
-        return _matmul_integer(dql, first[0], steps, constants, readers, outputs)
+        return _matmul_integer(dql, first, steps, constants, index)
     return None
 
 
-def _only_reader(name: str, readers: dict[str, list[int]], outputs: set[str]) -> int | None:
-    found = readers.get(name, [])
-    return found[0] if len(found) == 1 and name not in outputs else None
-
-
 def _qattention(
-    dql: int,
-    attention: int,
-    steps: Sequence[Step],
-    readers: dict[str, list[int]],
-    outputs: set[str],
+    dql: int, attention: int, steps: Sequence[Step], index: ProgramIndex
 ) -> QuantizedGroup | None:
     """The quantized input, its scale and zero point read by one QAttention only, as its
     inputs 0, 3 and 6, whose only output is its first (no present)."""
@@ -109,7 +100,7 @@ def _qattention(
     if (
         not isinstance(op, QAttention)
         or (inputs[0], inputs[3], inputs[6]) != (codes, scale, zero_point)
-        or any(_only_reader(n, readers, outputs) != attention for n in (scale, zero_point))
+        or any(index.only_reader(n) != attention for n in (scale, zero_point))
         or any(step.outputs[1:])
     ):
         return None
@@ -136,8 +127,7 @@ def _matmul_integer(
     matmul: int,
     steps: Sequence[Step],
     constants: dict[str, Tensor],
-    readers: dict[str, list[int]],
-    outputs: set[str],
+    index: ProgramIndex,
 ) -> QuantizedGroup | None:
     """``Mul(Cast(MatMulInteger(codes, W, zero point, W zero point)), Mul(scale, W scale))``
     with W a constant and every intermediate read inside the group only."""
@@ -147,15 +137,15 @@ def _matmul_integer(
         len(step.inputs) < 3
         or (step.inputs[0], step.inputs[2]) != (codes, zero_point)
         or step.inputs[1] not in constants
-        or _only_reader(zero_point, readers, outputs) != matmul
+        or index.only_reader(zero_point) != matmul
     ):
         return None
-    cast = _only_reader(step.outputs[0], readers, outputs)
-    scales = _only_reader(scale, readers, outputs)
+    cast = index.only_reader(step.outputs[0])
+    scales = index.only_reader(scale)
     if cast is None or scales is None:
         return None
     to_float = steps[cast].info.op_type == "Cast" and steps[cast].attrs.get("to") == _FLOAT
-    final = _only_reader(steps[cast].outputs[0], readers, outputs)
+    final = index.only_reader(steps[cast].outputs[0])
     if not to_float or final is None or steps[scales].info.op_type != "Mul":
         return None
     weight_scale = _other(steps[scales], scale)
@@ -164,7 +154,7 @@ def _matmul_integer(
         weight_scale is None
         or steps[final].info.op_type != "Mul"
         or _other(steps[final], steps[cast].outputs[0]) != product
-        or _only_reader(product, readers, outputs) != final
+        or index.only_reader(product) != final
     ):
         return None
     op = step.op

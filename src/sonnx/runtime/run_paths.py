@@ -24,11 +24,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sonnx import dtypes
 from sonnx.operators.quantize.ort_kernels import kernel_lines
 
 if TYPE_CHECKING:
     from sonnx.runtime.graph_mode import GraphRunner
-    from sonnx.runtime.program import GraphProgram
+    from sonnx.runtime.program import GraphProgram, Step
 
 __all__ = [
     "WHOLE_GRAPH_RUN",
@@ -42,6 +43,7 @@ __all__ = [
     "report",
     "step_loop_reason",
     "took",
+    "trace_step",
 ]
 
 
@@ -173,6 +175,30 @@ def debugging() -> bool:
 def report(line: str) -> None:
     """Print one line of the ``SONNX_DEBUG`` trace."""
     print(f"[sonnx] {line}", file=sys.stderr)
+
+
+def trace_step(step: Step, args: list[Any], values: dict[str, Any], seconds: float) -> None:
+    """One node of the ``SONNX_DEBUG`` trace: its inputs, its outputs by name, its time.
+
+    :param step: the step that ran.
+    :param args: its input values.
+    :param values: the run's values, its outputs among them.
+    :param seconds: how long it took.
+    """
+    inputs = ", ".join(_described(a) for a in args)
+    outputs = ", ".join(f"{n}: {_described(values.get(n))}" for n in step.outputs if n)
+    report(
+        f"{step.info.op_type:<20} {step.info.name:<30} ({inputs}) -> {outputs} "
+        f"{seconds * 1e3:.3f} ms"
+    )
+
+
+def _described(value: Any) -> str:
+    if value is None:
+        return "-"
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        return f"{dtypes.dtype_name(value.dtype)}{list(value.shape)}"
+    return type(value).__name__  # a sequence, an optional
 
 
 def explain_run(

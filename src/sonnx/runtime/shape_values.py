@@ -20,7 +20,7 @@ they were computed from are unchanged (:func:`shape_value_sources`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.runtime.program import Step
+
 
 def shape_value_steps(
     steps: Sequence[Step], constants: dict[str, Tensor], inputs: set[str]
@@ -87,14 +88,16 @@ def _sizing_constant(name: str, constants: dict[str, Tensor]) -> bool:
 
 
 def shape_value_sources(
-    steps: Sequence[Step], shape_steps: set[int], constants: dict[str, Tensor]
+    steps: Sequence[Step],
+    shape_steps: set[int],
+    constants: dict[str, Tensor],
+    producer: Mapping[str, int],
 ) -> tuple[str, ...]:
     """The constants the shape values are computed from, directly or through steps folded
     from constants (an int8 embedding table and its scale, dequantized into a value a
     shape-value Gather reads), and those that size a tensor a shape value may be read from
     (a Resize's scales, a Reshape's target): shape values are reused only while these are
-    unchanged."""
-    producer = {o: i for i, step in enumerate(steps) for o in step.outputs if o}
+    unchanged (``producer``: the step computing each value, from the program's index)."""
     pending = [n for i in shape_steps for n in steps[i].inputs if n]
     pending += [n for step in steps for n in _shape_inputs(step) if _sizing_constant(n, constants)]
     seen: set[str] = set()
