@@ -21,7 +21,9 @@ A tiny VITS duration predictor compiled 46 graphs over 8 runs, for two reasons t
 got a data-dependent size in a symbolic trace, which the Split after it could not check, so
 those segments compiled once per text length; and every NonZero of a spline's masks cut a
 segment of a Transpose and a GatherND, compiled (10-15 s each) to do the same copies; and each
-flow's spline, the same steps on the same constants, compiled a graph of its own.
+flow's spline, the same steps on the same constants, compiled a graph of its own. The spline's
+``Mul`` and ``Exp`` of the latents inside the bound, between two NonZeros, took 15-20 s to
+compile and saves about 0.3 ms a run: it runs eagerly (see sonnx.runtime.segment_costs).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from torch.nn import functional as F
 
 import sonnx
 from sonnx.errors import GraphModeWarning
+from sonnx.runtime import segment_costs
 from sonnx.runtime.segments import ONLY_MOVES
 from sonnx.tensor import to_numpy
 from sonnx.testing import torch_models as tm
@@ -151,7 +154,12 @@ def noisy_flows() -> onnx.ModelProto:
     return tm.export(module, (example,), 17, ["latents"], ["flowed"], dynamic_axes=axes)
 
 
-def test_flows_compile_three_graphs_for_every_length_and_nonzero_count(noisy_flows) -> None:
+def test_flows_compile_two_graphs_for_every_length_and_nonzero_count(
+    noisy_flows, monkeypatch
+) -> None:
+    # The spline's glue is timed at its first run: pinned well above its time, so that a
+    # loaded machine's timing cannot decide what is compiled here.
+    monkeypatch.setattr(segment_costs, "WORTH_COMPILING_S", 0.05)
     rep = sonnx.prepare(noisy_flows, use_graph=True, compile_budget=None)
     eager = sonnx.prepare(noisy_flows)
     session = ort.InferenceSession(noisy_flows.SerializeToString())
@@ -167,16 +175,17 @@ def test_flows_compile_three_graphs_for_every_length_and_nonzero_count(noisy_flo
     runner = rep.graph_runner
     parts = [p for p in runner.parts() if len(p.steps) > 1]
     ops = [[rep.steps[i].info.op_type for i in p.steps] for p in parts if p.compiled]
-    # Compiled: the noise added and the first flow's steps before its NonZeros; the Mul and
-    # Exp of the latents inside the bound (traced with their count symbolic), in each flow;
-    # the second flow's steps before its NonZeros (with the first's last copies).
-    assert len(ops) == 4 and all({"Slice", "Split", "Conv"} <= set(ops[i]) for i in (0, 2))
-    assert ops[1] == ops[3] and ops[1][:2] == ["Transpose", "GatherND"] and "Exp" in ops[1]
-    # One graph each for every run; the two flows' Mul and Exp are the same steps on the same
-    # constants, and share one graph (loaded, not compiled, for the second).
-    assert (runner.compile_count, runner.loaded_count) == (3, 1)
-    # The other parts between the NonZeros only copy elements: they run eagerly.
-    assert {p.why_eager for p in parts if not p.compiled} == {ONLY_MOVES}
+    # Compiled: the noise added and the first flow's steps before its NonZeros; the second
+    # flow's steps before its NonZeros (with the first's last copies).
+    assert len(ops) == 2 and all({"Slice", "Split", "Conv"} <= set(o) for o in ops)
+    # One graph each for every run.
+    assert (runner.compile_count, runner.loaded_count) == (2, 0)
+    # The other parts between the NonZeros only copy elements, or are the Mul and Exp of the
+    # latents inside the bound, timed cheap eagerly: they run eagerly.
+    cheap = [p for p in parts if not p.compiled and p.why_eager != ONLY_MOVES]
+    assert len(cheap) == 2 and all("not worth a compile" in p.why_eager for p in cheap)
+    glue = [[rep.steps[i].info.op_type for i in p.steps] for p in cheap]
+    assert glue[0] == glue[1] and glue[0][:2] == ["Transpose", "GatherND"] and "Exp" in glue[0]
     assert _eager_ops(rep) == ["NonZero"] * 10 + ["RandomNormalLike"]
     # Without a compile budget (None), explain() still describes every part.
     lines = rep.explain().splitlines()

@@ -26,11 +26,15 @@ and of the output's largest magnitude), integers included (a quantized code move
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-__all__ = ["first_difference", "rounds_values", "tolerance"]
+if TYPE_CHECKING:
+    from sonnx.runtime.program import GraphProgram
+    from sonnx.runtime.segments import Segment
+
+__all__ = ["first_difference", "rounds_values", "segment_difference", "tolerance"]
 
 #: (rtol, atol relative to the output's largest magnitude) by floating-point type.
 _TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -54,6 +58,26 @@ def rounds_values(op_types: Iterable[str]) -> bool:
         op in ("Round", "Floor", "Ceil") or any(part in op for part in _ROUNDING_NAMES)
         for op in op_types
     )
+
+
+def segment_difference(
+    program: GraphProgram,
+    segment: Segment,
+    compiled: Sequence[torch.Tensor],
+    eager: Sequence[torch.Tensor],
+) -> str | None:
+    """How a segment's compiled graph's outputs differ from its eager steps' (see
+    :func:`first_difference`, held to the rounded tolerance where the segment rounds values).
+
+    :param program: the steps.
+    :param segment: the segment.
+    :param compiled: its graph's outputs.
+    :param eager: its eager steps' outputs, in the same order.
+    :returns: the first difference described; None where they agree.
+    """
+    steps = program.steps[segment.start : segment.stop]
+    rounded = rounds_values(step.info.op_type for step in steps)
+    return first_difference(segment.outputs, compiled, eager, rounded)
 
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float] | None:

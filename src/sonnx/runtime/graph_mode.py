@@ -17,10 +17,12 @@ A step whose control flow or output shapes depend on input values (NonZero, Uniq
 on a computed condition, a host read of a computed value), or that draws random numbers, cannot
 be part of a static graph. Such a step runs eagerly, *there*: the steps between such steps form
 segments, each traced and compiled on its own, so the rest of the model stays compiled. A
-segment that inductor fails to compile is split in halves, and the halves compiled, until the
-step it fails on is found: that step runs eagerly, and the steps before and after it are
-compiled again as the segments around it. Each case is warned about once, with the node's
-name; the steps found to run eagerly are stored with the model's compiled graphs.
+segment between eager steps that only moves elements, or whose light steps run in under a
+millisecond eagerly (timed at its first run), is not compiled: its graph would hardly repay the
+compile (:mod:`sonnx.runtime.segment_costs`); nor is a graph compiled for an empty input
+computed before a segment (a count of 0): that run's segment runs eagerly. Each step found
+to run eagerly is warned about once, with the node's name, and stored with the model's
+compiled graphs.
 :meth:`GraphRunner.parts` lists what ran compiled and what eagerly.
 An ``If`` whose condition comes from a one-value integer input (Silero-VAD's sample rate) is
 no such step: that input is baked into the graph like a shape value, and each of its values
@@ -64,9 +66,10 @@ import torch
 
 from sonnx.engine.tracing import NotTraceableError
 from sonnx.errors import BadInputError, GraphModeWarning
+from sonnx.runtime import segment_costs as costs
 from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget, CompileProgress
 from sonnx.runtime.compiled_graphs import CompiledGraph, CompiledRunError, first_line
-from sonnx.runtime.graph_checks import first_difference, rounds_values
+from sonnx.runtime.graph_checks import segment_difference
 from sonnx.runtime.graph_keys import (
     bake_tests,
     baked_values,
@@ -79,7 +82,7 @@ from sonnx.runtime.program import GraphProgram
 from sonnx.runtime.run_paths import WHOLE_GRAPH_RUN, Path, RunTaken
 from sonnx.runtime.segment_build import segment_builder
 from sonnx.runtime.segment_identity import SharedGraphs, segment_identity
-from sonnx.runtime.segments import RunPart, Segment, eager_by_design
+from sonnx.runtime.segments import RunPart, Segment, describe_fallback, eager_by_design
 from sonnx.runtime.store import GraphStore, WeightDigests, digest
 from sonnx.tensor import Tensor, computed_tensor
 
@@ -94,6 +97,11 @@ class _ReplanError(Exception):
 
 class _BudgetSpentError(Exception):
     """A segment needs a graph compiled, and the compile budget is spent."""
+
+
+class _EmptyInputError(Exception):
+    """A segment needs a graph compiled for an empty computed input (see
+    :func:`~sonnx.runtime.segment_costs.empty_computed_input`)."""
 
 
 class GraphRunner:
@@ -183,17 +191,7 @@ class GraphRunner:
     def fallback(self) -> str | None:
         """What runs eagerly and why (None: the whole graph is compiled)."""
         plan = self._plan
-        found = [
-            p for p in self._parts(plan) if not p.compiled and p.steps.start in plan.eager_steps
-        ]
-        parts = [
-            f"node {p.nodes[0]!r} runs eagerly: {p.why_eager}"
-            if len(p.steps) == 1
-            else f"steps {p.steps.start}-{p.steps.stop - 1} ({p.nodes[0]!r} .. "
-            f"{p.nodes[-1]!r}) run eagerly: {p.why_eager}"
-            for p in found
-        ]
-        return "; ".join(parts) or None
+        return describe_fallback(self._parts(plan), plan.eager_steps)
 
     def parts(self) -> list[RunPart]:
         """What a run does, part by part: each compiled segment and each step run eagerly,
@@ -305,11 +303,10 @@ class GraphRunner:
         if plan.whole is None:
             return None
         segment, positions = plan.whole
-        datas = [inputs[n] for n in segment.inputs]
-        choice = plan.choice(bounds_of(segment), signature(datas))
-        entry = None if choice is None else choice.graphs.get(baked_values(datas, choice.baked))
-        if entry is None:
+        found = plan.chosen_graph(segment, [inputs[n] for n in segment.inputs])
+        if found is None:
             return None
+        choice, entry = found
         names = [[segment.inputs[i] for i in which] for which in (choice.traced, choice.baked)]
         return entry, names[0], names[1], positions
 
@@ -319,13 +316,10 @@ class GraphRunner:
     ) -> list[Any] | None:
         """The segment's outputs from the graph chosen before for inputs of these layouts and
         baked values; None if none was (the general path then chooses one)."""
-        choice = plan.choice(bounds_of(segment), signature(datas))
-        if choice is None or not choice.traced:
+        found = plan.chosen_graph(segment, datas)
+        if found is None or not found[0].traced:
             return None
-        entry = choice.graphs.get(baked_values(datas, choice.baked))
-        if entry is None:
-            return None
-        return entry.compute(*[datas[i] for i in choice.traced])
+        return found[1].compute(*[datas[i] for i in found[0].traced])
 
     def _run_segment(
         self, plan: GraphPlan, segment: Segment, values: dict[str, Any], versions: tuple[Any, ...]
@@ -344,6 +338,10 @@ class GraphRunner:
             self._execute(values, segment.start, segment.stop)
             return "an input of the segment is no tensor"
         datas = [a.data for a in args]
+        cheap = plan.cheap.get(bounds)
+        if cheap is not None and cheap.covers(datas):
+            self._execute(values, segment.start, segment.stop)
+            return cheap.reason
         try:
             outs = self._chosen_outputs(plan, segment, datas)
             why = None
@@ -356,6 +354,9 @@ class GraphRunner:
             why = f"its compiled graph raised: {e}"
             self._drop(segment, why)
             return why
+        except _EmptyInputError:
+            self._execute(values, segment.start, segment.stop)
+            return costs.EMPTY_INPUT
         except _BudgetSpentError:
             self._update(lambda current: current.with_over_budget(bounds))
             self._warn(
@@ -383,7 +384,8 @@ class GraphRunner:
     ) -> tuple[list[Any] | None, str | None]:
         """The segment's outputs from the graph for these inputs, chosen now (and remembered),
         with why they were computed eagerly (None: by the graph). No outputs when the segment
-        has nothing to compile (its steps read only constants and shape values). A graph's
+        has nothing to compile (its steps read only constants and shape values). A segment
+        timed cheap eagerly is not compiled (see :mod:`sonnx.runtime.segment_costs`). A graph's
         first run is checked against the eager steps' on ``values``."""
         # A shape value (fixed by the input shapes) computed outside the segment is baked in,
         # and so is a one-value graph input an If's condition is computed from (a sample rate):
@@ -403,6 +405,13 @@ class GraphRunner:
         if not choice.traced:  # the steps read only constants and shape values
             self._update(lambda current: current.with_choice(bounds, layouts, choice, versions))
             return None, "it reads only constants and shape values"
+        trial = None
+        if segment.timed and not any(plan.graphs.get(bounds, {}).values()):
+            trial = costs.timed_eager_run(self._execute, segment, values)
+            if trial.cheap:
+                cheap = costs.CheapSegment(trial.seconds, costs.elements(datas))
+                self._update(lambda current: current.with_cheap(bounds, cheap))
+                return [trial.values[n].data for n in segment.outputs], cheap.reason
         baked = [i in choice.baked for i in range(len(datas))]
         traced = [datas[i] for i in choice.traced]
         with torch.no_grad():
@@ -414,12 +423,11 @@ class GraphRunner:
         if entry.checked or not self.verify:
             return outs, None
         entry.checked = True
-        expected = dict(values)
-        self._execute(expected, segment.start, segment.stop, set(segment.outputs))
-        eager = [expected[n].data for n in segment.outputs]
-        steps = self.program.steps[segment.start : segment.stop]
-        rounded = rounds_values(step.info.op_type for step in steps)
-        difference = first_difference(segment.outputs, outs, eager, rounded)
+        if trial is None:  # the eager steps' run it is checked against
+            trial = costs.EagerTrial(0.0, dict(values))
+            self._execute(trial.values, segment.start, segment.stop, set(segment.outputs))
+        eager = [trial.values[n].data for n in segment.outputs]
+        difference = segment_difference(self.program, segment, outs, eager)
         if difference is None:
             return outs, None
         why = f"its compiled graph's first run differed from the eager steps: {difference}"
@@ -453,6 +461,9 @@ class GraphRunner:
         entry = next((g for g in graphs if g.fits(traced)), None)
         if entry is not None:
             return entry
+        names = [n for n, bake in zip(segment.inputs, baked, strict=True) if not bake]
+        if costs.empty_computed_input(names, traced, self.input_names):
+            raise _EmptyInputError
         try:
             stored = self._store_key(segment, key)
             entry = self._shared.find(stored, traced, versions)
@@ -484,12 +495,7 @@ class GraphRunner:
 
     def _show_progress(self) -> None:
         """The segments compiled so far, of those planned, and the budget spent."""
-        plan = self._plan
-        planned = [
-            bounds_of(s) for s in plan.segments if isinstance(s, Segment) and not s.runs_eagerly
-        ]
-        done = sum(1 for b in planned if any(plan.graphs.get(b, {}).values()))
-        self._progress.show(done, len(planned), self.budget)
+        self._progress.show(*self._plan.compiled_of_planned(), self.budget)
 
     def _versions(self) -> tuple[Any, ...]:
         """Each constant's identity, then each one's version counter."""
@@ -497,20 +503,13 @@ class GraphRunner:
         return (*map(id, datas), *map(_VERSION, datas))
 
     def library_weights(self) -> LibraryWeights:
-        """What a compiled graph loaded now reads: the constants by name, and what the graphs
-        loaded before read (two graphs of one model, as a prompt's and a decode step's, fold
-        the same weights alike: a dequantized 4-bit weight is then held once).
+        """What a compiled graph loaded now reads (see :meth:`LibraryWeights.of
+        <sonnx.runtime.library_constants.LibraryWeights.of>`).
 
         :returns: the weights.
         """
-        named = {
-            n: d
-            for n, d in zip(self.constants, map(_DATA, self.constants.values()), strict=True)
-            if isinstance(d, torch.Tensor)
-        }
-        graphs = self._plan.all_graphs()
-        shared = [t for g in graphs for t in getattr(g.run, "constants", {}).values()]
-        return LibraryWeights(named, shared)
+        datas = dict(zip(self.constants, map(_DATA, self.constants.values()), strict=True))
+        return LibraryWeights.of(datas, self._plan.all_graphs())
 
     @property
     def _device(self) -> torch.device:

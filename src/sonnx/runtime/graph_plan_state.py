@@ -2,14 +2,15 @@
 
 A :class:`~sonnx.runtime.graph_mode.GraphRunner` serves runs from many threads at once (a
 server's workers share one rep). What it has decided so far (which steps run eagerly and why,
-where segments were split, which segments spent the compile budget, the segments themselves,
-the choice made for each input signature and the graphs compiled for each segment) is one
-frozen :class:`GraphPlan`. A run reads the runner's plan once and uses that snapshot from
-start to end; a change (a step found not traceable, a split, a dropped graph, a spent budget,
-a new shape's choice, a changed weight) is a new plan made from the *current* one and swapped
-in under the runner's lock, so no thread ever sees a plan half changed, and two changes made
-at once are both kept. Compiling happens outside the lock: only the swap holds it. A plan
-shares the segments that stay with the plan before it; what a compile learns about one
+where segments were split, which segments spent the compile budget and which are not worth a
+compile (:mod:`sonnx.runtime.segment_costs`), the segments themselves, the choice made for each
+input signature and the graphs compiled for each segment) is one frozen :class:`GraphPlan`. A
+run reads the runner's plan once and uses that snapshot from start to end; a change (a step
+found not traceable, a split, a dropped graph, a spent budget, a segment timed cheap, a new
+shape's choice, a changed weight) is a new plan made from the *current* one and swapped in
+under the runner's lock, so no thread ever sees a plan half changed, and two changes made at
+once are both kept. Compiling happens outside the lock: only the swap holds it. A plan shares
+the segments that stay with the plan before it; what a compile learns about one
 (``Segment.per_shape``: its steps trace only with fixed sizes) and a graph's ``checked`` flag
 are facts about the steps and the graph, written once, not decisions of the plan.
 
@@ -25,8 +26,9 @@ from types import MappingProxyType
 from typing import Any
 
 from sonnx.runtime.compiled_graphs import CompiledGraph
-from sonnx.runtime.graph_keys import RECENT_SIGNATURES
+from sonnx.runtime.graph_keys import RECENT_SIGNATURES, baked_values, signature
 from sonnx.runtime.program import GraphProgram
+from sonnx.runtime.segment_costs import CheapSegment
 from sonnx.runtime.segments import RunPart, Segment, plan_segments, whole_graph
 
 __all__ = ["Bounds", "Choice", "GraphPlan", "bounds_of"]
@@ -96,6 +98,9 @@ class GraphPlan:
     choices: Mapping[Bounds, Mapping[tuple[Any, ...], Choice]]
     #: Each segment's compiled graphs, by its bounds and then the graphs' compiled key.
     graphs: Mapping[Bounds, Mapping[tuple[Any, ...], tuple[CompiledGraph, ...]]]
+    #: The segments found cheap eagerly, not worth a compile (see
+    #: :mod:`sonnx.runtime.segment_costs`), by their bounds.
+    cheap: Mapping[Bounds, CheapSegment] = field(default_factory=lambda: _EMPTY)
 
     @classmethod
     def first(
@@ -138,6 +143,7 @@ class GraphPlan:
             whole=None if whole is None else (whole[0], tuple(whole[1])),
             choices=_frozen({b: c for b, c in self.choices.items() if b in kept}),
             graphs=_frozen({b: g for b, g in self.graphs.items() if b in kept}),
+            cheap=_frozen({b: c for b, c in self.cheap.items() if b in kept}),
         )
 
     def with_eager(self, program: GraphProgram, indices: range, reason: str) -> GraphPlan:
@@ -198,6 +204,18 @@ class GraphPlan:
         """
         return replace(self, over_budget=self.over_budget | {bounds})
 
+    def with_cheap(self, bounds: Bounds, cheap: CheapSegment) -> GraphPlan:
+        """The segment ``bounds`` runs eagerly for inputs ``cheap`` covers: a compile would
+        not pay.
+
+        :param bounds: the segment.
+        :param cheap: its eager time and the inputs' size it was measured at.
+        :returns: the new plan (this one, if the plan no longer has that segment).
+        """
+        if not self._has(bounds):
+            return self
+        return replace(self, cheap=_frozen({**self.cheap, bounds: cheap}))
+
     def with_choice(
         self, bounds: Bounds, layouts: tuple[Any, ...], choice: Choice, versions: tuple[Any, ...]
     ) -> GraphPlan:
@@ -252,6 +270,20 @@ class GraphPlan:
         """
         return self.choices.get(bounds, _EMPTY).get(layouts)
 
+    def chosen_graph(
+        self, segment: Segment, datas: list[Any]
+    ) -> tuple[Choice, CompiledGraph] | None:
+        """The choice ``segment`` made for inputs of the layouts of ``datas``, and the graph it
+        chose for their baked values; None if it made none.
+
+        :param segment: a segment of this plan.
+        :param datas: its inputs' values.
+        :returns: the choice and its graph, or None.
+        """
+        choice = self.choice(bounds_of(segment), signature(datas))
+        entry = None if choice is None else choice.graphs.get(baked_values(datas, choice.baked))
+        return None if entry is None else (choice, entry)
+
     def graphs_of(self, bounds: Bounds, key: tuple[Any, ...]) -> tuple[CompiledGraph, ...]:
         """The segment ``bounds``'s graphs compiled for ``key``.
 
@@ -277,6 +309,20 @@ class GraphPlan:
         """
         for graphs in self.graphs.get(bounds, _EMPTY).values():
             yield from graphs
+
+    def compiled_of_planned(self) -> tuple[int, int]:
+        """How many segments have a compiled graph, of those planned to have one (not eager by
+        design, not found cheap eagerly): the compile's progress.
+
+        :returns: (compiled, planned).
+        """
+        planned = [
+            bounds_of(s)
+            for s in self.segments
+            if isinstance(s, Segment) and not s.runs_eagerly and bounds_of(s) not in self.cheap
+        ]
+        done = sum(1 for b in planned if any(self.graphs.get(b, _EMPTY).values()))
+        return done, len(planned)
 
     def parts(self, names: list[str], over_budget: str) -> list[RunPart]:
         """What a run of this plan does, part by part: each compiled segment and each step
@@ -304,6 +350,8 @@ class GraphPlan:
             why = part.runs_eagerly
             if bounds in self.over_budget:
                 why = over_budget
+            elif not compiled and bounds in self.cheap:
+                why = self.cheap[bounds].reason
             elif not compiled and why is None:
                 chosen = self.choices.get(bounds, _EMPTY).values()
                 constant = any(not c.traced for c in chosen)

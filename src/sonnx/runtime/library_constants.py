@@ -38,7 +38,7 @@ weight) is compiled with its constants in the ``.so``, as AOTInductor does by de
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,21 @@ class LibraryWeights:
 
     named: Mapping[str, torch.Tensor] = field(default_factory=dict)
     shared: Sequence[torch.Tensor] = ()
+
+    @classmethod
+    def of(cls, datas: Mapping[str, Any], graphs: Iterable[Any]) -> LibraryWeights:
+        """What a graph loaded now reads: the model's tensors among ``datas`` (its constants'
+        values by name), and what the ``graphs`` loaded before read (two graphs of one model,
+        as a prompt's and a decode step's, fold the same weights alike: a dequantized 4-bit
+        weight is then held once).
+
+        :param datas: the constants' values by name.
+        :param graphs: the model's compiled graphs so far.
+        :returns: the weights.
+        """
+        named = {n: d for n, d in datas.items() if isinstance(d, torch.Tensor)}
+        shared = [t for g in graphs for t in getattr(g.run, "constants", {}).values()]
+        return cls(named, shared)
 
 
 class StaleLibraryError(Exception):

@@ -7,15 +7,22 @@ A segment between eager steps whose steps only move elements or read sizes (the 
 -> GatherND`` of ``x[mask]`` between a VITS spline's NonZeros) is not compiled: its compiled
 graph would run the same copies, and each such graph cost a compile of 10-15 s (a tiny VITS
 duration predictor had fifteen of them). Its steps run eagerly (:attr:`Segment.runs_eagerly`).
-A model with no eager step is one segment, compiled whatever its steps."""
+A segment with an eager step on each side, of light steps only (element-wise math, indexing,
+reductions: :func:`light_steps`), is timed eagerly at its first run, and stays eager where that
+is cheap (see :mod:`sonnx.runtime.segment_costs`). The segments at a model's start and end
+(before its first eager step, after its last) are compiled whatever their steps, as is a model
+with no eager step, one segment."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sonnx.engine.operator import Randomness
+from sonnx.engine.operator import Operator, Randomness
 from sonnx.onnx.registry import operator_class
+from sonnx.operators import activation, elementwise, indexing, reduce, shape
+from sonnx.operators.linalg.products import CumProd, CumSum
 from sonnx.runtime.program import GraphProgram
 from sonnx.runtime.string_steps import string_steps
 
@@ -35,6 +42,9 @@ class Segment:
     #: Why the segment is not compiled at all, its steps run eagerly, if it is not (it only
     #: moves elements: see the module docstring).
     runs_eagerly: str | None = None
+    #: Whether its first run is timed eagerly, and it stays eager if that is cheap (its steps
+    #: are light: see :mod:`sonnx.runtime.segment_costs`).
+    timed: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,26 @@ class RunPart:
     compiled: bool
     #: Why the steps ran eagerly (None when compiled).
     why_eager: str | None = None
+
+
+def describe_fallback(parts: Sequence[RunPart], eager_steps: Mapping[int, str]) -> str | None:
+    """What runs eagerly because it must (the parts starting at one of ``eager_steps``) and
+    why, as one line.
+
+    :param parts: a run's parts (:meth:`GraphRunner.parts
+        <sonnx.runtime.graph_mode.GraphRunner.parts>`).
+    :param eager_steps: why the steps that must run eagerly do, by index.
+    :returns: the line; None when no step must run eagerly.
+    """
+    found = [p for p in parts if not p.compiled and p.steps.start in eager_steps]
+    described = [
+        f"node {p.nodes[0]!r} runs eagerly: {p.why_eager}"
+        if len(p.steps) == 1
+        else f"steps {p.steps.start}-{p.steps.stop - 1} ({p.nodes[0]!r} .. "
+        f"{p.nodes[-1]!r}) run eagerly: {p.why_eager}"
+        for p in found
+    ]
+    return "; ".join(described) or None
 
 
 def eager_by_design(program: GraphProgram) -> dict[int, str]:
@@ -88,6 +118,37 @@ def only_moves(program: GraphProgram, start: int, stop: int) -> bool:
     return True
 
 
+#: Operators whose cost follows their inputs' and outputs' sizes, a few operations an element:
+#: element-wise math and activations (a softmax's row included), moves and shape steps,
+#: indexing, reductions and running sums.
+LIGHT_OPERATORS: frozenset[type[Operator]] = frozenset(
+    (
+        *elementwise.OPERATORS,
+        *activation.OPERATORS,
+        *shape.OPERATORS,
+        *indexing.OPERATORS,
+        *reduce.OPERATORS,
+        CumSum,
+        CumProd,
+    )
+)
+
+
+def light_steps(program: GraphProgram, start: int, stop: int) -> bool:
+    """Whether steps ``[start, stop)`` are all light (:data:`LIGHT_OPERATORS`, no subgraphs):
+    their eager time on one input says what it is on inputs of similar size.
+
+    :param program: the steps.
+    :param start: the first step.
+    :param stop: the step after the last.
+    :returns: whether the segment's first run may decide that it stays eager.
+    """
+    return all(
+        not step.has_subgraphs and operator_class(step.info) in LIGHT_OPERATORS
+        for step in program.steps[start:stop]
+    )
+
+
 def segment_reads(program: GraphProgram, start: int, stop: int) -> list[str]:
     """The names steps ``[start, stop)`` read, subgraph reads and fused inputs included (the
     reads of their schedule)."""
@@ -102,12 +163,17 @@ def plan_segments(program: GraphProgram, eager: set[int], splits: set[int]) -> l
     bounds = [-1, *sorted(eager), len(program.steps)]
     for before, after in itertools.pairwise(bounds):
         starts = [before + 1, *sorted(i for i in splits if before + 1 < i < after), after]
+        # Eager steps on both sides: the glue of value-dependent steps (a spline's masks), not
+        # the model's start or end, where its inputs or outputs are computed.
+        between = before >= 0 and after < len(program.steps)
         for start, stop in itertools.pairwise(starts):
             if stop > start:
                 segment = _segment(program, start, stop)
                 whole = (start, stop) == (0, len(program.steps))
                 if not whole and only_moves(program, start, stop):
                     segment.runs_eagerly = ONLY_MOVES
+                elif between and not whole:
+                    segment.timed = light_steps(program, start, stop)
                 parts.append(segment)
         if after < len(program.steps):
             parts.append(after)
