@@ -39,7 +39,7 @@ __all__ = ["GROUPED_KERNEL", "PRODUCT_GROUP", "find_product_groups"]
 #: The name of a group (in ``explain()`` and ``program.fusions``).
 PRODUCT_GROUP = "MatMulNBits reading one input"
 #: What a grouped member's ``kernel_used`` says (``explain()``'s kernel lines).
-GROUPED_KERNEL = "onnxruntime's MatMulNBits, one session per group reading one input,"
+GROUPED_KERNEL = "onnxruntime's MatMulNBits (one session per group of products reading one input)"
 _ATTRS = ("K", "N", "bits", "block_size", "accuracy_level")
 
 

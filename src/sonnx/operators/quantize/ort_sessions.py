@@ -231,7 +231,15 @@ class NodeSpec:
         ]
 
 
+#: NumPy's dtype objects of :data:`_BOUND_TYPES`, made at the first call (one dict look-up a
+#: binding instead of a dtype built from its name).
+_NUMPY_TYPES: dict[torch.dtype, Any] = {}
+
+
 def _numpy_type(x: torch.Tensor) -> Any:
+    found = _NUMPY_TYPES.get(x.dtype)
+    if found is not None:
+        return found
     import numpy as np
 
     name = _BOUND_TYPES.get(x.dtype)
@@ -240,7 +248,34 @@ def _numpy_type(x: torch.Tensor) -> Any:
             f"onnxruntime kernel: cannot bind a {x.dtype} tensor (float32, uint8, int8 or "
             "int32 only)"
         )
-    return np.dtype(name)
+    found = _NUMPY_TYPES[x.dtype] = np.dtype(name)
+    return found
+
+
+class _Held:
+    """A thread's binding of one session and what each of its names was last bound to
+    (address, shape, dtype): a name bound to the same memory as at the last call is not bound
+    again. The binding only points at that memory, so binding it again would change nothing;
+    an extern call in a compiled graph often gets the same buffers at every step."""
+
+    def __init__(self, binding: Any) -> None:
+        self.binding = binding
+        self.last: dict[str, tuple[int, torch.Size, torch.dtype]] = {}
+
+    def bind(
+        self,
+        device: Any,
+        inputs: Sequence[tuple[str, torch.Tensor]],
+        outputs: Sequence[tuple[str, torch.Tensor]],
+    ) -> None:
+        """Bind ``inputs`` and ``outputs`` (name, tensor) where they changed."""
+        last, binding = self.last, self.binding
+        for names, bind in ((inputs, binding.bind_input), (outputs, binding.bind_output)):
+            for name, x in names:
+                where = (x.data_ptr(), x.shape, x.dtype)
+                if last.get(name) != where:
+                    bind(name, device, _numpy_type(x), list(x.shape), where[0])
+                    last[name] = where
 
 
 class SessionKernel:
@@ -248,8 +283,9 @@ class SessionKernel:
 
     onnxruntime's ``IOBinding`` wrapper costs about 35 us a call in Python; its pybind layer,
     where this onnxruntime has it, is called directly (same calls, without the wrapper's
-    bookkeeping), with one binding per thread, bound again at each call (a new binding per
-    call cost 20 us more at M=1); otherwise the public wrapper is used.
+    bookkeeping), with one binding per thread (a new binding per call cost 20 us more at M=1),
+    each name bound again where its memory changed (:class:`_Held`); otherwise the public
+    wrapper is used.
 
     :param ort: the onnxruntime module.
     :param spec: the node.
@@ -286,14 +322,11 @@ class SessionKernel:
         ys = [y] if isinstance(y, torch.Tensor) else list(y)
         outs = list(zip(self._outputs, ys, strict=True))
         if self._inner is not None:
-            binding = getattr(self._bindings, "binding", None)
-            if binding is None:
-                binding = self._bindings.binding = self._binding_of(self._inner)
-            for name, x in pairs:
-                binding.bind_input(name, self._device, _numpy_type(x), list(x.shape), x.data_ptr())
-            for name, x in outs:
-                binding.bind_output(name, self._device, _numpy_type(x), list(x.shape), x.data_ptr())
-            self._inner.run_with_iobinding(binding, None)
+            held = getattr(self._bindings, "held", None)
+            if held is None:
+                held = self._bindings.held = _Held(self._binding_of(self._inner))
+            held.bind(self._device, pairs, outs)
+            self._inner.run_with_iobinding(held.binding, None)
             return
         binding = self.session.io_binding()
         for name, x in pairs:
