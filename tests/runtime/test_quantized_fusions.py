@@ -1,6 +1,7 @@
 """A DynamicQuantizeLinear with the int8 product it feeds (quantize_dynamic's MatMul: the
 MatMulInteger, Cast and Mul chain) runs as one call where its input needs a gradient: the
-nodes' values bit for bit, and the gradient passed straight through the rounding."""
+nodes' values bit for bit, and the gradient passed straight through the rounding. In
+inference the chain runs onnxruntime's DynamicQuantizeMatMul kernel where the bridge is on."""
 
 from __future__ import annotations
 
@@ -98,10 +99,25 @@ def test_a_chain_whose_codes_the_run_returns_runs_its_nodes() -> None:
     assert not out.data.requires_grad
 
 
-def test_the_group_declines_where_no_gradient_is_needed() -> None:
-    """Inference and graph mode's traces (no gradient) run the nodes, as before."""
+@pytest.mark.parametrize("per_column", [False, True], ids=["per_tensor", "per_column"])
+def test_in_inference_the_chain_runs_onnxruntimes_dynamic_quantize_matmul(per_column) -> None:
+    """No gradient needed: the group is one call of onnxruntime's DynamicQuantizeMatMul kernel
+    (what onnxruntime's optimizer makes of the chain), equal to onnxruntime's nodes bit for bit,
+    and explain() says so."""
+    model, _ = _chain(per_column)
+    rep = sonnx.prepare(model)
+    x = RNG.standard_normal((3, 4, K)).astype(np.float32)
+    np.testing.assert_array_equal(to_numpy(_run(rep, x, False)), ort_run(model, {"x": x})[0])
+    assert "onnxruntime's DynamicQuantizeMatMul, for the DynamicQuantizeLinear chain" in (
+        rep.explain()
+    )
+
+
+def test_the_group_declines_where_no_gradient_is_needed_and_the_bridge_is_off() -> None:
+    """kernels="torch": inference and graph mode's traces (no gradient) run the nodes."""
     model, values = _chain(True)
-    (fusion,) = sonnx.prepare(model).program.fusions.values()
+    rep = sonnx.prepare(model, kernels="torch")
+    (fusion,) = rep.program.fusions.values()
     x = torch.from_numpy(RNG.standard_normal((3, 4, K)).astype(np.float32))
     weights = [torch.from_numpy(values[n]) for n in ("w", "w_scale", "w_zero")]
     assert fusion.inputs == ("xb", "w", "w_scale", "w_zero")
@@ -109,3 +125,6 @@ def test_the_group_declines_where_no_gradient_is_needed() -> None:
     assert fusion.compute(x.requires_grad_(True), *weights) is not None
     with torch.no_grad():
         assert fusion.compute(x, *weights) is None
+    nodes = to_numpy(_run(rep, x.detach().numpy(), False))
+    bridged = to_numpy(_run(sonnx.prepare(model), x.detach().numpy(), False))
+    np.testing.assert_allclose(nodes, bridged, rtol=1e-6, atol=1e-6)

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from sonnx import dtypes
 from sonnx.runtime.conv_fusions import find_conv_group
-from sonnx.runtime.quantized_fusions import find_dynamic_quantization_group
+from sonnx.runtime.quantized_fusions import KernelCall, find_dynamic_quantization_group
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -53,7 +53,11 @@ class Fusion:
     A group of independent steps reading one input (:mod:`sonnx.runtime.product_groups`)
     names the values ``compute`` returns, one each, in ``outputs``; it runs at its first step
     (``final``), its later steps ``internal``. Without ``outputs``, ``compute`` returns the
-    final step's first output, and ``final`` is the group's last step."""
+    final step's first output, and ``final`` is the group's last step.
+
+    ``calls`` are operators ``compute`` calls that are none of its steps' own (each with the
+    names its inputs read), whose kernels are chosen as the steps' are
+    (:class:`~sonnx.runtime.quantized_fusions.KernelCall`)."""
 
     name: str
     internal: tuple[int, ...]
@@ -62,6 +66,7 @@ class Fusion:
     intermediates: frozenset[str]
     compute: Callable[..., torch.Tensor | tuple[torch.Tensor, ...] | None]
     outputs: tuple[str, ...] = ()
+    calls: tuple[KernelCall, ...] = ()
 
     def made(self, final_outputs: Sequence[str]) -> tuple[str, ...]:
         """The names the group makes: its ``outputs``, else its final step's.
@@ -138,7 +143,7 @@ def _dynamic_quantization(
         return None
     *internal, final = group.steps
     return Fusion(group.name, tuple(internal), final, group.inputs, group.intermediates,
-                  group.compute)  # fmt: skip
+                  group.compute, calls=group.calls)  # fmt: skip
 
 
 def _linear(

@@ -15,44 +15,70 @@ then reports that the loss carries no gradient graph). A group here computes ``y
 ``x`` in one call, equal to the nodes bit for bit, whose gradient passes straight through the
 rounding (:mod:`sonnx.operators.quantize.straight_through`).
 
-The call declines (the nodes run as before) where ``x`` needs no gradient: inference, graph
-mode's traces and compiled libraries are unchanged. Export writes the original nodes.
+In inference the QAttention group declines (the nodes run as before). The MatMulInteger chain
+is what onnxruntime's own optimizer rewrites into one ``DynamicQuantizeMatMul`` (its
+DynamicQuantizeMatMul fusion), and what its default session then runs: where the bridge may
+run that operator's kernel (:mod:`sonnx.operators.quantize.ort_kernels`: a constant weight,
+CPU float32, ``kernels="onnxruntime"``) the group does, one call instead of four nodes; else it
+declines too. An int8 weight reaches that kernel as uint8 (``W + 128``, its zero point too):
+onnxruntime's uint8 x int8 product saturates pairs of terms in int16 on x86 CPUs without VNNI,
+where its uint8 x uint8 one is exact, so the group computes MatMulInteger's exact sums as the
+standard's operator must. Export writes the original nodes.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import onnx
 import torch
 
+from sonnx.engine.tracing import value_checks
 from sonnx.operators.attention.contrib_bert import QAttention
-from sonnx.operators.quantize.contrib_integer import dynamic_quantized_product
+from sonnx.operators.quantize.contrib_integer import (
+    DynamicQuantizeMatMul,
+    dynamic_quantized_product,
+)
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
     from sonnx.runtime.program import Step
     from sonnx.runtime.program_index import ProgramIndex
 
-__all__ = ["QuantizedGroup", "find_dynamic_quantization_group"]
+__all__ = ["KernelCall", "QuantizedGroup", "find_dynamic_quantization_group"]
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """An operator a group calls that is none of its steps' own, with the names its inputs
+    read: :func:`~sonnx.operators.quantize.ort_kernels.choose_kernels` sets its kernels as it
+    sets the steps' (it takes anything with an ``op`` and ``inputs``)."""
+
+    op: DynamicQuantizeMatMul
+    inputs: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class QuantizedGroup:
     """A group found: its steps in order (the last computes the group's output), the names it
-    reads from outside, the intermediate values it computes, and the callable computing its
-    output from the tensors of ``inputs`` (None where it declines them)."""
+    reads from outside, the intermediate values it computes, the callable computing its
+    output from the tensors of ``inputs`` (None where it declines them), and the operators it
+    calls that are not its steps'."""
 
     name: str
     steps: tuple[int, ...]
     inputs: tuple[str, ...]
     intermediates: frozenset[str]
     compute: Callable[..., torch.Tensor | None]
+    calls: tuple[KernelCall, ...] = ()
 
 
 _FLOAT = onnx.TensorProto.FLOAT
+#: What explain() says a chain's MatMulInteger step ran, when the group ran onnxruntime's kernel.
+BRIDGED_CHAIN = "onnxruntime's DynamicQuantizeMatMul, for the DynamicQuantizeLinear chain,"
 
 #: QAttention's inputs besides the quantized input, its scale and its zero point: weight,
 #: bias, weight_scale, mask_index, weight_zero_point, past.
@@ -159,13 +185,22 @@ def _matmul_integer(
         return None
     op = step.op
     weight_zero_point = step.inputs[3] if len(step.inputs) > 3 and step.inputs[3] else None
+    fused = DynamicQuantizeMatMul()
+    fused.name = step.info.name
+    unsigned = _UnsignedWeight()
 
     def compute(
         x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, w_zero: torch.Tensor | None = None
     ) -> torch.Tensor | None:
-        if not (x.requires_grad and torch.is_grad_enabled()) or w.dim() != 2:
-            return None  # the nodes run: nothing needs the estimator, or they report it
-        return dynamic_quantized_product(op, x, w, w_scale, w_zero, None)
+        if w.dim() != 2 or w.dtype not in (torch.int8, torch.uint8):
+            return None  # the nodes run and report it
+        if x.requires_grad and torch.is_grad_enabled():
+            return dynamic_quantized_product(op, x, w, w_scale, w_zero, None)
+        b, b_zero = unsigned.of(w, w_zero)
+        y = fused.bridged((x, b, w_scale, b_zero, None))
+        if y is not None:
+            op.kernel_used = BRIDGED_CHAIN
+        return y  # None: the nodes run
 
     internal = tuple(sorted((dql, scales, matmul, cast)))
     if max(internal) > final or op is None:
@@ -173,8 +208,47 @@ def _matmul_integer(
     intermediates = frozenset((*steps[dql].outputs, product, *step.outputs, steps[cast].outputs[0]))
     inputs = (steps[dql].inputs[0], step.inputs[1], weight_scale)
     inputs += (weight_zero_point,) if weight_zero_point else ()
+    call = KernelCall(fused, inputs)
     return QuantizedGroup("DynamicQuantizeLinear+MatMulInteger", (*internal, final), inputs,
-                          intermediates, compute)  # fmt: skip
+                          intermediates, compute, (call,))  # fmt: skip
+
+
+class _UnsignedWeight:
+    """A MatMulInteger weight and zero point as uint8 (int8 codes + 128: the same differences),
+    made once per weight tensor and version in eager runs (see the module docstring); a graph
+    mode trace records the conversion, which the compiled graph folds into its constants."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: The weight, zero point and their versions last converted, and the conversions.
+        self._made: tuple[Any, ...] = ()
+
+    def of(
+        self, w: torch.Tensor, zero: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``w`` and ``zero`` with uint8 codes of the same differences.
+
+        :param w: the int8 or uint8 weight.
+        :param zero: its zero point (None: 0).
+        :returns: the uint8 weight and zero point (``zero`` itself for a uint8 weight).
+        """
+        if w.dtype == torch.uint8:
+            return w, zero
+        if not value_checks():  # a trace: recorded, not kept
+            return _shifted(w, zero)
+        versions = (w._version, None if zero is None else zero._version)
+        with self._lock:
+            made = self._made
+            if not made or made[0] is not w or made[1] is not zero or made[2] != versions:
+                self._made = made = (w, zero, versions, *_shifted(w, zero))
+            return made[3], made[4]
+
+
+def _shifted(w: torch.Tensor, zero: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 ``w`` and ``zero`` (None: 0) plus 128, as uint8."""
+    if zero is None:
+        zero = torch.zeros((), dtype=torch.int8, device=w.device)
+    return (w.to(torch.int16) + 128).to(torch.uint8), (zero.to(torch.int16) + 128).to(torch.uint8)
 
 
 def _other(step: Step, name: str) -> str | None:

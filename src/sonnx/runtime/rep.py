@@ -576,7 +576,8 @@ def _prepared(
         if graph_settings is not None
         else None
     )
-    choose_kernels(program.steps, kernels, program.constants, runner)
+    calls = [c for fusion in program.fusions.values() for c in fusion.calls]
+    choose_kernels([*program.steps, *calls], kernels, program.constants, runner)
     source = GraphSource(without_large_values(proto, program.constants), program)
     return SingaRep(
         model=source.model,
