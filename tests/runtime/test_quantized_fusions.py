@@ -14,21 +14,24 @@ from onnx import TensorProto, helper, numpy_helper
 import sonnx
 from sonnx import autograd
 from sonnx.tensor import Tensor, to_numpy
-from tests.contrib_quant_helpers import int8_weights_7_bits, ort_run
+from tests.contrib_quant_helpers import int8_weights_7_bits, ort_run, reference_run
 
 RNG = np.random.default_rng(0)
 K, N = 6, 5
 CHAIN = "DynamicQuantizeLinear+MatMulInteger"
 
 
-def _chain(per_column: bool, codes_out: bool = False) -> tuple[onnx.ModelProto, dict]:
+def _chain(
+    per_column: bool, codes_out: bool = False, full_range: bool = False
+) -> tuple[onnx.ModelProto, dict]:
     """``y = (x + b) @ W`` as quantize_dynamic writes it (W int8, 7-bit: onnxruntime is exact
-    there), with W's scale and zero point per tensor or per column; ``codes_out`` also
-    returns the quantized activation."""
+    there; ``full_range``: 8-bit), with W's scale and zero point per tensor or per column;
+    ``codes_out`` also returns the quantized activation."""
     shape = (N,) if per_column else ()
+    weights = RNG.integers(-128, 128, (K, N)).astype(np.int8)
     initializers = {
         "b": RNG.standard_normal(K).astype(np.float32),
-        "w": int8_weights_7_bits(RNG, K, N),
+        "w": weights if full_range else int8_weights_7_bits(RNG, K, N),
         "w_scale": RNG.uniform(0.01, 0.03, shape).astype(np.float32),
         "w_zero": RNG.integers(-3, 4, shape).astype(np.int8),
     }
@@ -111,6 +114,18 @@ def test_in_inference_the_chain_runs_onnxruntimes_dynamic_quantize_matmul(per_co
     assert "onnxruntime's DynamicQuantizeMatMul, for the DynamicQuantizeLinear chain" in (
         rep.explain()
     )
+
+
+def test_full_range_int8_weights_keep_the_exact_sums_through_the_kernel() -> None:
+    """8-bit weights against inputs whose codes reach 255: onnxruntime's uint8 x int8 product
+    saturates pairs of terms on x86 without VNNI; the group hands the kernel uint8 weights,
+    whose product is exact, and equals onnx.reference's exact chain."""
+    model, _ = _chain(True, full_range=True)
+    rep = sonnx.prepare(model)
+    x = (RNG.standard_normal((3, 4, K)) * 4).astype(np.float32)
+    got = to_numpy(_run(rep, x, False))
+    np.testing.assert_allclose(got, reference_run(model, {"x": x})[0], rtol=1e-6, atol=1e-6)
+    assert "onnxruntime's DynamicQuantizeMatMul" in rep.explain()
 
 
 def test_the_group_declines_where_no_gradient_is_needed_and_the_bridge_is_off() -> None:
