@@ -1,6 +1,7 @@
 """Graph mode compiles only what pays (:mod:`sonnx.runtime.segment_costs`): a segment of light
-steps between eager ones is timed at its first run and stays eager where that is cheap, and a
-NonZero's count of 0 runs its segment eagerly instead of compiling a graph for that size alone.
+steps between eager ones is timed at its first run and stays eager where that is cheap; a
+NonZero's count of 0 runs its segment eagerly instead of compiling a graph for that size alone;
+and the first NonZero a trace stops at makes the others eager without a trace each.
 
 The threshold is pinned in each test (``WORTH_COMPILING_S``): a segment's time on a loaded
 machine must not decide what a test asserts. The value graph mode uses is measured in
@@ -14,14 +15,15 @@ import warnings
 
 import numpy as np
 import onnx
+import pytest
 import torch
 from onnx import TensorProto, helper
 
 import sonnx
-from sonnx.runtime import segment_costs
+from sonnx.runtime import segment_costs, symbolic_graphs
 from sonnx.runtime.graph_plan_state import GraphPlan
 from sonnx.runtime.segment_costs import EMPTY_INPUT, CheapSegment, timed_eager_run
-from sonnx.runtime.segments import Segment
+from sonnx.runtime.segments import Segment, stops_alike
 from sonnx.tensor import to_numpy
 from tests.onnx.export_check import ort_session
 
@@ -129,7 +131,7 @@ def test_a_segment_over_the_threshold_compiles_and_a_count_of_0_runs_it_eagerly(
 
 
 def test_a_first_run_is_timed_once_when_cheap_and_twice_when_not(monkeypatch) -> None:
-    monkeypatch.setattr(segment_costs, "WORTH_COMPILING_S", 0.002)
+    monkeypatch.setattr(segment_costs, "WORTH_COMPILING_S", 0.05)
     segment = Segment(1, 4, ["where"], ["shifted"])
     calls: list[set[str]] = []
 
@@ -146,8 +148,8 @@ def test_a_first_run_is_timed_once_when_cheap_and_twice_when_not(monkeypatch) ->
     assert cheap.cheap and len(calls) == 1 and calls[0] == {"shifted"}
     assert cheap.values == {"where": "given", "shifted": "computed"}
     assert values == {"where": "given"}  # the run's values are a copy
-    slow = timed_eager_run(execute(0.004), segment, values)
-    assert not slow.cheap and len(calls) == 3 and slow.seconds >= 0.004
+    slow = timed_eager_run(execute(0.06), segment, values)
+    assert not slow.cheap and len(calls) == 3 and slow.seconds >= 0.06
 
 
 def test_a_cheap_segment_covers_inputs_up_to_growth_times_its_elements() -> None:
@@ -176,3 +178,54 @@ def test_only_light_segments_with_eager_steps_on_both_sides_are_timed() -> None:
     assert cheap.parts(names, "budget")[1].why_eager == CheapSegment(1e-4, 3).reason
     assert cheap.compiled_of_planned() == (0, 0) and plan.compiled_of_planned() == (0, 1)
     assert plan.cheap == {} and ends.with_cheap(GLUE, CheapSegment(1e-4, 3)) is ends
+
+
+def test_the_first_nonzero_a_trace_stops_at_makes_every_nonzero_of_computed_values_eager(
+    monkeypatch,
+) -> None:
+    # Before: each NonZero was found by a trace of its own (here the whole graph's stopped at
+    # the first, then the rest's at the second); a 4-flow VITS duration predictor's first run
+    # traced twenty times to find its twenty.
+    monkeypatch.setattr(segment_costs, "WORTH_COMPILING_S", 0.05)
+    traces: list[int] = []
+    compile_symbolic = symbolic_graphs.compile_symbolic
+
+    def counted(*args, **kwargs) -> str:
+        traces.append(1)
+        return compile_symbolic(*args, **kwargs)
+
+    monkeypatch.setattr(symbolic_graphs, "compile_symbolic", counted)
+    model = _glue_between_nonzeros()
+    rep, session = sonnx.prepare(model, use_graph=True), ort_session(model)
+    with pytest.warns(RuntimeWarning, match="node 'nonzero_again'"):
+        rep.run([_x(6, 3)])
+    assert len(traces) == 1 and sorted(rep.graph_runner.eager_steps) == [0, 4]
+    _run(rep, session, _x(7, 2, seed=3))
+    assert len(traces) == 1 and rep.graph_runner.compile_count == 0
+
+
+def test_a_nonzero_of_shape_values_is_not_taken_for_one_of_computed_values() -> None:
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["where"], name="of_values"),
+        helper.make_node("Shape", ["x"], ["size"], name="size"),
+        helper.make_node("NonZero", ["size"], ["axes"], name="of_sizes"),
+        helper.make_node("Cast", ["where"], ["positions"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("NonZero", ["positions"], ["again"], name="again"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nonzeros",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [
+            helper.make_tensor_value_info(name, TensorProto.INT64, None)
+            for name in ("axes", "again")
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    program = sonnx.prepare(model).program
+    names = [step.info.name for step in program.steps]
+    found = stops_alike(program, names.index("of_values"))
+    assert [names[i] for i in found] == ["of_values", "again"]
+    assert stops_alike(program, names.index("cast")) == [names.index("cast")]
+    # A step that runs eagerly already keeps its own reason.
+    assert stops_alike(program, found[0], {found[1]}) == [found[0]]

@@ -82,7 +82,7 @@ from sonnx.runtime.program import GraphProgram
 from sonnx.runtime.run_paths import WHOLE_GRAPH_RUN, Path, RunTaken
 from sonnx.runtime.segment_build import segment_builder
 from sonnx.runtime.segment_identity import SharedGraphs, segment_identity
-from sonnx.runtime.segments import RunPart, Segment, describe_fallback, eager_by_design
+from sonnx.runtime.segments import RunPart, Segment, describe_fallback, eager_by_design, stops_alike
 from sonnx.runtime.store import GraphStore, WeightDigests, digest
 from sonnx.tensor import Tensor, computed_tensor
 
@@ -480,8 +480,9 @@ class GraphRunner:
             index = e.step_index
             if index is None or index in plan.eager_steps:  # not one step's: the segment's
                 self._run_eagerly(range(*bounds), str(e))
-            else:
-                self._run_eagerly(range(index, index + 1), str(e))
+            else:  # and the steps a trace would stop at alike (NonZero's count)
+                for i in stops_alike(self.program, index, plan.eager_steps):
+                    self._run_eagerly(range(i, i + 1), str(e))
             raise _ReplanError from e
         except (BadInputError, _BudgetSpentError):  # the caller's inputs, or no budget left
             raise
