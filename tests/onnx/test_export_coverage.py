@@ -69,6 +69,10 @@ NOT_OPS = {
     "table_softmax",
     "kernel_for",
     "onnxruntime_module",
+    # products reading one input as one session (ort_groups.py): plumbing of MatMulNBits too
+    "GroupSpec",
+    "group_spec",
+    "grouped_products",
     # control flow, sequences and optionals (operators/control) run other operators, which are
     # recorded, and record no node of their own: an export writes what they ran (a Loop
     # unrolled), as tests/operators/control/test_export.py checks

@@ -6,6 +6,8 @@ call and compiles once for every length."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -140,6 +142,28 @@ def test_a_group_equals_the_same_nodes_run_one_by_one_at_every_value():
         assert kernels_used(rep)["k"] == ORT_KERNEL
         for name, got in zip(("q.y", "k.y", "v.y", "o.y"), grouped, strict=False):
             np.testing.assert_array_equal(got, alone[name].numpy())
+
+
+def test_threads_share_one_prepared_model_with_groups():
+    model = group_model(4)
+    rep = sonnx.prepare(model)
+    inputs = [RNG.standard_normal((i % 3 + 1, K)).astype(F32) for i in range(8)]
+    expected = [ort_run(model, {"X": x}) for x in inputs]
+    found: dict[int, list[list[np.ndarray]]] = {}
+
+    def work(i: int) -> None:
+        found[i] = [[y.numpy() for y in rep.run([inputs[i]])] for _ in range(5)]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(found) == list(range(8))
+    for i, runs in found.items():
+        assert len(runs) == 5
+        for got in runs:
+            assert_onnxruntimes(got, expected[i])
 
 
 def test_no_group_when_kernels_is_torch(counted_runs):
