@@ -2,8 +2,9 @@
 
 An attention layer's q/k/v projections and an MLP's gate and up projections each multiply the
 same activation. Bridged one by one (:mod:`sonnx.operators.quantize.ort_kernels`), each is one
-onnxruntime ``Run``, whose fixed cost (about 25 us, plus sonnx's binding) is as large as a
-product at one row: a decode step is mostly those costs. A group's session holds every member
+onnxruntime ``Run``, whose fixed cost (16-25 us) and sonnx's call into it (the dispatcher, the
+session's look-up, the binding: more again) are as large as a product at one row: a decode
+step is mostly those costs (``bench/history.md``, 2026-11-29). A group's session holds every member
 node, each onnxruntime's own kernel with its own attributes and initializers, so one ``Run``
 binds the shared input once and writes every member's output; each node computes exactly what
 it computes alone.
