@@ -15,10 +15,11 @@ from onnx import numpy_helper
 from sonnx import dtypes
 from sonnx.device import Device
 from sonnx.engine.host_values import constant_device
-from sonnx.errors import BadModelError
+from sonnx.errors import BadModelError, SonnxError
 from sonnx.onnx.model_file import StoredWeight, read_stored_weight
-from sonnx.onnx.registry import operator_class
+from sonnx.onnx.registry import check_constant_types, operator_class
 from sonnx.proto.attributes import densify
+from sonnx.runtime.step_errors import node_error
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -151,3 +152,53 @@ def mark_statistics_as_buffers(
             if name in constants:
                 constants[name].stores_grad = False
                 constants[name].requires_grad = False
+
+
+def check_step_constants(node: onnx.NodeProto, step: Step, constants: dict[str, Tensor]) -> None:
+    """Hold the inputs known before any run (initializers, earlier Constant values) to the
+    element types the schema allows, so a mistyped weight is reported as such, not as whatever
+    torch raises when it meets it.
+
+    :param node: the node as the model holds it.
+    :param step: its step.
+    :param constants: the graph's constants so far.
+    """
+    known = {}
+    for position, name in enumerate(step.inputs):
+        if name in constants:
+            try:
+                known[position] = dtypes.torch_to_onnx(constants[name].dtype)
+            except SonnxError:
+                continue  # a dtype with no ONNX code: the operator reports it
+    check_constant_types(node, step.info, known)
+
+
+def constant_node_value(step: Step, dev: Device, held: Mapping[str, Tensor] | None) -> Tensor:
+    """A Constant node's value on the graph's device: a new tensor over the storage of the
+    tensor ``held`` has for it (a trained weight, when the model is prepared again), else the
+    node's own.
+
+    :param step: the Constant node's step.
+    :param dev: the graph's device.
+    :param held: tensors holding initializers' values already, by name (or None).
+    :returns: the value, named as the node's output.
+    """
+    name = step.outputs[0]
+    if held is not None and name in held:
+        return Tensor(data=held[name].data.detach(), requires_grad=False, name=name)
+    value = _evaluate_constant(step)
+    place_constant(value, dev)
+    value.name = name
+    value.creator = None
+    return value
+
+
+def _evaluate_constant(step: Step) -> Tensor:
+    """The value of a Constant node, computed once when the graph is compiled."""
+    try:
+        return step.convert(step.info, [], step.attrs)
+    except Exception as e:
+        failure = node_error(step.info, [], [], e, blames_input=False)
+        if failure is e:
+            raise
+        raise failure from e

@@ -438,9 +438,12 @@ class GraphRunner:
         self, values: dict[str, Any], start: int, stop: int, keep: set[str] | None = None
     ) -> None:
         """Steps ``[start, stop)`` run eagerly, recording no autograd graph (with ``keep``,
-        freeing each other value after its last use)."""
+        freeing each other value after its last use; without, by the range's plan)."""
         with torch.no_grad():
-            self.program.execute(values, start=start, stop=stop, keep=keep)
+            if keep is None:
+                self.program.execute_range(values, start, stop)
+            else:
+                self.program.execute(values, start=start, stop=stop, keep=keep)
 
     def _graph_for(
         self,

@@ -13,9 +13,11 @@ operator's ``forward`` and little else; a shape value or folded result that no l
 
 A plan covers the run a model is called for most: every step, no intermediate value asked for,
 an input signature whose shape values an earlier run found (see
-:mod:`sonnx.runtime.shape_values`). The step loop stays the reference for the rest (a first run,
-``last_layers`` cuts, graph mode's eager segments, ``SONNX_DEBUG`` traces) and for errors:
-when a plan raises, the step loop runs again and names the node that fails (see
+:mod:`sonnx.runtime.shape_values`); and each range of steps graph mode runs eagerly between its
+compiled segments, keeping what later steps read (its shape values found by the range's own
+first run of the signature: :meth:`GraphProgram.execute_range`). The step loop stays the
+reference for the rest (a first run, ``last_layers`` cuts, ``SONNX_DEBUG`` traces) and for
+errors: when a plan raises, the step loop runs again and names the node that fails (see
 :meth:`GraphProgram.execute`).
 """
 
@@ -58,23 +60,41 @@ class PlanAssumptionError(Exception):
 
 
 def build_plan(
-    program: GraphProgram, keep: frozenset[str], values: dict[str, Any] | None = None
+    program: GraphProgram,
+    keep: frozenset[str],
+    values: dict[str, Any] | None = None,
+    bounds: tuple[int, int] | None = None,
 ) -> Plan:
-    """The plan of a whole run of ``program`` that keeps the values named ``keep``.
+    """The plan of a whole run of ``program`` (or of its steps ``[start, stop)`` = ``bounds``,
+    an eager range of graph mode) that keeps the values named ``keep``.
 
     ``values`` are those of the run the plan is built for: a subgraph's names from its
-    enclosing scope that hold tensors there are taken as tensors (operators then get them
-    directly), with a check at each run that sends a run where one is not back to the step loop.
+    enclosing scope (or a range's, from the steps before it) that hold tensors there are taken
+    as tensors (operators then get them directly), with a check at each run that sends a run
+    where one is not back to the step loop.
+
+    :param program: the program.
+    :param keep: the names the run hands back in ``values``.
+    :param values: the values of the run it is built for.
+    :param bounds: the range of steps, or None for all.
+    :returns: the plan.
     """
-    return _PlanWriter(program, keep, values or {}).write()
+    return _PlanWriter(program, keep, values or {}, bounds).write()
 
 
 class _PlanWriter:
     """Writes the source of one plan, step by step, and compiles it."""
 
-    def __init__(self, program: GraphProgram, keep: frozenset[str], values: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        program: GraphProgram,
+        keep: frozenset[str],
+        values: dict[str, Any],
+        bounds: tuple[int, int] | None,
+    ) -> None:
         self.program = program
         self.keep = keep
+        self.bounds = bounds or (0, len(program.steps))
         own = program.constants.keys() | set(program.input_names)
         self.outer_tensors = {n for n, v in values.items() if type(v) is Tensor and n not in own}
         self.on_cpu = program.device.torch_device.type == "cpu"
@@ -101,7 +121,7 @@ class _PlanWriter:
 
     def write(self) -> Plan:
         program = self.program
-        schedule = program.schedule(keep=self.keep, prune=True)
+        schedule = program.schedule(*self.bounds, keep=self.keep, prune=True)
         for entry in schedule.steps:
             index, step = entry.index, program.steps[entry.index]
             lines: list[str] = []

@@ -18,7 +18,6 @@ from typing import Any
 import onnx
 import torch
 
-from sonnx import dtypes
 from sonnx.device import Device, default_device_for_run
 from sonnx.engine.host_values import forget, place_inputs
 from sonnx.engine.operator import Operator, is_training
@@ -36,14 +35,14 @@ from sonnx.onnx.model_loading import (
 from sonnx.onnx.registry import (
     NodeInfo,
     OperatorConverter,
-    check_constant_types,
     check_node,
     node_attributes,
 )
 from sonnx.operators.control import GraphValueOperator
 from sonnx.runtime.constants import (
+    check_step_constants,
+    constant_node_value,
     initializer_tensors,
-    place_constant,
 )
 from sonnx.runtime.folding import FoldedResults
 from sonnx.runtime.fusions import Fusion
@@ -174,9 +173,14 @@ class GraphProgram:
     _shape_values: ShapeValueCache = field(default_factory=ShapeValueCache, repr=False)
     #: Groups of steps run as one torch call, by the index of their final step.
     fusions: dict[int, Fusion] = field(default_factory=dict, repr=False)
-    #: Plans of whole runs by the names they keep (see :mod:`sonnx.runtime.plan`); None
-    #: once a plan failed where the step loop did not (the step loop then runs every time).
-    _plans: dict[frozenset[str], Plan] | None = field(default_factory=dict, repr=False)
+    #: Plans of whole runs by the names they keep, and of graph mode's eager ranges by
+    #: (start, stop, keep) (see :mod:`sonnx.runtime.plan`); None once a plan failed where the
+    #: step loop did not (the step loop then runs every time).
+    _plans: dict[Any, Plan] | None = field(default_factory=dict, repr=False)
+    # The shape values of graph mode's eager ranges, by (start, stop).
+    _range_shape_values: dict[tuple[int, int], ShapeValueCache] = field(
+        default_factory=dict, repr=False
+    )
     _schedules: dict[tuple[Any, ...], Schedule] = field(default_factory=dict, repr=False)
     _index: ProgramIndex | None = field(default=None, repr=False)
 
@@ -202,10 +206,22 @@ class GraphProgram:
         steps, producer = self.steps, self.index.producer
         return shape_value_sources(steps, self.shape_value_steps, self.constants, producer)
 
-    def _known_shape_values(self, signature: tuple[Any, ...] | None) -> dict[str, Any] | None:
+    def _known_shape_values(
+        self, signature: tuple[Any, ...] | None, bounds: tuple[int, int] | None = None
+    ) -> dict[str, Any] | None:
+        """The shape values kept for ``signature`` (of the eager range ``bounds``, if given)."""
         if signature is None:
             return None
-        return self._shape_values.get(signature, self.constants, self._shape_value_sources)
+        found = self._shape_cache(bounds)
+        return found.get(signature, self.constants, self._shape_value_sources)
+
+    def _shape_cache(self, bounds: tuple[int, int] | None) -> ShapeValueCache:
+        if bounds is None:
+            return self._shape_values
+        found = self._range_shape_values.get(bounds)
+        if found is None:
+            found = self._range_shape_values[bounds] = ShapeValueCache()
+        return found
 
     def execute(
         self,
@@ -232,19 +248,39 @@ class GraphProgram:
                 return values
             return self._execute(values, start, stop, computed, keep)
 
+    def execute_range(self, values: dict[str, Tensor], start: int, stop: int) -> None:
+        """Run steps ``[start:stop)`` of a graph-mode run eagerly (outside a trace), adding
+        to ``values`` what later steps or the graph's outputs read: by the range's generated
+        plan once the range's first run of this input signature found its shape values, else
+        (and with ``SONNX_DEBUG``) by the step loop, which keeps every value.
+
+        :param values: the run's values so far, those the steps read among them.
+        :param start: the first step.
+        :param stop: the step after the last.
+        """
+        grad = torch.set_grad_enabled(is_training())
+        with default_device_for_run(self.device), deferred_checks(), grad:
+            if self.step_loop_reason(start, stop, ranged=True) is None:
+                keep = self.index.read_from(stop)
+                if self._run_plan(values, keep, (start, stop)):
+                    return
+            self._execute(values, start, stop, None, None, (start, stop))
+
     def step_loop_reason(
         self,
         start: int = 0,
         stop: int | None = None,
         computed: dict[str, Tensor] | None = None,
         keep: set[str] | None = None,
+        ranged: bool = False,
     ) -> str | None:
         """Why a run of steps ``[start:stop]`` goes through the step loop (None: through the
-        generated plan, once the input signature's shape values are known)."""
+        generated plan, once the input signature's shape values are known); ``ranged``: an
+        eager range of a graph-mode run (:meth:`execute_range`), which keeps what it must."""
         return step_loop_reason(
-            whole=start == 0 and (stop is None or stop >= len(self.steps)),
+            whole=ranged or (start == 0 and (stop is None or stop >= len(self.steps))),
             every_value=computed is not None,
-            keeps=keep is not None,
+            keeps=ranged or keep is not None,
             value_checks=value_checks(),
             plans_work=self._plans is not None,
         )
@@ -255,25 +291,34 @@ class GraphProgram:
         signature = input_signature(values, self.input_names)
         return self._known_shape_values(signature) is not None
 
-    def _run_plan(self, values: dict[str, Tensor], keep: frozenset[str]) -> bool:
-        """Run the whole graph by its plan, if the input signature's shape values are known
-        (False: the step loop must run). When the plan raises, the step loop runs the graph
-        again: it names the node that fails, and if it does not fail, plans are not used
-        again for this graph."""
+    def _run_plan(
+        self,
+        values: dict[str, Tensor],
+        keep: frozenset[str],
+        bounds: tuple[int, int] | None = None,
+    ) -> bool:
+        """Run the whole graph (or graph mode's eager range ``bounds``) by its plan, if the
+        input signature's shape values are known (False: the step loop must run). When the
+        plan raises, the step loop runs the steps again: it names the node that fails, and if
+        it does not fail, plans are not used again for this graph."""
         plans = self._plans
         signature = input_signature(values, self.input_names)
-        known = self._known_shape_values(signature)
+        known = self._known_shape_values(signature, bounds)
         if plans is None or known is None:
             return False
-        plan = plans.get(keep)
+        key = keep if bounds is None else (*bounds, keep)
+        plan = plans.get(key)
         if plan is None:
-            plan = plans[keep] = build_plan(self, keep, values)
+            plan = plans[key] = build_plan(self, keep, values, bounds)
         try:
             plan(values, known)
             return True
         except Exception:
             pass  # the step loop reports it, naming the node
-        self._execute(values, 0, None, None, set(keep))
+        if bounds is None:
+            self._execute(values, 0, None, None, set(keep))
+        else:  # as an eager range runs without a plan: keeping every value
+            self._execute(values, *bounds, None, None, bounds)
         self._plans = None
         return True
 
@@ -285,8 +330,14 @@ class GraphProgram:
 
     @property
     def plans(self) -> dict[frozenset[str], Plan]:
-        """The plans built so far, by the names they keep (each has its ``source``)."""
-        return dict(self._plans or {})
+        """The whole runs' plans built so far, by the names they keep (each has its
+        ``source``)."""
+        return {k: p for k, p in (self._plans or {}).items() if isinstance(k, frozenset)}
+
+    @property
+    def range_plans(self) -> dict[tuple[int, int, frozenset[str]], Plan]:
+        """The plans of graph mode's eager ranges built so far, by (start, stop, keep)."""
+        return {k: p for k, p in (self._plans or {}).items() if isinstance(k, tuple)}
 
     def run_step(self, index: int, args: list[Any], scope: dict[str, Any]) -> Any:
         """Step ``index``'s result on ``args`` (``scope``: what its subgraphs read)."""
@@ -330,11 +381,13 @@ class GraphProgram:
         stop: int | None,
         computed: dict[str, Tensor] | None,
         keep: set[str] | None,
+        bounds: tuple[int, int] | None = None,
     ) -> dict[str, Tensor]:
+        """The step loop; ``bounds``: graph mode's eager range (its own shape values)."""
         debug = debugging()
         signature = input_signature(values, self.input_names) if value_checks() else None
-        known = None if debug else self._known_shape_values(signature)  # trace every node
-        whole = start == 0 and (stop is None or stop >= len(self.steps))
+        known = None if debug else self._known_shape_values(signature, bounds)  # trace all
+        whole = bounds is not None or (start == 0 and (stop is None or stop >= len(self.steps)))
         fresh: dict[str, Any] | None = {} if signature is not None and known is None else None
         # SONNX_DEBUG traces every node, so fused groups run node by node
         schedule = self.schedule(start, stop, keep, every_value=computed is not None or debug)
@@ -375,7 +428,7 @@ class GraphProgram:
             for name in entry.frees:
                 values.pop(name, None)
         if fresh is not None and whole:
-            self._shape_values.store(signature, fresh)
+            self._shape_cache(bounds).store(signature, fresh)
         return values
 
     def run_group(self, fusion: Fusion, args: list[Tensor]) -> Any:
@@ -477,9 +530,9 @@ def compile_graph(
     from_nodes: list[str] = []  # the dense values of Constant nodes, which may hold weights
     for i in order:
         step = _make_step(by_index[i], versions, dev, held)
-        _check_constant_types(by_index[i].node, step, constants)
+        check_step_constants(by_index[i].node, step, constants)
         if step.info.op_type == "Constant" and step.info.domain == "":
-            constants[step.outputs[0]] = _constant_value(step, dev, held)
+            constants[step.outputs[0]] = constant_node_value(step, dev, held)
             if any(a.name in ("value", "value_floats") for a in by_index[i].node.attribute):
                 from_nodes.append(step.outputs[0])
             continue
@@ -498,45 +551,6 @@ def compile_graph(
         free |= known - set(constants) - set(input_names)  # the enclosing scope's names
     run_passes(program, free)
     return program
-
-
-def _check_constant_types(node: onnx.NodeProto, step: Step, constants: dict[str, Tensor]) -> None:
-    """Hold the inputs known before any run (initializers, earlier Constant values) to the
-    element types the schema allows, so a mistyped weight is reported as such, not as whatever
-    torch raises when it meets it."""
-    known = {}
-    for position, name in enumerate(step.inputs):
-        if name in constants:
-            try:
-                known[position] = dtypes.torch_to_onnx(constants[name].dtype)
-            except SonnxError:
-                continue  # a dtype with no ONNX code: the operator reports it
-    check_constant_types(node, step.info, known)
-
-
-def _constant_value(step: Step, dev: Device, held: Mapping[str, Tensor] | None) -> Tensor:
-    """A Constant node's value on the graph's device: a new tensor over the storage of the
-    tensor ``held`` has for it (a trained weight, when the model is prepared again), else the
-    node's own."""
-    name = step.outputs[0]
-    if held is not None and name in held:
-        return Tensor(data=held[name].data.detach(), requires_grad=False, name=name)
-    value = _evaluate_constant(step)
-    place_constant(value, dev)
-    value.name = name
-    value.creator = None
-    return value
-
-
-def _evaluate_constant(step: Step) -> Tensor:
-    """The value of a Constant node, computed once when the graph is compiled."""
-    try:
-        return step.convert(step.info, [], step.attrs)
-    except Exception as e:
-        failure = node_error(step.info, [], [], e, blames_input=False)
-        if failure is e:
-            raise
-        raise failure from e
 
 
 def _make_step(

@@ -58,6 +58,7 @@ class ProgramIndex:
         self.uses: Mapping[str, tuple[Use, ...]] = {n: tuple(u) for n, u in uses.items()}
         #: The graph's outputs.
         self.outputs: frozenset[str] = frozenset(outputs)
+        self._read_from: dict[int, frozenset[str]] = {}
 
     def readers(self, name: str) -> tuple[int, ...]:
         """The steps reading ``name``, once per read: a step reading it at two inputs (``Mul(x,
@@ -93,3 +94,16 @@ class ProgramIndex:
         return bool(found) and all(
             use.position is not None and use.position in positions(use.step) for use in found
         )
+
+    def read_from(self, start: int) -> frozenset[str]:
+        """The names that steps ``start`` onward read, and the graph's outputs: what a run of
+        the steps before ``start`` must leave for the rest (graph mode's eager ranges).
+
+        :param start: the first step of the rest.
+        :returns: the names (kept per ``start``).
+        """
+        found = self._read_from.get(start)
+        if found is None:
+            later = (n for n, uses in self.uses.items() if uses[-1].step >= start)
+            found = self._read_from[start] = self.outputs.union(later)
+        return found
