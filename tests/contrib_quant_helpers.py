@@ -148,3 +148,20 @@ def reference_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[
     DynamicQuantizeMatMul and QGemm written the same way."""
     evaluator = ReferenceEvaluator(model, new_ops=[DynamicQuantizeMatMul, QGemm])
     return evaluator.run(None, feeds)
+
+
+def nbits_weight(
+    rng: np.random.Generator, bits: int, block: int, k: int, n: int, zero_points: str | None
+) -> dict[str, np.ndarray | None]:
+    """A MatMulNBits weight [N, K] in blocks of K: random packed codes, scales and zero points
+    (None, packed "uint8" or "float")."""
+    blocks = -(-k // block)
+    b = rng.integers(0, 256, (n, blocks, block * bits // 8)).astype(np.uint8)
+    scales = rng.uniform(0.01, 0.1, n * blocks).astype(np.float32)
+    if zero_points == "uint8":
+        zp = rng.integers(0, 256, n * -(-blocks * bits // 8)).astype(np.uint8)
+    elif zero_points == "float":
+        zp = rng.uniform(0, 2**bits, n * blocks).astype(np.float32)
+    else:
+        zp = None
+    return {"B": b, "scales": scales, "zero_points": zp}

@@ -83,7 +83,7 @@ def _group(a: str, members: list[int], steps: Sequence[Step]) -> Fusion:
     found: list[_Member] = []
     for index in members:
         step = steps[index]
-        names = [*step.inputs[1:], *[""] * (NBITS_WEIGHTS + 2 - len(step.inputs))]
+        names = [*step.inputs[1:], *[""] * (NBITS_WEIGHTS + 1 - len(step.inputs))]
         slots = []
         for name in names:
             slots.append(len(inputs) - 1 if name else None)
@@ -99,8 +99,9 @@ def _group(a: str, members: list[int], steps: Sequence[Step]) -> Fusion:
 
 
 def _group_call(members: list[_Member]) -> Callable[..., tuple[torch.Tensor, ...] | None]:
-    """The group's call: every member's output (its bias added, as the node adds it), or None
-    where a member would not run onnxruntime's kernel or onnxruntime refused the group."""
+    """The group's call: every member's output (its bias added inside onnxruntime's kernel, as
+    the node alone adds it), or None where a member would not run onnxruntime's kernel or
+    onnxruntime refused the group."""
     attrs = [v for member in members for v in member.attrs]
     refused: list[bool] = []
 
@@ -108,21 +109,17 @@ def _group_call(members: list[_Member]) -> Callable[..., tuple[torch.Tensor, ...
         if refused or a.dtype != torch.float32:
             return None  # the nodes run (and report a wrong A themselves)
         weights: list[torch.Tensor | None] = []
-        biases: list[torch.Tensor | None] = []
         for member in members:
             own = [None if p is None else values[p] for p in member.slots]
-            if a.shape[-1] != member.attrs[0] or not member.op.bridgeable(
-                member.spec, [a, *own[:4]]
-            ):
+            if a.shape[-1] != member.attrs[0] or not member.op.bridgeable(member.spec, [a, *own]):
                 return None
-            weights.extend(own[:NBITS_WEIGHTS])
-            biases.append(own[NBITS_WEIGHTS])
+            weights.extend(own)
         ys = grouped_products(attrs, a, weights, tracing=not value_checks())
         if ys is None:
             refused.append(True)
             return None
         for member in members:
             member.op.kernel_used = GROUPED_KERNEL
-        return tuple(y if b is None else y + b for y, b in zip(ys, biases, strict=True))
+        return tuple(ys)
 
     return compute

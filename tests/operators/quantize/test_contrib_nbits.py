@@ -16,6 +16,7 @@ from sonnx.tensor import Tensor
 from tests.contrib_quant_helpers import (
     both,
     int8_weights_7_bits,
+    nbits_weight,
     node_model,
     ort_run,
     reference_run,
@@ -24,20 +25,6 @@ from tests.helpers import check_grad
 
 RNG = np.random.default_rng(0)
 F32 = np.float32
-
-
-def nbits_weight(bits: int, block: int, k: int, n: int, zero_points: str | None):
-    """Random packed codes, scales and zero points (None, packed "uint8" or "float")."""
-    blocks = -(-k // block)
-    b = RNG.integers(0, 256, (n, blocks, block * bits // 8)).astype(np.uint8)
-    scales = RNG.uniform(0.01, 0.1, n * blocks).astype(F32)
-    if zero_points == "uint8":
-        zp = RNG.integers(0, 256, n * -(-blocks * bits // 8)).astype(np.uint8)
-    elif zero_points == "float":
-        zp = RNG.uniform(0, 2**bits, n * blocks).astype(F32)
-    else:
-        zp = None
-    return {"B": b, "scales": scales, "zero_points": zp}
 
 
 # onnxruntime's CPU kernel refuses 8-bit weights with float zero points.
@@ -53,7 +40,7 @@ NBITS_CASES = [
 @pytest.mark.parametrize("block", [16, 32, 128])
 def test_matmul_nbits_matches_onnxruntime(bits, block, zero_points):
     k, n = 70, 5  # K not a multiple of the block: the last block is padded
-    weight = nbits_weight(bits, block, k, n, zero_points)
+    weight = nbits_weight(RNG, bits, block, k, n, zero_points)
     feeds = {"A": RNG.standard_normal((2, 3, k)).astype(F32)}
     model = node_model(
         "MatMulNBits", {**feeds, **weight}, feeds, K=k, N=n, bits=bits, block_size=block
@@ -69,7 +56,7 @@ def test_matmul_nbits_matches_onnxruntime(bits, block, zero_points):
 def test_matmul_nbits_g_idx_and_bias_match_onnxruntime(zero_points, accuracy_level):
     """With g_idx onnxruntime multiplies in float at every accuracy level, as sonnx does."""
     k, n, block = 64, 6, 16
-    weight = nbits_weight(4, block, k, n, zero_points)
+    weight = nbits_weight(RNG, 4, block, k, n, zero_points)
     # act-order: the rows of K visit the blocks in a shuffled order
     weight["g_idx"] = RNG.permutation(np.arange(k, dtype=np.int32) // block).astype(np.int32)
     weight["bias"] = RNG.standard_normal(n).astype(F32)
@@ -96,7 +83,7 @@ def test_matmul_nbits_accuracy_level_4_matches_onnxruntime(bits, block, zero_poi
     so does sonnx: the two agree to float rounding, where a float product would differ by the
     int8 step (about 1e-2 relative)."""
     k, n = 300, 5  # K not a multiple of the block: the last block is padded
-    weight = nbits_weight(bits, block, k, n, zero_points)
+    weight = nbits_weight(RNG, bits, block, k, n, zero_points)
     feeds = {"A": RNG.standard_normal((2, 3, k)).astype(F32)}
     model = node_model(
         "MatMulNBits",
@@ -116,7 +103,7 @@ def test_matmul_nbits_accuracy_level_4_passes_gradients_through_the_rounding():
     """The int8 rounding of A is a step function: its gradient is taken as the identity
     (straight through), so A's gradient is that of the float product with rounded A."""
     k, n, block = 64, 3, 32
-    weight = nbits_weight(4, block, k, n, None)
+    weight = nbits_weight(RNG, 4, block, k, n, None)
     op = MatMulNBits(K=k, N=n, bits=4, block_size=block, accuracy_level=4)
     a = torch.from_numpy(RNG.standard_normal((2, k)).astype(F32)).requires_grad_()
     y = op.forward(a, torch.from_numpy(weight["B"]), torch.from_numpy(weight["scales"]))
@@ -134,7 +121,7 @@ def test_matmul_nbits_accuracy_level_4_rounds_a_as_onnxruntime(k):
     the block's largest magnitude / 127); sonnx rounds A the same way, so the outputs agree to
     float rounding, and the gradient to A passes the rounding straight through."""
     n, block = 8, 32
-    weight = nbits_weight(4, block, k, n, "uint8")
+    weight = nbits_weight(RNG, 4, block, k, n, "uint8")
     a = RNG.standard_normal((5, k)).astype(F32)
     attrs = {"K": k, "N": n, "bits": 4, "block_size": block}
     model = node_model("MatMulNBits", {"A": a, **weight}, ["A"], accuracy_level=4, **attrs)
@@ -151,7 +138,7 @@ def test_matmul_nbits_accuracy_level_4_rounds_a_as_onnxruntime(k):
 
 def test_matmul_nbits_passes_gradients_to_a_only():
     k, n, block = 32, 3, 16
-    weight = nbits_weight(4, block, k, n, "uint8")
+    weight = nbits_weight(RNG, 4, block, k, n, "uint8")
     op = MatMulNBits(K=k, N=n, bits=4, block_size=block)
     arrays = [RNG.standard_normal((2, k)), weight["B"], weight["scales"], weight["zero_points"]]
     check_grad(lambda *xs: op(*xs), arrays, wrt=[0])
@@ -161,7 +148,7 @@ def test_matmul_nbits_dequantizes_a_frozen_weight_once(monkeypatch):
     k, n, block = 32, 3, 16
     weight = {
         name: torch.from_numpy(v)
-        for name, v in nbits_weight(4, block, k, n, None).items()
+        for name, v in nbits_weight(RNG, 4, block, k, n, None).items()
         if v is not None
     }
     op = MatMulNBits(K=k, N=n, bits=4, block_size=block)
@@ -182,7 +169,7 @@ def test_matmul_nbits_training_keeps_no_float_weight_and_dequantizes_for_backwar
     """QLoRA: a product that needs a gradient dequantizes in the forward and again in the
     backward, and keeps no float copy of the 4-bit weight between them or after."""
     k, n, block = 32, 3, 16
-    weight = [torch.from_numpy(v) for v in nbits_weight(4, block, k, n, "uint8").values()]
+    weight = [torch.from_numpy(v) for v in nbits_weight(RNG, 4, block, k, n, "uint8").values()]
     op = MatMulNBits(K=k, N=n, bits=4, block_size=block)
     calls = []
     dequantize = op.dequantize
@@ -199,7 +186,7 @@ def test_matmul_nbits_training_keeps_no_float_weight_and_dequantizes_for_backwar
 
 def test_matmul_nbits_import_export_is_the_same_node():
     k, n = 32, 4
-    weight = nbits_weight(4, 16, k, n, "uint8")
+    weight = nbits_weight(RNG, 4, 16, k, n, "uint8")
     feeds = {"A": RNG.standard_normal((2, k)).astype(F32)}
     model = node_model(
         "MatMulNBits", {**feeds, **weight}, feeds, shapes=((2, n),), K=k, N=n, bits=4, block_size=16
@@ -348,7 +335,5 @@ def test_matmul_integer_to_float_equals_onnxruntime(dtype, per_column):
 
 def test_matmul_integer_to_float_rejects_float_a():
     op = MatMulIntegerToFloat()
-    with pytest.raises(
-        BadInputError, match=r"input A must be int8 or uint8, received float32"
-    ):
+    with pytest.raises(BadInputError, match=r"input A must be int8 or uint8, received float32"):
         op.forward(torch.zeros(2, 3), torch.zeros(3, 2, dtype=torch.int8), *[torch.ones(())] * 2)

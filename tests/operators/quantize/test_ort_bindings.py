@@ -28,7 +28,7 @@ def test_the_same_memory_with_new_values_and_new_memory_both_run_right():
     model, feeds = nbits_case(4, 32, "uint8", 4, 1, k=K, n=N)
     weights = [torch.from_numpy(onnx_array(model, n)) for n in ("B", "scales", "zero_points")]
     a = torch.from_numpy(feeds["A"].copy())
-    kernel = kernel_for(nbits_spec([K, N, 4, 32, 4]), [a, *weights, None])
+    kernel = kernel_for(nbits_spec([K, N, 4, 32, 4]), [a, *weights, None, None])
     y = torch.empty(1, N)
     kernel([a], y)
     np.testing.assert_array_equal(y.numpy(), expected(model, a))
@@ -47,7 +47,9 @@ def test_the_same_memory_with_new_values_and_new_memory_both_run_right():
 def test_threads_each_bind_their_own_memory():
     model, _ = nbits_case(4, 32, None, 0, 1, k=K, n=N)
     weights = [torch.from_numpy(onnx_array(model, n)) for n in ("B", "scales")]
-    kernel = kernel_for(nbits_spec([K, N, 4, 32, 0]), [torch.zeros(1, K), *weights, None, None])
+    kernel = kernel_for(
+        nbits_spec([K, N, 4, 32, 0]), [torch.zeros(1, K), *weights, None, None, None]
+    )
     inputs = [torch.randn(2, K) for _ in range(6)]
     results: dict[int, list[np.ndarray]] = {}
 

@@ -19,7 +19,7 @@ import sonnx
 from sonnx import autograd
 from sonnx.errors import BadInputError
 from sonnx.operators.quantize.contrib_nbits import MatMulNBits
-from tests.contrib_quant_helpers import node_model, ort_run
+from tests.contrib_quant_helpers import nbits_weight, node_model, ort_run
 from tests.helpers import check_grad
 
 RNG = np.random.default_rng(45)
@@ -28,19 +28,14 @@ ORT_KERNEL = "onnxruntime's MatMulNBits"
 TORCH_KERNEL = "torch's (dequantized float32 weight)"
 
 
-def nbits_case(bits, block, zero_points, accuracy_level, rows, k=300, n=7, g_idx=False):
+def nbits_case(bits, block, zero_points, accuracy_level, rows, k=300, n=7, g_idx=False, bias=False):
     """A one-node MatMulNBits model (K not a multiple of the block) and its input."""
-    blocks = -(-k // block)
-    weight = {
-        "B": RNG.integers(0, 256, (n, blocks, block * bits // 8)).astype(np.uint8),
-        "scales": RNG.uniform(0.01, 0.1, n * blocks).astype(F32),
-    }
-    if zero_points == "uint8":
-        weight["zero_points"] = RNG.integers(0, 256, n * -(-blocks * bits // 8)).astype(np.uint8)
-    elif zero_points == "float":
-        weight["zero_points"] = RNG.uniform(0, 2**bits, n * blocks).astype(F32)
+    weight = nbits_weight(RNG, bits, block, k, n, zero_points)
+    weight["g_idx"] = None
     if g_idx:
         weight["g_idx"] = RNG.permutation(np.arange(k, dtype=np.int32) // block).astype(np.int32)
+    if bias:
+        weight["bias"] = RNG.standard_normal(n).astype(F32)
     feeds = {"A": RNG.standard_normal((rows, k)).astype(F32)}
     attrs = {"K": k, "N": n, "bits": bits, "block_size": block, "accuracy_level": accuracy_level}
     return node_model("MatMulNBits", {**feeds, **weight}, feeds, **attrs), feeds
@@ -73,6 +68,18 @@ def test_matmul_nbits_equals_onnxruntime_exactly(bits, block, zero_points, accur
 
 def test_matmul_nbits_with_g_idx_and_float_zero_points_equals_onnxruntime_exactly():
     model, feeds = nbits_case(4, 32, "float", 4, 3, k=256, g_idx=True)
+    (expected,) = ort_run(model, feeds)
+    got, kernel = run_rep(sonnx.prepare(model), feeds)
+    assert kernel == ORT_KERNEL
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("accuracy_level", [0, 4])
+def test_a_bias_is_added_inside_the_kernel_as_onnxruntime_adds_it(accuracy_level):
+    """onnxruntime's kernel adds the bias inside its accumulation: at accuracy level 4 that
+    differs in the last bit from adding it after the product, so the bias is a slot of the
+    node's session."""
+    model, feeds = nbits_case(4, 32, "uint8", accuracy_level, 5, k=256, n=64, bias=True)
     (expected,) = ort_run(model, feeds)
     got, kernel = run_rep(sonnx.prepare(model), feeds)
     assert kernel == ORT_KERNEL
@@ -230,7 +237,7 @@ def test_tensors_aliasing_one_weight_share_its_session(monkeypatch):
 
     def product(b):
         y = torch.empty(2, 64)
-        ort_sessions.kernel_for(spec, [a, b, *weights[1:], None])([a], y)
+        ort_sessions.kernel_for(spec, [a, b, *weights[1:], None, None])([a], y)
         return y.numpy()
 
     # Two tensors over one memory, each with its own version counter, as from_blob makes them.
@@ -260,7 +267,7 @@ def test_sessions_found_by_value_alone_are_bounded(monkeypatch):
     def product(scale):
         scales = torch.full((4,), scale)
         y = torch.empty(1, 4)
-        ort_sessions.kernel_for(spec, [a, b, scales, None, None])([a], y)
+        ort_sessions.kernel_for(spec, [a, b, scales, None, None, None])([a], y)
         return y
 
     first = product(0.5)

@@ -158,10 +158,10 @@ class MatMulNBits(KernelChoice, ContribQuantOperator):
         weights = (b, scales, zero_points, g_idx)
         names = ("K", "N", "bits", "block_size", "accuracy_level")
         spec = nbits_spec([int(self.attr(x)) for x in names])
-        y = self.onnxruntime_product(spec, n, (a, *weights))
+        y = self.onnxruntime_product(spec, n, (a, *weights, bias))
         if y is not None:
             self.kernel_used = "onnxruntime's MatMulNBits"
-            return y if bias is None else y + bias
+            return y
         self.kernel_used = "torch's (dequantized float32 weight)"
         if self._rounds_a_to_int8(a, zero_points, g_idx):
             a = int8_blocks(a, int(self.attr("block_size")))

@@ -28,8 +28,8 @@ from sonnx.operators.quantize.ort_sessions import NodeSpec, bridge_op, kernel_fo
 
 __all__ = ["NBITS_WEIGHTS", "GroupSpec", "group_spec", "grouped_products"]
 
-#: The constant slots of one member (MatMulNBits' B, scales, zero_points and g_idx).
-NBITS_WEIGHTS = 4
+#: The constant slots of one member (MatMulNBits' B, scales, zero_points, g_idx and bias).
+NBITS_WEIGHTS = 5
 #: A member's attributes, in the order :func:`~sonnx.operators.quantize.ort_kernels.nbits_spec`
 #: takes them: K, N, bits, block_size, accuracy_level.
 _ATTRS = 5
@@ -39,7 +39,7 @@ _ATTRS = 5
 class GroupSpec(NodeSpec):
     """The session of several ``MatMulNBits`` members reading the one bound slot ``A``: the
     slots are ``A`` then each member's weights (``B_j``, ``scales_j``, ``zero_points_j``,
-    ``g_idx_j``), the outputs ``y_j``.
+    ``g_idx_j``, ``bias_j``), the outputs ``y_j``.
 
     :param members: each member's own spec (its attributes).
     """
@@ -75,7 +75,7 @@ def group_spec(attrs: Sequence[int]) -> GroupSpec:
 def _group_spec(attrs: tuple[int, ...]) -> GroupSpec:
     count = len(attrs) // _ATTRS
     members = tuple(nbits_spec(attrs[_ATTRS * j : _ATTRS * (j + 1)]) for j in range(count))
-    weights = ("B", "scales", "zero_points", "g_idx")
+    weights = ("B", "scales", "zero_points", "g_idx", "bias")
     slots = ("A", *(f"{w}_{j}" for j in range(count) for w in weights))
     outputs = tuple(f"y_{j}" for j in range(count))
     return GroupSpec("MatMulNBits", (), slots, (0,), outputs, members)
@@ -110,7 +110,7 @@ def matmul_nbits_group_ort(
     a: torch.Tensor, weights: list[torch.Tensor | None], attrs: list[int]
 ) -> list[torch.Tensor]:
     """onnxruntime's MatMulNBits kernel for every member of a group in one run, as a torch
-    operator (``weights``: four slots per member; ``attrs``: five per member)."""
+    operator (``weights``: five slots per member; ``attrs``: five per member)."""
     return _run(attrs, a, weights)
 
 
@@ -124,7 +124,7 @@ def grouped_products(
 
     :param attrs: the members' attributes, five per member.
     :param a: the shared input [..., K], float32, contiguous or not.
-    :param weights: the members' constant slots, four per member (None where absent).
+    :param weights: the members' constant slots, five per member (None where absent).
     :param tracing: whether graph mode is tracing (the torch operator is recorded).
     :returns: each member's product [..., N_j], or None.
     """

@@ -55,11 +55,13 @@ __all__ = [
 KERNEL_CHOICES = ("onnxruntime", "torch")
 
 _NBITS_ATTRS = ("K", "N", "bits", "block_size", "accuracy_level")
-_NBITS_SLOTS = ("A", "B", "scales", "zero_points", "g_idx")
+_NBITS_SLOTS = ("A", "B", "scales", "zero_points", "g_idx", "bias")
 
 
 def nbits_spec(attrs: Sequence[int]) -> NodeSpec:
-    """The spec of a ``MatMulNBits`` node without its bias (torch adds it).
+    """The spec of a ``MatMulNBits`` node (its bias, where it has one, a slot of the session:
+    onnxruntime's kernel adds it inside its accumulation, which can differ in the last bit from
+    adding it afterwards).
 
     :param attrs: its attributes K, N, bits, block_size and accuracy_level.
     :returns: the spec (one object for equal attributes).
@@ -103,15 +105,21 @@ def _run(spec: NodeSpec, n: int, inputs: Sequence[torch.Tensor | None]) -> torch
 
 
 def _matmul_nbits_ort_fake(
-    a: torch.Tensor, b: Any, scales: Any, zero_points: Any, g_idx: Any, attrs: list[int]
+    a: torch.Tensor,
+    b: Any,
+    scales: Any,
+    zero_points: Any,
+    g_idx: Any,
+    bias: Any,
+    attrs: list[int],
 ) -> torch.Tensor:
     return a.new_empty((*a.shape[:-1], attrs[1]))
 
 
 @bridge_op(
     "matmul_nbits_ort",
-    "(Tensor a, Tensor b, Tensor scales, Tensor? zero_points, Tensor? g_idx, int[] attrs)"
-    " -> Tensor",
+    "(Tensor a, Tensor b, Tensor scales, Tensor? zero_points, Tensor? g_idx, Tensor? bias, "
+    "int[] attrs) -> Tensor",
     _matmul_nbits_ort_fake,
 )
 def matmul_nbits_ort(
@@ -120,11 +128,12 @@ def matmul_nbits_ort(
     scales: torch.Tensor,
     zero_points: torch.Tensor | None,
     g_idx: torch.Tensor | None,
+    bias: torch.Tensor | None,
     attrs: list[int],
 ) -> torch.Tensor:
     """onnxruntime's MatMulNBits kernel as a torch operator (``attrs``: K, N, bits,
     block_size, accuracy_level)."""
-    return _run(nbits_spec(attrs), attrs[1], (a, b, scales, zero_points, g_idx))
+    return _run(nbits_spec(attrs), attrs[1], (a, b, scales, zero_points, g_idx, bias))
 
 
 #: How a trace records each operator's call (the custom op, one extern call).
