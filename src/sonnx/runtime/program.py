@@ -52,6 +52,7 @@ from sonnx.runtime.program_index import ProgramIndex
 from sonnx.runtime.run_paths import debugging, step_loop_reason, trace_step
 from sonnx.runtime.schedule import Action, Schedule, build_schedule
 from sonnx.runtime.shape_values import (
+    RangeShapeValues,
     ShapeValueCache,
     input_signature,
     shape_value_sources,
@@ -177,10 +178,7 @@ class GraphProgram:
     #: (start, stop, keep) (see :mod:`sonnx.runtime.plan`); None once a plan failed where the
     #: step loop did not (the step loop then runs every time).
     _plans: dict[Any, Plan] | None = field(default_factory=dict, repr=False)
-    # The shape values of graph mode's eager ranges, by (start, stop).
-    _range_shape_values: dict[tuple[int, int], ShapeValueCache] = field(
-        default_factory=dict, repr=False
-    )
+    _range_shape_values: RangeShapeValues = field(default_factory=RangeShapeValues, repr=False)
     _schedules: dict[tuple[Any, ...], Schedule] = field(default_factory=dict, repr=False)
     _index: ProgramIndex | None = field(default=None, repr=False)
 
@@ -209,19 +207,19 @@ class GraphProgram:
     def _known_shape_values(
         self, signature: tuple[Any, ...] | None, bounds: tuple[int, int] | None = None
     ) -> dict[str, Any] | None:
-        """The shape values kept for ``signature`` (of the eager range ``bounds``, if given)."""
+        """The shape values kept for ``signature`` (of the eager range ``bounds``, if given:
+        none to find in a range without shape-value steps)."""
         if signature is None:
             return None
         found = self._shape_cache(bounds)
+        if found is None:
+            return {}
         return found.get(signature, self.constants, self._shape_value_sources)
 
-    def _shape_cache(self, bounds: tuple[int, int] | None) -> ShapeValueCache:
+    def _shape_cache(self, bounds: tuple[int, int] | None) -> ShapeValueCache | None:
         if bounds is None:
             return self._shape_values
-        found = self._range_shape_values.get(bounds)
-        if found is None:
-            found = self._range_shape_values[bounds] = ShapeValueCache()
-        return found
+        return self._range_shape_values.cache(bounds, self.shape_value_steps)
 
     def execute(
         self,
@@ -427,8 +425,9 @@ class GraphProgram:
                 trace_step(step, args, values, time.perf_counter() - started)
             for name in entry.frees:
                 values.pop(name, None)
-        if fresh is not None and whole:
-            self._shape_cache(bounds).store(signature, fresh)
+        cache = self._shape_cache(bounds)
+        if fresh is not None and whole and cache is not None:
+            cache.store(signature, fresh)
         return values
 
     def run_group(self, fusion: Fusion, args: list[Tensor]) -> Any:

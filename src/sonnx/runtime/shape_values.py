@@ -167,3 +167,26 @@ class ShapeValueCache:
             kept.pop(next(iter(kept)))
         kept[signature] = values
         self._by_signature = kept
+
+
+class RangeShapeValues:
+    """The shape values of graph mode's eager ranges of steps, each range's own
+    :class:`ShapeValueCache` (a range's first run of an input signature finds those it
+    computes)."""
+
+    def __init__(self) -> None:
+        self._caches: dict[tuple[int, int], ShapeValueCache | None] = {}
+
+    def cache(self, bounds: tuple[int, int], shape_steps: set[int]) -> ShapeValueCache | None:
+        """The cache of the steps ``[start, stop)`` = ``bounds``; None where none of them is a
+        shape-value step (``shape_steps``): there is nothing to find, and its plan may run
+        from its first run.
+
+        :param bounds: the range's first step and the step after its last.
+        :param shape_steps: the program's shape-value steps.
+        :returns: the cache, or None.
+        """
+        if bounds not in self._caches:
+            finds = any(bounds[0] <= i < bounds[1] for i in shape_steps)
+            self._caches[bounds] = ShapeValueCache() if finds else None
+        return self._caches[bounds]
