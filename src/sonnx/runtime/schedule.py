@@ -2,8 +2,9 @@
 
 Both executors of a :class:`~sonnx.runtime.program.GraphProgram` walk the same schedule,
 as torch.fx's ``Interpreter`` and its code generation walk one graph: the step loop
-(:meth:`GraphProgram.execute`, the interpreter: first runs, cuts, ``all_outputs``, graph mode's
-eager steps, ``SONNX_DEBUG``) and the generated plan (:mod:`sonnx.runtime.plan`, the hot path).
+(:meth:`GraphProgram.execute`, the interpreter: first runs, cuts, ``all_outputs``, the first
+run of a range graph mode keeps eager, ``SONNX_DEBUG``) and the generated plan
+(:mod:`sonnx.runtime.plan`, the hot path: whole runs, and graph mode's eager ranges after that).
 Neither decides on its own whether a step is fused away, is a shape value, or is dead, and
 neither keeps its own liveness: :func:`build_schedule` decides once per kind of run.
 
