@@ -28,20 +28,19 @@ standard's operator must. Export writes the original nodes.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import onnx
 import torch
 
-from sonnx.engine.tracing import value_checks
 from sonnx.operators.attention.contrib_bert import QAttention
 from sonnx.operators.quantize.contrib_integer import (
     DynamicQuantizeMatMul,
     dynamic_quantized_product,
 )
+from sonnx.operators.quantize.contrib_nbits import KeptWeight
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -187,7 +186,7 @@ def _matmul_integer(
     weight_zero_point = step.inputs[3] if len(step.inputs) > 3 and step.inputs[3] else None
     fused = DynamicQuantizeMatMul()
     fused.name = step.info.name
-    unsigned = _UnsignedWeight()
+    unsigned = KeptWeight()  # made once per weight tensor and version in eager runs
 
     def compute(
         x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, w_zero: torch.Tensor | None = None
@@ -196,7 +195,7 @@ def _matmul_integer(
             return None  # the nodes run and report it
         if x.requires_grad and torch.is_grad_enabled():
             return dynamic_quantized_product(op, x, w, w_scale, w_zero, None)
-        b, b_zero = unsigned.of(w, w_zero)
+        b, b_zero = unsigned.get((w, w_zero), lambda: _unsigned(w, w_zero))
         y = fused.bridged((x, b, w_scale, b_zero, None))
         if y is not None:
             op.kernel_used = BRIDGED_CHAIN
@@ -213,39 +212,13 @@ def _matmul_integer(
                           intermediates, compute, (call,))  # fmt: skip
 
 
-class _UnsignedWeight:
-    """A MatMulInteger weight and zero point as uint8 (int8 codes + 128: the same differences),
-    made once per weight tensor and version in eager runs (see the module docstring); a graph
-    mode trace records the conversion, which the compiled graph folds into its constants."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        #: The weight, zero point and their versions last converted, and the conversions.
-        self._made: tuple[Any, ...] = ()
-
-    def of(
-        self, w: torch.Tensor, zero: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``w`` and ``zero`` with uint8 codes of the same differences.
-
-        :param w: the int8 or uint8 weight.
-        :param zero: its zero point (None: 0).
-        :returns: the uint8 weight and zero point (``zero`` itself for a uint8 weight).
-        """
-        if w.dtype == torch.uint8:
-            return w, zero
-        if not value_checks():  # a trace: recorded, not kept
-            return _shifted(w, zero)
-        versions = (w._version, None if zero is None else zero._version)
-        with self._lock:
-            made = self._made
-            if not made or made[0] is not w or made[1] is not zero or made[2] != versions:
-                self._made = made = (w, zero, versions, *_shifted(w, zero))
-            return made[3], made[4]
-
-
-def _shifted(w: torch.Tensor, zero: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """int8 ``w`` and ``zero`` (None: 0) plus 128, as uint8."""
+def _unsigned(
+    w: torch.Tensor, zero: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A MatMulInteger weight and zero point (None: 0) as uint8 codes of the same differences:
+    int8 codes plus 128 (see the module docstring); a uint8 weight as it is."""
+    if w.dtype == torch.uint8:
+        return w, zero
     if zero is None:
         zero = torch.zeros((), dtype=torch.int8, device=w.device)
     return (w.to(torch.int16) + 128).to(torch.uint8), (zero.to(torch.int16) + 128).to(torch.uint8)

@@ -17,7 +17,7 @@ These operators have no ``onnx.defs`` schema: their attribute defaults, from onn
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -31,6 +31,9 @@ from sonnx.operators.elementwise.cast import decode_sub_byte
 from sonnx.operators.quantize.ort_kernels import KernelChoice, nbits_spec
 
 __all__ = ["GatherBlockQuantized", "MatMulNBits"]
+
+#: What a :class:`KeptWeight` keeps: a weight, or several made together.
+_T = TypeVar("_T")
 
 
 class ContribQuantOperator(ContribOperator):
@@ -75,9 +78,7 @@ class KeptWeight:
     def __init__(self) -> None:
         self._kept: KeptResult | None = None
 
-    def get(
-        self, inputs: tuple[torch.Tensor | None, ...], compute: Callable[[], torch.Tensor]
-    ) -> torch.Tensor:
+    def get(self, inputs: tuple[torch.Tensor | None, ...], compute: Callable[[], _T]) -> _T:
         """The kept result for ``inputs``, else ``compute()`` (kept when it may be)."""
         if not value_checks() or any(t is not None and t.requires_grad for t in inputs):
             return compute()
