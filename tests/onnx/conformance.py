@@ -113,7 +113,7 @@ def run_case(case: TestCase) -> str | None:
                 problem = check_outputs(case, expected, rep.run(feeds))
                 if problem:
                     return f"{run} run: {problem}"
-            if not rep.program.runs_plans:
+            if not rep.program.runner.runs_plans:
                 return "the plan failed where the step loop did not"
     except SonnxError as e:
         return f"{type(e).__name__}: {str(e).splitlines()[-1].strip()}"

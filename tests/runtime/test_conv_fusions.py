@@ -83,7 +83,7 @@ def is_conv_group(fusion) -> bool:
 def unfused(model: onnx.ModelProto) -> sonnx.SingaRep:
     """``model`` prepared without its conv groups: node by node."""
     rep = sonnx.prepare(model)
-    rep.program.fusions = {k: f for k, f in rep.program.fusions.items() if not is_conv_group(f)}
+    rep.program.unfuse(is_conv_group)
     return rep
 
 
@@ -165,7 +165,7 @@ def test_training_runs_the_nodes_and_follows_the_same_trajectory(fused_calls):
     for fuse in (True, False):
         net = sonnx.SONNXModel(model)
         if not fuse:
-            net.rep.program.fusions = unfused(model).program.fusions
+            net.rep.program.unfuse(is_conv_group)
         sgd = opt.SGD(lr=0.05, momentum=0.9)
         net.train()
         losses = []

@@ -58,7 +58,7 @@ def test_a_declined_group_runs_its_steps(use_plan: bool) -> None:
     for _ in range(runs):
         (y,) = rep.run([x])
         np.testing.assert_allclose(to_numpy(y), expected, rtol=1e-5, atol=1e-6)
-    assert bool(rep.program.plans) is use_plan
+    assert bool(rep.program.runner.plans) is use_plan
 
 
 def test_a_declined_group_names_the_step_that_fails() -> None:

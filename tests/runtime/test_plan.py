@@ -89,12 +89,14 @@ def test_plan_runs_match_the_reference_on_every_kind_of_step() -> None:
             for _ in range(2):
                 (y,) = rep.run(feeds)
                 np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-6)
-    plans = rep.program.plans
-    assert len(plans) == 1 and rep.program.runs_plans
+    plans = rep.program.runner.plans
+    assert len(plans) == 1 and rep.program.runner.runs_plans
     (plan,) = plans.values()
     assert "del " in plan.source and "_op" in plan.source  # operators called directly
     branch = next(s for s in rep.steps if s.info.op_type == "If").attrs["then_branch"]
-    assert branch.program.runs_plans and branch.program.plans  # the branch has its own plan
+    assert (
+        branch.program.runner.runs_plans and branch.program.runner.plans
+    )  # the branch has its own plan
 
 
 def _reshape_model() -> onnx.ModelProto:
@@ -116,12 +118,12 @@ def test_an_error_in_a_plan_run_names_the_node_and_the_plan_stays_in_use() -> No
     good, bad = np.array([2, 3], np.int64), np.array([4, 4], np.int64)
     for _ in range(2):
         assert rep.run([x, good])[0].shape == (2, 3)
-    assert rep.program.plans
+    assert rep.program.runner.plans
     # Same input signature, values the node cannot take: the plan fails, the step loop says why.
     with pytest.raises(BadInputError, match="the_reshape"):
         rep.run([x, bad])
     assert rep.run([x, np.array([3, 2], np.int64)])[0].shape == (3, 2)
-    assert rep.program.runs_plans
+    assert rep.program.runner.runs_plans
 
 
 def test_training_through_the_plan_gives_the_step_loops_gradients() -> None:
@@ -146,7 +148,7 @@ def test_training_through_the_plan_gives_the_step_loops_gradients() -> None:
             grads.append(torch.autograd.grad(y.data.square().sum(), weight)[0])
     finally:
         autograd.training = False
-    assert rep.program.plans
+    assert rep.program.runner.plans
     torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
     torch.testing.assert_close(grads[2], grads[0], rtol=0, atol=0)
 
@@ -161,7 +163,7 @@ def test_a_branch_plan_takes_the_enclosing_scopes_tensors_directly() -> None:
     for _ in range(3):
         np.testing.assert_allclose(rep.run(feeds)[0].numpy(), expected, rtol=1e-5, atol=1e-6)
     branch = next(s for s in rep.steps if s.info.op_type == "If").attrs["then_branch"]
-    (plan,) = branch.program.plans.values()
+    (plan,) = branch.program.runner.plans.values()
     assert "_op0(" in plan.source and "_run(" not in plan.source
     assert plan.source.count("is not _SonnxTensor") == 2  # one check per name read from outside
 
@@ -209,7 +211,7 @@ def test_a_plan_leaves_out_a_folded_step_read_only_by_shape_values() -> None:
         x = RNG.standard_normal((batch, 3)).astype(np.float32)
         for _ in range(2):
             np.testing.assert_allclose(rep.run([x])[0].numpy(), reference.run(None, {"x": x})[0])
-    (plan,) = rep.program.plans.values()
+    (plan,) = rep.program.runner.plans.values()
     cast = next(i for i, s in enumerate(rep.steps) if s.info.name == "the_cast")
     assert rep.steps[cast].foldable and f"_run({cast}," not in plan.source
     assert "known.get('row')" in plan.source and "x_shape" not in plan.source

@@ -55,7 +55,7 @@ def _expected(cond: bool) -> np.ndarray:
 
 def test_values_are_dropped_after_their_last_reader_including_branch_reads() -> None:
     rep = sonnx.prepare(_model())
-    schedule = rep.program.schedule(keep={"out"})
+    schedule = rep.program.runner.schedule(keep={"out"})
     frees = [sorted(entry.frees) for entry in schedule.steps]
     assert frees == [["x"], [], ["a"], ["b", "c", "cond"]]
     inputs = {
@@ -63,7 +63,7 @@ def test_values_are_dropped_after_their_last_reader_including_branch_reads() -> 
         "cond": Tensor(data=np.array(True), requires_grad=False),
     }
     values = dict(inputs)
-    rep.program.execute(values, keep={"out"})
+    rep.program.runner.execute(values, keep={"out"})
     assert set(values) == {"out"}
     np.testing.assert_allclose(to_numpy(values["out"]), _expected(True))
 

@@ -50,14 +50,16 @@ def test_an_eager_nonzero_between_compiled_segments_runs_by_its_range_plan(
     rep = around_a_nonzero
     kinds = ["eager" if isinstance(p, int) else "compiled" for p in rep.graph_runner.segments]
     assert kinds == ["compiled", "eager", "compiled"]
-    assert [key[:2] for key in rep.program.range_plans] == [(2, 3)]
-    assert rep.program.runs_plans and not rep.program.plans  # no whole run went eagerly
+    assert [key[:2] for key in rep.program.runner.range_plans] == [(2, 3)]
+    assert (
+        rep.program.runner.runs_plans and not rep.program.runner.plans
+    )  # no whole run went eagerly
     reference = ReferenceEvaluator(compute_around_a_nonzero())
 
     def no_step_loop(*args: Any) -> None:
         raise AssertionError("the step loop ran")
 
-    monkeypatch.setattr(rep.program, "_execute", no_step_loop)
+    monkeypatch.setattr(rep.program.runner, "_step_loop", no_step_loop)
     for n in SIZES:
         (got,) = rep.run([_x(n, seed=1)])
         (expected,) = reference.run(None, {"x": _x(n, seed=1)})
@@ -72,13 +74,13 @@ def test_a_range_plan_equals_the_step_loop_and_keeps_what_later_steps_read(
         **program.constants,
         "x": Tensor(data=torch.from_numpy(_x(4, seed=2))),
     }
-    program.execute(values, stop=2)  # what the first compiled segment computes
-    by_loop = program.execute(dict(values), start=2, stop=3)  # keeps every value
+    program.runner.execute(values, stop=2)  # what the first compiled segment computes
+    by_loop = program.runner.execute(dict(values), start=2, stop=3)  # keeps every value
     by_plan = dict(values)
-    program.execute_range(by_plan, 2, 3)
+    program.runner.execute_range(by_plan, 2, 3)
     assert set(by_plan) == set(by_loop)  # NonZero's indices, read by the next segment
     np.testing.assert_array_equal(to_numpy(by_plan["where"]), to_numpy(by_loop["where"]))
-    (plan,) = program.range_plans.values()
+    (plan,) = program.runner.range_plans.values()
     assert "_op2(" in plan.source and "_keep(values, 'where'" in plan.source
 
 
@@ -104,7 +106,7 @@ def _run_in_ranges(program: Any, x: np.ndarray, bounds: list[tuple[int, int]]) -
     """The graph's output, its steps run range by range as graph mode runs eager parts."""
     values: dict[str, Any] = {**program.constants, "x": Tensor(data=torch.from_numpy(x))}
     for start, stop in bounds:
-        program.execute_range(values, start, stop)
+        program.runner.execute_range(values, start, stop)
     return to_numpy(values["y"])
 
 
@@ -118,12 +120,12 @@ def test_a_range_with_shape_values_finds_them_at_its_first_run_then_runs_its_pla
         got = _run_in_ranges(program, _x(n), bounds)
         np.testing.assert_array_equal(got, reference.run(None, {"x": _x(n)})[0])
         if run == 0:  # a range without shape values has nothing to find: its plan ran at once
-            assert sorted(key[:2] for key in program.range_plans) == [(0, 1), (4, 5)]
-    plans = program.range_plans
+            assert sorted(key[:2] for key in program.runner.range_plans) == [(0, 1), (4, 5)]
+    plans = program.runner.range_plans
     assert sorted(key[:2] for key in plans) == bounds
     middle = next(p for key, p in plans.items() if key[:2] == (1, 4))
     assert "known.get('count')" in middle.source  # the shape value, not its steps
-    assert program.runs_plans and not program.plans
+    assert program.runner.runs_plans and not program.runner.plans
 
 
 def test_a_failing_range_plan_falls_back_to_the_step_loop_and_plans_turn_off() -> None:
@@ -133,15 +135,15 @@ def test_a_failing_range_plan_falls_back_to_the_step_loop_and_plans_turn_off() -
     bounds = [(0, 1), (1, 4), (4, 5)]
     for _ in range(2):  # the first run finds the shape values, the second builds the plans
         _run_in_ranges(program, _x(3), bounds)
-    key = next(key for key in program.range_plans if key[:2] == (1, 4))
+    key = next(key for key in program.runner.range_plans if key[:2] == (1, 4))
 
     def failing(values: dict[str, Any], known: dict[str, Any]) -> None:
         raise RuntimeError("a bug in the plan")
 
-    program._plans[key] = failing
+    program.runner.range_plans[key] = failing
     got = _run_in_ranges(program, _x(3, seed=4), bounds)
     np.testing.assert_array_equal(got, reference.run(None, {"x": _x(3, seed=4)})[0])
-    assert not program.runs_plans and not program.range_plans
+    assert not program.runner.runs_plans and not program.runner.range_plans
     got = _run_in_ranges(program, _x(4, seed=4), bounds)  # the step loop from now on
     np.testing.assert_array_equal(got, reference.run(None, {"x": _x(4, seed=4)})[0])
 
@@ -151,15 +153,17 @@ def test_a_range_plan_failing_where_the_step_loop_fails_too_names_the_node(monke
     bounds = [(0, 1), (1, 4), (4, 5)]
     for _ in range(2):
         _run_in_ranges(program, _x(3), bounds)
-    plans = program.range_plans
+    plans = program.runner.range_plans
     add = program.steps[4]
 
     def broken(*args: Any) -> None:
         raise RuntimeError("no kernel for these inputs")
 
     key = next(key for key in plans if key[:2] == (4, 5))
-    program._plans[key] = lambda values, known: broken()  # the plan meets the same fault
+    program.runner.range_plans[key] = lambda values, known: (
+        broken()
+    )  # the plan meets the same fault
     monkeypatch.setattr(add.op, "forward", broken)
     with pytest.raises(SonnxError, match="double"):
         _run_in_ranges(program, _x(3), bounds)
-    assert program.runs_plans  # the step loop failed as well: the plan is not at fault
+    assert program.runner.runs_plans  # the step loop failed as well: the plan is not at fault

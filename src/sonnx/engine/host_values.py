@@ -14,7 +14,8 @@ On the CPU nothing moves and nothing changes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -93,6 +94,26 @@ def forget(placed: Sequence[torch.Tensor | None]) -> None:
     if originals:
         ids = {id(t) for t in placed if t is not None}
         HOST_ORIGINALS.set({k: v for k, v in originals.items() if k not in ids} or None)
+
+
+def call_placed(
+    op_type: str, forward: Callable[..., Any], inputs: list[torch.Tensor | None]
+) -> Any:
+    """``forward(*inputs)`` with host values copied to the device of the others for the call
+    (:func:`place_inputs`) and their copies dropped after it: the one placement of an
+    operator's inputs, which a sonnx call, the step loop and a generated plan all go through.
+
+    :param op_type: the operator's type (what :func:`place_inputs` names in its errors).
+    :param forward: the operator's ``forward``.
+    :param inputs: its input tensors (None for absent optional inputs).
+    :returns: what ``forward`` returns.
+    """
+    placed = place_inputs(op_type, inputs)
+    try:
+        return forward(*placed)
+    finally:
+        if placed is not inputs:
+            forget(placed)
 
 
 def host(t: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from sonnx import dtypes
-from sonnx.engine.host_values import forget, host, place_inputs
+from sonnx.engine.host_values import call_placed, host
 from sonnx.errors import BadInputError
 from sonnx.proto.attributes import schema_defaults
 from sonnx.run_state import TRAINING
@@ -192,13 +192,8 @@ class Operator:
         elif any(type(a) is SymbolicTensor for a in args):
             result = run_on_symbols(self, given)
         else:
-            raw = place_inputs(self.op_type, given)
-            try:
-                with torch.set_grad_enabled(is_training()):
-                    result = self.forward(*raw)
-            finally:
-                if raw is not given:
-                    forget(raw)
+            with torch.set_grad_enabled(is_training()):
+                result = call_placed(self.op_type, self.forward, given)
         self.inputs = tuple(recorded_input(a) for a in args)
         self.sequence = next_call_number()
         needs_grad = any(a is not None and a.requires_grad for a in args)

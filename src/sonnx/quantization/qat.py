@@ -104,7 +104,7 @@ def _fake_quantize(rep: SingaRep, learn_scales: bool) -> None:
             "prepare_qat: the model has no QuantizeLinear -> DequantizeLinear pair of an "
             "integer type with initializer scales to fake-quantize"
         )
-    rep.program.fusions.update(pairs)
+    rep.program.fuse(pairs.values())
     if learn_scales:
         for pair in pairs.values():
             scale = rep.constants[pair.inputs[1]]

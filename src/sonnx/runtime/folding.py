@@ -18,10 +18,11 @@ from sonnx.engine.kept_results import KeptResult
 from sonnx.engine.operator import Randomness, is_training
 from sonnx.engine.tracing import value_checks
 from sonnx.onnx.registry import operator_class
+from sonnx.runtime.steps import StepKind
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
-    from sonnx.runtime.program import Step
+    from sonnx.runtime.steps import Step
 
 __all__ = ["FoldedResults", "mark_foldable"]
 
@@ -38,7 +39,7 @@ def mark_foldable(steps: Sequence[Step], constants: dict[str, Tensor]) -> None:
             and operator_class(step.info).random is not Randomness.ALWAYS
             and all(n in known for n in reads)
         ):
-            step.foldable = True
+            step.kind = StepKind.FOLDED
             known.update(o for o in step.outputs if o)
 
 

@@ -48,7 +48,7 @@ class Fusion:
     ``compute`` takes the torch tensors of ``inputs`` and returns the final step's output, or
     None where it declines them (the Conv chain outside CPU float32 inference, a Linear of
     shapes ``F.linear`` does not take): the executor then runs the group's steps one by one
-    (:meth:`~sonnx.runtime.program.GraphProgram.run_group`), as without the fusion.
+    (the fallback of its :class:`~sonnx.runtime.steps.FusedStep`), as without the fusion.
 
     A group of independent steps reading one input (:mod:`sonnx.runtime.product_groups`)
     names the values ``compute`` returns, one each, in ``outputs``; it runs at its first step

@@ -441,9 +441,9 @@ class GraphRunner:
         freeing each other value after its last use; without, by the range's plan)."""
         with torch.no_grad():
             if keep is None:
-                self.program.execute_range(values, start, stop)
+                self.program.runner.execute_range(values, start, stop)
             else:
-                self.program.execute(values, start=start, stop=stop, keep=keep)
+                self.program.runner.execute(values, start=start, stop=stop, keep=keep)
 
     def _graph_for(
         self,

@@ -1,20 +1,22 @@
 """The passes that prepare a compiled graph's program, in the order they run.
 
 :func:`~sonnx.runtime.program.compile_graph` lowers a ``GraphProto`` to a program (constants and
-one :class:`~sonnx.runtime.program.Step` per node, in execution order) and then runs
+one :class:`~sonnx.runtime.steps.Step` per node, in execution order) and then runs
 :data:`PASSES` over it. Each pass reads the steps, constants and outputs, and who computes and
 reads each value from the program's one index (:mod:`sonnx.runtime.program_index`, subgraph
-bodies' reads and the graph's outputs included), and writes what it decides onto them; none
-adds or removes steps, so cuts (``last_layers``), export and ``SONNX_DEBUG`` still see one step
-per original node. A pass that renames what a step reads says so (``Pass.rewires``), and the
-index is built again for the passes after it. What runs when is decided later, per kind
-of run, by the schedule (:mod:`sonnx.runtime.schedule`): which groups run fused, which steps
-are known shape values, which are pruned as dead, and when each value is freed. Every executor
-(the program's step loop, the generated plan, graph mode's segments) walks that schedule.
+bodies' reads and the graph's outputs included), and rewrites the program: folding and the
+shape-value pass give steps their kind (:class:`~sonnx.runtime.steps.StepKind`), and the
+fusion passes put a fused step in the program's order in place of each group
+(:meth:`~sonnx.runtime.program.GraphProgram.fuse`), which keeps the group's steps as its
+fallback. The steps themselves stay one per original node, so cuts (``last_layers``), export
+and ``SONNX_DEBUG`` still see the graph's nodes. A pass that renames what a step reads says so
+(``Pass.rewires``), and the index is built again for the passes after it.
 
-Shape-value hoisting (:mod:`sonnx.runtime.shape_values`) is the one analysis not run here: it
-needs no pass of its own, because the program works it out on first use
-(``GraphProgram.shape_value_steps``) and the schedule reads it from there.
+What a run takes of the program is decided per kind of run by the schedule
+(:mod:`sonnx.runtime.schedule`): whether a fused step runs whole or its fallback's steps run
+(a cut inside the group, an intermediate value asked for), which pure steps are pruned as
+dead, and when each value is freed. Every executor (the runner's step loop, the generated
+plan, graph mode's segments) walks that schedule and reads each step's kind from the step.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ from sonnx.runtime.folding import mark_foldable
 from sonnx.runtime.fusions import find_fusions
 from sonnx.runtime.graph_weights import mark_constant_weights
 from sonnx.runtime.product_groups import find_product_groups
+from sonnx.runtime.shape_values import shape_value_steps
 from sonnx.runtime.step_errors import input_dependent
+from sonnx.runtime.steps import StepKind
 
 if TYPE_CHECKING:
-    from sonnx.runtime.program import GraphProgram, Step
+    from sonnx.runtime.program import GraphProgram
+    from sonnx.runtime.steps import Step
 
 __all__ = ["PASSES", "Pass", "run_passes"]
 
@@ -71,17 +76,24 @@ def _blame(program: GraphProgram, free: set[str]) -> None:
 
 
 def _fusions(program: GraphProgram, free: set[str]) -> None:
-    program.fusions = find_fusions(program.steps, program.constants, program.index)
+    program.fuse(find_fusions(program.steps, program.constants, program.index).values())
 
 
 def _product_groups(program: GraphProgram, free: set[str]) -> None:
-    claimed = {i for f in program.fusions.values() for i in (*f.internal, f.final)}
-    program.fusions.update(find_product_groups(program.steps, program.constants, claimed))
+    claimed = {i for f in program.fused_steps for i in f.fallback}
+    program.fuse(find_product_groups(program.steps, program.constants, claimed).values())
+
+
+def _shape_values(program: GraphProgram, free: set[str]) -> None:
+    steps = program.steps
+    for index in shape_value_steps(steps, program.constants, set(program.input_names)):
+        steps[index].kind = StepKind.SHAPE_VALUE
 
 
 #: The passes, in order: what a later one reads, an earlier one wrote (the statistics and
 #: parameterising passes judge Constant nodes' weights as they judge initializers; folding
-#: reads which constants are weights; the fusions leave out folded steps).
+#: reads which constants are weights; the fusions leave out folded steps; a shape value read
+#: from folded results is a shape value, not a folded step).
 PASSES: tuple[Pass, ...] = (
     Pass("Constant nodes' weights as parameters", _constant_weights),
     Pass("running statistics as buffers", _statistics, rewires=True),
@@ -90,6 +102,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("input blame", _blame),
     Pass("fusions (GELU, Linear, Conv+BatchNorm+activation chains)", _fusions),
     Pass("products reading one input as one onnxruntime session", _product_groups),
+    Pass("shape values", _shape_values),
 )
 
 

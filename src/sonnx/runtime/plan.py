@@ -1,24 +1,28 @@
 """A graph program lowered to one generated Python function: its *plan*.
 
-The step loop of :class:`~sonnx.runtime.program.GraphProgram` walks the run's schedule
-(:mod:`sonnx.runtime.schedule`: which steps run, fused or as known shape values, and which values
-to free after each) and, for every node on every run, finds its inputs in a dict of names and
-wraps every result in a :class:`~sonnx.tensor.Tensor` and names it. A plan walks the same
-schedule once and writes it down as straight-line Python source, as torch.fx does for its
+The step loop of :class:`~sonnx.runtime.runner.ProgramRunner` walks the run's schedule
+(:mod:`sonnx.runtime.schedule`: the program's steps the run takes, each of its kind, and which
+values to free after each) and, for every node on every run, finds its inputs in a dict of
+names and wraps every result in a :class:`~sonnx.tensor.Tensor` and names it. A plan walks the
+same schedule once and writes it down as straight-line Python source, as torch.fx does for its
 graphs: a line per node calling the node's operator on local variables that hold torch tensors,
 ``del`` after a value's last reader, and Tensors made only for the values the caller keeps and
-the steps that take Tensors (converters, folded steps, subgraphs). A node then costs its
-operator's ``forward`` and little else; a shape value or folded result that no later step reads
-(an int8 table's Cast read only by a shape value) is pruned from the plan's schedule.
+the steps that take Tensors. A node then costs its operator's ``forward`` and little else; a
+shape value or folded result that no later step reads (an int8 table's Cast read only by a
+shape value) is pruned from the plan's schedule. Every other step (a converter, a folded step,
+subgraphs, a fused step and its fallback) is a line calling the runner's own
+:meth:`~sonnx.runtime.runner.ProgramRunner.run_node` or
+:meth:`~sonnx.runtime.runner.ProgramRunner.run_fused`, as the step loop does: the plan decides
+nothing about running a node that the step loop decides too.
 
 A plan covers the run a model is called for most: every step, no intermediate value asked for,
 an input signature whose shape values an earlier run found (see
 :mod:`sonnx.runtime.shape_values`); and each range of steps graph mode runs eagerly between its
 compiled segments, keeping what later steps read (its shape values found by the range's own
-first run of the signature: :meth:`GraphProgram.execute_range`). The step loop stays the
+first run of the signature: :meth:`ProgramRunner.execute_range`). The step loop stays the
 reference for the rest (a first run, ``last_layers`` cuts, ``SONNX_DEBUG`` traces) and for
 errors: when a plan raises, the step loop runs again and names the node that fails (see
-:meth:`GraphProgram.execute`).
+:meth:`ProgramRunner.execute`).
 """
 
 from __future__ import annotations
@@ -29,17 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sonnx.engine.host_values import forget, place_inputs
+from sonnx.engine.host_values import call_placed
 from sonnx.engine.operator import Operator
 from sonnx.onnx.registry import node_schema
-from sonnx.onnx.values import is_single_value
-from sonnx.runtime.schedule import Action
+from sonnx.runtime.steps import FusedStep, Step, StepKind, output_values, plain
 from sonnx.strings import StringArray
-from sonnx.tensor import Tensor, computed_tensor, string_tensor
+from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
-    from sonnx.runtime.fusions import Fusion
-    from sonnx.runtime.program import GraphProgram, Step
+    from sonnx.runtime.program import GraphProgram
 
 __all__ = ["PlanAssumptionError", "build_plan"]
 
@@ -106,14 +108,14 @@ class _PlanWriter:
         self.defined_in: dict[str, int] = {}  # graph name -> index of the block defining it
         self.maybe_none: set[str] = set()  # outputs a step may leave unproduced
         self.namespace: dict[str, Any] = {
-            "_box": _box,
+            "_box": plain,
             "_first_raw": _first_raw,
             "_outputs": _outputs,
             "_keep": _keep,
             "_Tensor": torch.Tensor,
             "_SonnxTensor": Tensor,
-            "_run": program.run_step,
-            "_run_group": program.run_group,
+            "_run": program.runner.run_node,
+            "_run_fused": program.runner.run_fused,
             "_raw_all": _raw_all,
             "_on_one_device": _on_one_device,
             "PlanAssumptionError": PlanAssumptionError,
@@ -121,13 +123,13 @@ class _PlanWriter:
 
     def write(self) -> Plan:
         program = self.program
-        schedule = program.schedule(*self.bounds, keep=self.keep, prune=True)
+        schedule = program.runner.schedule(*self.bounds, keep=self.keep, prune=True)
         for entry in schedule.steps:
-            index, step = entry.index, program.steps[entry.index]
+            index, step = entry.index, entry.step
             lines: list[str] = []
-            if entry.action is Action.FUSED:
-                self._fused(index, step, entry.fusion, lines)
-            elif entry.action is Action.SHAPE_VALUE:
+            if type(step) is FusedStep:
+                self._fused(index, step, lines)
+            elif step.kind is StepKind.SHAPE_VALUE:
                 form = _TENSOR if self._gives_tensors(step) else _ANY
                 for name in step.outputs:
                     if name:  # absent where the step loop's run did not produce it
@@ -139,27 +141,24 @@ class _PlanWriter:
         return self._compile()
 
     # ---- one step ----------------------------------------------------------------------------
-    def _fused(self, index: int, step: Step, fusion: Fusion, lines: list[str]) -> None:
-        """Lines calling a group's fused call and, where it declines, the program's run of
-        the group's steps (see :meth:`GraphProgram.run_group`)."""
-        self.namespace[f"_fusion{index}"] = fusion.compute
-        self.namespace[f"_group{index}"] = fusion
-        raw = ", ".join(self._raw_arg(n, lines) for n in fusion.inputs)
-        boxed = ", ".join(self._boxed_arg(n, lines) for n in fusion.inputs)
-        if fusion.outputs:  # several results, one per name
-            targets = ", ".join(self._define(n, _RAW) for n in fusion.outputs)
-            lines.append(f"_made = _fusion{index}({raw})")
-            lines.append(f"if _made is None: _made = _run_group(_group{index}, [{boxed}])")
-            lines.append(f"{targets}, = _raw_all(_made)")
+    def _fused(self, index: int, fused: FusedStep, lines: list[str]) -> None:
+        """Lines running a fused step as the step loop does (the runner's ``run_fused``: its
+        call, or its fallback where the call declines), on its inputs as the plan holds them."""
+        self.namespace[f"_fused{index}"] = fused
+        args = ", ".join(self._load(n, lines) for n in fused.inputs)
+        made = f"_run_fused(_fused{index}, [{args}])"
+        if fused.fusion.outputs:  # several results, one per name
+            targets = ", ".join(self._define(n, _RAW) for n in fused.fusion.outputs)
+            lines.append(f"{targets}, = _raw_all({made})")
             return
-        target = self._define(step.outputs[0], _RAW)
-        lines.append(f"{target} = _fusion{index}({raw})")
-        lines.append(f"if {target} is None: {target} = _run_group(_group{index}, [{boxed}]).data")
+        target = self._define(self.program.steps[fused.index].outputs[0], _RAW)
+        lines.append(f"{target} = {made}")
+        lines.append(f"if type({target}) is _SonnxTensor: {target} = {target}.data")
 
     def _call(self, index: int, step: Step, reads: list[str], lines: list[str]) -> None:
         """Lines running ``step``: its operator's forward on raw tensors when it has one and
         every input is surely a tensor, else the step loop's own ``run_step`` on values."""
-        direct = self._takes_tensors(step) and not step.foldable and not step.has_subgraphs
+        direct = self._takes_tensors(step) and step.kind is StepKind.RUN and not step.has_subgraphs
         if direct:
             self.namespace[f"_op{index}"] = step.op.forward if self.on_cpu else step.op
             args = ", ".join(self._raw_arg(n, lines) if n else "None" for n in step.inputs)
@@ -172,7 +171,8 @@ class _PlanWriter:
             outer = dict.fromkeys(reads)
             scope = "{" + ", ".join(f"{n!r}: {self._boxed_arg(n, lines)}" for n in outer) + "}"
         form = _TENSOR if self._gives_tensors(step) else _ANY
-        self._assign(step, f"_run({index}, [{args}], {scope})", form, lines)
+        self.namespace[f"_step{index}"] = step
+        self._assign(step, f"_run({index}, _step{index}, [{args}], {scope})", form, lines)
 
     def _assign(self, step: Step, call: str, form: str, lines: list[str]) -> None:
         names = step.outputs
@@ -280,13 +280,6 @@ def _tensor_only_outputs(op_type: str, opset: int, domain: str) -> bool:
 
 
 # ---- what the generated lines call ---------------------------------------------------------
-def _box(raw: Any) -> Tensor:
-    """A raw operator result as the Tensor the step loop would hold."""
-    if type(raw) is StringArray:
-        return string_tensor(raw)
-    return computed_tensor(raw)
-
-
 def _first_raw(result: Any) -> Any:
     """The first output of an operator that returned several for a one-output node."""
     if isinstance(result, (torch.Tensor, StringArray)):
@@ -305,7 +298,7 @@ def _outputs(result: Any, count: int, raw: bool) -> tuple[Any, ...]:
     if raw:
         outs = (result,) if isinstance(result, (torch.Tensor, StringArray)) else tuple(result)
     else:
-        outs = (result,) if type(result) is Tensor or is_single_value(result) else tuple(result)
+        outs = tuple(output_values(result))
     return (outs + (None,) * count)[:count]
 
 
@@ -314,7 +307,7 @@ def _keep(values: dict[str, Any], name: str, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, (torch.Tensor, StringArray)):
-        value = _box(value)
+        value = plain(value)
     if isinstance(value, Tensor):
         value.name = name
     values[name] = value
@@ -322,10 +315,4 @@ def _keep(values: dict[str, Any], name: str, value: Any) -> None:
 
 def _on_one_device(op: Operator, *raw: torch.Tensor | None) -> Any:
     """``op.forward`` after copying host values to the device of the others (off the CPU)."""
-    args = list(raw)
-    placed = place_inputs(op.op_type, args)
-    try:
-        return op.forward(*placed)
-    finally:
-        if placed is not args:
-            forget(placed)
+    return call_placed(op.op_type, op.forward, list(raw))

@@ -197,7 +197,7 @@ class SingaRep:
         stop, wanted = self._plan_stop(last_layers, output)
         if all_outputs:
             computed: dict[str, Tensor] = {}
-            self.program.execute(values, stop, computed)
+            self.program.runner.execute(values, stop, computed)
             return ImportedGraph.record(self.source, bound, computed)
         if wanted is not None:
             names = wanted
@@ -205,7 +205,7 @@ class SingaRep:
             names = [n for n in self.steps[stop - 1].outputs if n]
         else:
             names = list(self.outputs)
-        self.program.execute(values, stop, keep={*names, *aux_output})
+        self.program.runner.execute(values, stop, keep={*names, *aux_output})
         missing = [n for n in [*names, *aux_output] if n not in values]
         if missing:
             raise BadInputError(f"run: tensor(s) {missing} were not computed by this run")

@@ -225,10 +225,10 @@ def explain_run(
             else:
                 lines.append(f"  {where}, eager ({part.why_eager}): {span}")
         return "\n".join([*lines, *taken, *kernel_lines(program.steps)])
-    why = program.step_loop_reason(0, stop, {} if every_value else None, set())
+    why = program.runner.step_loop_reason(0, stop, {} if every_value else None, set())
     if why is not None:
         lines.append(f"  the step loop runs steps 0-{stop - 1}: {why}")
-    elif values is not None and program.knows_shape_values(values):
+    elif values is not None and program.runner.knows_shape_values(values):
         lines.append("  the generated plan runs: these input shapes' shape values are known")
     else:
         lines.append(

@@ -60,7 +60,7 @@ def segment_builder(
             for n, x in zip(traced_names, inputs, strict=True)
         )
         with tracing(), ValueFlow([*params, *inputs]):
-            program.execute(
+            program.runner.execute(
                 values, start=segment.start, stop=segment.stop, keep=set(segment.outputs)
             )
             outs = [values.get(n) for n in segment.outputs]

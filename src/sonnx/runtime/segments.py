@@ -187,7 +187,7 @@ def stops_alike(program: GraphProgram, index: int, eager: Collection[int] = ()) 
 def segment_reads(program: GraphProgram, start: int, stop: int) -> list[str]:
     """The names steps ``[start, stop)`` read, subgraph reads and fused inputs included (the
     reads of their schedule)."""
-    reads = (n for entry in program.schedule(start, stop).steps for n in entry.reads)
+    reads = (n for entry in program.runner.schedule(start, stop).steps for n in entry.reads)
     return list(dict.fromkeys(reads))
 
 

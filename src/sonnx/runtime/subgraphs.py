@@ -119,7 +119,7 @@ class BoundProgram:
         for name, t in zip(program.input_names, inputs, strict=False):
             if t is not None:
                 values[name] = t
-        program.execute(values, keep=self.subgraph.output_names)
+        program.runner.execute(values, keep=self.subgraph.output_names)
         try:
             return [values[n] for n in program.output_names]
         except KeyError as e:
