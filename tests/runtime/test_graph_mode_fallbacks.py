@@ -8,6 +8,7 @@ values come from the same model run eagerly by sonnx."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from onnx import TensorProto, helper
 import sonnx
 from sonnx.errors import BadInputError, GraphModeWarning
 from sonnx.runtime import store, symbolic_graphs
+from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.tensor import to_numpy
 from tests.runtime.graph_mode_models import chain_with_a_tanh, compute_around_a_nonzero
 
@@ -126,6 +128,75 @@ def test_a_graph_raising_while_it_runs_falls_back_to_the_eager_steps(monkeypatch
     # Plain arrays (the fast path of a server) take the same way.
     (got,) = rep.run([_x(2)])
     np.testing.assert_array_equal(to_numpy(got), to_numpy(eager.run([_x(2)])[0]))
+
+
+def _wrong_at_batch(monkeypatch, batch: int) -> None:
+    """Compiled libraries that add 0.5 to their outputs at a batch of ``batch`` only (a loop
+    tail inductor got wrong, say)."""
+    load_library = store.load_library
+
+    def wrong_at_batch(*args, **kwargs):
+        run = load_library(*args, **kwargs)
+
+        def shifted(*inputs: torch.Tensor) -> list[torch.Tensor]:
+            outs = run(*inputs)
+            return [o + 0.5 for o in outs] if inputs[0].shape[0] == batch else outs
+
+        return shifted
+
+    monkeypatch.setattr(store, "load_library", wrong_at_batch)
+
+
+def test_a_graph_wrong_at_other_sizes_is_caught_at_its_first_run_there(monkeypatch) -> None:
+    """One symbolic graph serves every batch; right at its first run's batch, wrong at a
+    batch of 5: the first run at another batch is checked too, and catches it."""
+    _wrong_at_batch(monkeypatch, 5)
+    model = chain_with_a_tanh()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GraphModeWarning)
+        (got,) = rep.run([_x(2)])
+    np.testing.assert_allclose(to_numpy(got), to_numpy(eager.run([_x(2)])[0]), rtol=1e-5)
+    with pytest.warns(
+        GraphModeWarning,
+        match=r"its compiled graph's first run at other input sizes differed from the eager "
+        r"steps: output 'y': max difference 0.5",
+    ):
+        (got,) = rep.run([_x(5)])
+    np.testing.assert_array_equal(to_numpy(got), to_numpy(eager.run([_x(5)])[0]))
+    assert not any(p.compiled for p in rep.graph_runner.parts())
+    assert rep.graph_runner.compile_count == 0
+
+
+def test_a_graph_is_checked_at_two_sizes_once_and_the_store_remembers(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """Checked at its first run and at its first at another batch, then never again; a new
+    process loading the stored graph reads that from the store and checks nothing."""
+    monkeypatch.setenv(store.ENV_VAR, str(tmp_path))
+    eager_runs: list[tuple[int, int]] = []
+    execute = GraphRunner._execute
+
+    def counted(self, values, start, stop, keep=None) -> None:
+        eager_runs.append((start, stop))
+        execute(self, values, start, stop, keep)
+
+    monkeypatch.setattr(GraphRunner, "_execute", counted)
+    model = chain_with_a_tanh()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    for batch, checks in ((2, 1), (2, 1), (3, 2), (4, 2), (2, 2)):
+        (got,) = rep.run([_x(batch, batch)])
+        expected = eager.run([_x(batch, batch)])[0]
+        np.testing.assert_allclose(to_numpy(got), to_numpy(expected), rtol=1e-5)
+        assert len(eager_runs) == checks, batch
+    (recorded,) = tmp_path.glob("graphs/*/*/checks.json")
+    assert json.loads(recorded.read_text()) == {"first": [[2, 3]], "again": True}
+
+    eager_runs.clear()
+    again = sonnx.prepare(model, use_graph=True)
+    (got,) = again.run([_x(6)])
+    np.testing.assert_allclose(to_numpy(got), to_numpy(eager.run([_x(6)])[0]), rtol=1e-5)
+    assert again.graph_runner.loaded_count == 1 and eager_runs == []
 
 
 def test_a_spent_compile_budget_leaves_the_parts_not_compiled_yet_eager(caplog) -> None:

@@ -50,13 +50,9 @@ class CompiledGraph:
     run: Callable[..., Any]
     loaded: bool = False
     library: Path | None = None
-    #: Whether a first run was compared with the eager steps (or the graph was loaded from
-    #: the store, where only graphs that passed are kept).
-    checked: bool = False
+    #: What its runs were compared with the eager steps at (see :class:`Checks`).
+    checks: Checks = field(default_factory=lambda: Checks())
     _check: Any = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        self.checked = self.checked or self.loaded
 
     def compute(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         """The graph's outputs for ``inputs``; :class:`CompiledRunError` where the compiled
@@ -70,9 +66,7 @@ class CompiledGraph:
         """This graph's code for another segment of the same steps and constants (see
         :mod:`~sonnx.runtime.segment_identity`): counted as loaded, not compiled, checked
         again at its first run there, and not the owner of the library file."""
-        twin = CompiledGraph(self.versions, self.guards, self.run, loaded=True)
-        twin.checked = False
-        return twin
+        return CompiledGraph(self.versions, self.guards, self.run, loaded=True)
 
     def fits(self, inputs: Sequence[torch.Tensor]) -> bool:
         """Whether the guards admit ``inputs``."""
@@ -81,6 +75,54 @@ class CompiledGraph:
         if self._check is None:
             self._check = compile(self.guards, "<graph mode guards>", "eval")
         return _evaluate(self._check, inputs)
+
+
+#: A graph's input sizes, input after input.
+Sizes = tuple[tuple[int, ...], ...]
+
+
+@dataclass
+class Checks:
+    """When a graph's run is compared with the eager steps: at its first run, and once more
+    at its first run at other input sizes. A graph traced with symbolic sizes serves every
+    size its guards admit, but inductor's loops differ by size (a vector tail, a size it
+    specialised on while lowering), so a graph right at one size is not yet right at all of
+    them; two sizes cost one eager run more, once per graph. A graph loaded from the store
+    keeps what the process that checked it recorded there.
+
+    :param first: the sizes of the first checked run (None before it).
+    :param again: whether a run at other sizes was checked too.
+    """
+
+    first: Sizes | None = None
+    again: bool = False
+
+    def wanted(self, inputs: Sequence[torch.Tensor]) -> bool:
+        """Whether a run on ``inputs`` is to be checked.
+
+        :param inputs: the graph's inputs.
+        :returns: True before the first check and at the first other sizes after it.
+        """
+        return not self.again and (self.first is None or sizes(inputs) != self.first)
+
+    def passed(self, inputs: Sequence[torch.Tensor]) -> None:
+        """Record that the run on ``inputs`` equalled the eager steps.
+
+        :param inputs: the graph's inputs.
+        """
+        if self.first is None:
+            self.first = sizes(inputs)
+        else:
+            self.again = True
+
+
+def sizes(inputs: Sequence[torch.Tensor]) -> Sizes:
+    """The inputs' sizes, input after input.
+
+    :param inputs: tensors.
+    :returns: their shapes as tuples.
+    """
+    return tuple(tuple(x.shape) for x in inputs)
 
 
 class CompiledRunError(Exception):

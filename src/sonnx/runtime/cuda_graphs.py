@@ -42,10 +42,29 @@ from typing import Any
 import torch
 
 from sonnx.errors import BadInputError
-from sonnx.runtime.compiled_graphs import load_library
+from sonnx.runtime.compiled_graphs import CompiledGraph, load_library
+from sonnx.runtime.graph_plan_state import GraphPlan
 from sonnx.tensor import Tensor
 
 __all__ = ["CapturedRun", "capture_cuda_graph"]
+
+
+def _whole_graph_for(
+    plan: GraphPlan, inputs: dict[str, torch.Tensor]
+) -> tuple[CompiledGraph, list[str], list[str], tuple[int, ...]] | None:
+    """The graph an earlier run of ``inputs`` (values by name) computed the whole model with
+    in ``plan`` (a graph runner's): the graph, the names of its traced inputs (in its order)
+    and of the inputs baked into it, and the positions of the model's outputs among the
+    graph's. None when no such run was made or some step runs eagerly."""
+    if plan.whole is None:
+        return None
+    segment, positions = plan.whole
+    found = plan.chosen_graph(segment, [inputs[n] for n in segment.inputs])
+    if found is None:
+        return None
+    choice, entry = found
+    names = [[segment.inputs[i] for i in which] for which in (choice.traced, choice.baked)]
+    return entry, names[0], names[1], positions
 
 
 class CapturedRun:
@@ -143,7 +162,7 @@ def capture_cuda_graph(
     if runner is None:
         raise BadInputError("capture_cuda_graph: prepare the model with use_graph=True")
     rep.run(dict(feeds))
-    found = runner.whole_graph_for({n: t.data for n, t in feeds.items()})
+    found = _whole_graph_for(runner.plan, {n: t.data for n, t in feeds.items()})
     if found is None:
         eager = "; ".join(f"step {i}: {why}" for i, why in sorted(runner.eager_steps.items()))
         raise BadInputError(

@@ -30,9 +30,11 @@ gets a graph holding the branch it takes.
 
 Graph mode is never silently wrong and never ends a run in the compiler's own error:
 
-* each newly compiled graph's first run is compared with the eager steps on the same inputs
-  (:mod:`sonnx.runtime.graph_checks`; ``prepare(..., verify=False)`` skips it); a graph that
-  differs is dropped, deleted from the store, and its steps run eagerly from then on;
+* each compiled graph's first run, and its first run at other input sizes, is compared with
+  the eager steps on the same inputs (:mod:`sonnx.runtime.graph_checks`;
+  :class:`~sonnx.runtime.compiled_graphs.Checks`; ``prepare(..., verify=False)`` skips it); a
+  graph that differs is dropped, deleted from the store, and its steps run eagerly from then
+  on;
 * a compiled graph that raises while running is dropped the same way, once the eager steps
   have computed the same inputs without error (an error of the inputs themselves is raised
   as the eager steps raise it, and the graph is kept);
@@ -83,7 +85,7 @@ from sonnx.runtime.run_paths import WHOLE_GRAPH_RUN, Path, RunTaken
 from sonnx.runtime.segment_build import segment_builder
 from sonnx.runtime.segment_identity import SharedGraphs, segment_identity
 from sonnx.runtime.segments import RunPart, Segment, describe_fallback, eager_by_design, stops_alike
-from sonnx.runtime.store import GraphStore, WeightDigests, digest
+from sonnx.runtime.store import GraphStore, WeightDigests, digest, record_checks
 from sonnx.tensor import Tensor, computed_tensor
 
 _DATA = operator.attrgetter("data")
@@ -118,7 +120,8 @@ class GraphRunner:
     it, compiled graphs are stored on disk and loaded from there (see
     :mod:`sonnx.runtime.store`), without it they are kept in memory only.
 
-    ``verify`` compares each new graph's first run with the eager steps; ``compile_budget``
+    ``verify`` compares each graph's first run, and its first at other input sizes, with the
+    eager steps; ``compile_budget``
     bounds the seconds spent compiling (None: no bound). See the module docstring.
     """
 
@@ -288,38 +291,19 @@ class GraphRunner:
         the first run."""
         return self._plan.whole
 
-    def whole_graph_for(
-        self, inputs: dict[str, torch.Tensor]
-    ) -> tuple[CompiledGraph, list[str], list[str], tuple[int, ...]] | None:
-        """The graph an earlier run of ``inputs`` (values by name) computed the whole model
-        with: the graph, the names of its traced inputs (in its order) and of the inputs baked
-        into it, and the positions of the model's outputs among the graph's. None when no such
-        run was made or some step runs eagerly.
-
-        :param inputs: the graph inputs' values by name.
-        :returns: the graph, its traced and baked inputs' names and the outputs' positions.
-        """
-        plan = self._plan
-        if plan.whole is None:
-            return None
-        segment, positions = plan.whole
-        found = plan.chosen_graph(segment, [inputs[n] for n in segment.inputs])
-        if found is None:
-            return None
-        choice, entry = found
-        names = [[segment.inputs[i] for i in which] for which in (choice.traced, choice.baked)]
-        return entry, names[0], names[1], positions
-
-    @staticmethod
     def _chosen_outputs(
-        plan: GraphPlan, segment: Segment, datas: list[torch.Tensor]
+        self, plan: GraphPlan, segment: Segment, datas: list[torch.Tensor]
     ) -> list[Any] | None:
         """The segment's outputs from the graph chosen before for inputs of these layouts and
-        baked values; None if none was (the general path then chooses one)."""
+        baked values; None if none was, or if this run is to be checked (the general path
+        then chooses one, and checks it)."""
         found = plan.chosen_graph(segment, datas)
         if found is None or not found[0].traced:
             return None
-        return found[1].compute(*[datas[i] for i in found[0].traced])
+        traced = [datas[i] for i in found[0].traced]
+        if self.verify and found[1].checks.wanted(traced):
+            return None
+        return found[1].compute(*traced)
 
     def _run_segment(
         self, plan: GraphPlan, segment: Segment, values: dict[str, Any], versions: tuple[Any, ...]
@@ -386,7 +370,7 @@ class GraphRunner:
         with why they were computed eagerly (None: by the graph). No outputs when the segment
         has nothing to compile (its steps read only constants and shape values). A segment
         timed cheap eagerly is not compiled (see :mod:`sonnx.runtime.segment_costs`). A graph's
-        first run is checked against the eager steps' on ``values``."""
+        run is checked against the eager steps' on ``values`` where its ``checks`` want it."""
         # A shape value (fixed by the input shapes) computed outside the segment is baked in,
         # and so is a one-value graph input an If's condition is computed from (a sample rate):
         # the graph then holds the branch taken, one graph per value. Other graph inputs (token
@@ -420,17 +404,19 @@ class GraphRunner:
         self._update(lambda current: current.with_choice(bounds, layouts, chosen, versions))
         # The compiled library records no autograd graph, so it needs no no_grad around it.
         outs = entry.compute(*traced)
-        if entry.checked or not self.verify:
+        if not self.verify or not entry.checks.wanted(traced):
             return outs, None
-        entry.checked = True
         if trial is None:  # the eager steps' run it is checked against
             trial = costs.EagerTrial(0.0, dict(values))
             self._execute(trial.values, segment.start, segment.stop, set(segment.outputs))
         eager = [trial.values[n].data for n in segment.outputs]
         difference = segment_difference(self.program, segment, outs, eager)
         if difference is None:
+            entry.checks.passed(traced)
+            record_checks(entry)
             return outs, None
-        why = f"its compiled graph's first run differed from the eager steps: {difference}"
+        run = "first run" if entry.checks.first is None else "first run at other input sizes"
+        why = f"its compiled graph's {run} differed from the eager steps: {difference}"
         self._drop(segment, why)
         return eager, why
 

@@ -472,9 +472,9 @@ def prepare(
         :func:`sonnx.device.get_default_device`).
     :param use_graph: run whole-model inference through one compiled graph per input
         signature.
-    :param verify: with ``use_graph``, compare each newly compiled graph's first run with the
-        eager steps; a graph that differs is dropped and its steps run eagerly, with a
-        :class:`~sonnx.errors.GraphModeWarning` (one eager run per new graph).
+    :param verify: with ``use_graph``, compare each graph's first run, and its first at other
+        input sizes, with the eager steps; a graph that differs is dropped for eager steps,
+        with a :class:`~sonnx.errors.GraphModeWarning` (up to two eager runs per graph).
     :param compile_budget: with ``use_graph``, the seconds compiling may take for this model
         (None: no bound); once spent, what is not compiled yet runs eagerly, with a warning.
     :param kernels: ``"onnxruntime"``: onnxruntime's CPU kernel runs the int4/int8 products
@@ -537,7 +537,7 @@ def prepare_rewritten(model: onnx.ModelProto, rep: SingaRep) -> SingaRep:
 class GraphSettings:
     """How a model prepared with ``use_graph=True`` compiles.
 
-    :param verify: compare each new graph's first run with the eager steps (see :func:`prepare`).
+    :param verify: compare graphs' runs with the eager steps (see :func:`prepare`).
     :param compile_budget: the seconds compiling may take for the model (None: no bound).
     """
 

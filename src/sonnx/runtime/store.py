@@ -17,6 +17,8 @@ Where: ``$SONNX_CACHE_DIR``, by default ``$XDG_CACHE_HOME/sonnx`` (``~/.cache/so
                                         weights by name; what the compile computed)
     graphs/<digest>/<entry>/guards.txt  the inputs it serves (several entries: several shapes)
     graphs/<digest>/<entry>/graph.json  its custom-op calls, where it has any
+    graphs/<digest>/<entry>/checks.json the input sizes its runs were checked at against the
+                                        eager steps (absent: not yet; checked at its first run)
     plans/<model digest>.json           the steps graph mode found must run eagerly
 
 Only graphs of a model's weights as loaded are stored: after a training step or
@@ -45,7 +47,7 @@ from typing import Any
 import onnx
 import torch
 
-from sonnx.runtime.compiled_graphs import CompiledGraph, admits, load_library
+from sonnx.runtime.compiled_graphs import Checks, CompiledGraph, admits, load_library
 from sonnx.runtime.library_constants import SOURCES_FILE, LibraryWeights
 
 ENV_VAR = "SONNX_CACHE_DIR"
@@ -53,6 +55,7 @@ _LIBRARY = "graph.so"
 #: The library's custom-op calls, which its runner reads beside it (onnxruntime's kernels).
 _EXTERN_CALLS = "graph.json"
 _GUARDS = "guards.txt"
+_CHECKS = "checks.json"
 
 
 def store_root() -> Path | None:
@@ -168,7 +171,8 @@ class GraphStore:
                 guards = (entry / _GUARDS).read_text(encoding="utf-8")
                 if admits(guards, inputs):
                     run = load_library(entry / _LIBRARY, device, weights)
-                    return CompiledGraph(versions, guards, run, True, entry / _LIBRARY)
+                    checks = read_checks(entry)
+                    return CompiledGraph(versions, guards, run, True, entry / _LIBRARY, checks)
             except Exception as e:  # an unreadable entry is skipped: the graph compiles again
                 warnings.warn(
                     f"graph mode ignores the stored graph {entry}: {e}", RuntimeWarning, 3
@@ -265,3 +269,39 @@ class GraphStore:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump({str(i): why for i, why in sorted(eager_steps.items())}, out)
         os.replace(scratch, folder / f"{digest([model])}.json")
+
+
+def read_checks(entry: Path) -> Checks:
+    """What the runs of the graph stored in ``entry`` were checked at (nothing, where no
+    process recorded a check or the record is unreadable: its next run is checked).
+
+    :param entry: the graph's folder in the store.
+    :returns: the checks.
+    """
+    try:
+        recorded = json.loads((entry / _CHECKS).read_text(encoding="utf-8"))
+        first = recorded["first"]
+        sizes = None if first is None else tuple(tuple(int(d) for d in s) for s in first)
+        return Checks(sizes, bool(recorded["again"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return Checks()
+
+
+def record_checks(graph: CompiledGraph) -> None:
+    """Write what ``graph``'s runs were checked at beside its stored library, whole (nothing
+    for a graph kept in memory only, or one whose entry is gone).
+
+    :param graph: the graph.
+    """
+    if graph.library is None or not graph.library.parent.is_dir():
+        return
+    record = {"first": graph.checks.first, "again": graph.checks.again}
+    target = graph.library.parent / _CHECKS
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", dir=target.parent, suffix=".tmp", delete=False
+        ) as f:
+            json.dump(record, f)
+        os.replace(f.name, target)
+    except OSError as e:  # a read-only store: the next process checks the graph again
+        warnings.warn(f"graph mode cannot record checks in {target.parent}: {e}", RuntimeWarning, 2)
