@@ -34,7 +34,8 @@ from sonnx.operators.quantize.linear import _expand
 from sonnx.runtime.fusions import Fusion
 
 if TYPE_CHECKING:
-    from sonnx.runtime.program import GraphProgram, Step
+    from sonnx.runtime.program import GraphProgram
+    from sonnx.runtime.steps import Step
 
 __all__ = ["FAKE_QUANTIZE", "FakeQuantSpec", "fake_quant_fusions", "fake_quantize"]
 

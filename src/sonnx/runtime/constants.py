@@ -23,8 +23,8 @@ from sonnx.runtime.step_errors import node_error
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
-    from sonnx.runtime.program import Step
     from sonnx.runtime.program_index import ProgramIndex
+    from sonnx.runtime.steps import Step
 
 CPU = Device("cpu")
 

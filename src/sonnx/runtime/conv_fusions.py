@@ -62,8 +62,8 @@ from sonnx.operators.conv.windows import forward_pads, one_point, spatial_ints, 
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
-    from sonnx.runtime.program import Step
     from sonnx.runtime.program_index import ProgramIndex
+    from sonnx.runtime.steps import Step
 
 __all__ = ["ConvChain", "ConvGroup", "find_conv_group"]
 

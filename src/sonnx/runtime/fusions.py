@@ -36,8 +36,8 @@ from sonnx.runtime.quantized_fusions import KernelCall, find_dynamic_quantizatio
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
-    from sonnx.runtime.program import Step
     from sonnx.runtime.program_index import ProgramIndex
+    from sonnx.runtime.steps import Step
 
 
 @dataclass(frozen=True)

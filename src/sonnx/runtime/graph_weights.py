@@ -24,8 +24,9 @@ from sonnx.runtime.subgraphs import Subgraph
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
-    from sonnx.runtime.program import GraphProgram, Step
+    from sonnx.runtime.program import GraphProgram
     from sonnx.runtime.program_index import ProgramIndex
+    from sonnx.runtime.steps import Step
 
 __all__ = ["graph_weights", "mark_constant_weights", "write_constant_value"]
 

@@ -101,7 +101,8 @@ class _PlanWriter:
         self.outer_tensors = {n for n, v in values.items() if type(v) is Tensor and n not in own}
         self.on_cpu = program.device.torch_device.type == "cpu"
         # (lines, names read, names freed after it): one block per scheduled step
-        self.blocks: list[tuple[list[str], tuple[str, ...], tuple[str, ...]]] = []
+        self.blocks: list[tuple[list[str], tuple[str, ...]]] = []
+        self.last_reads: dict[str, int] = {}  # graph name -> the last block reading it
         self.var: dict[str, str] = {}  # graph name -> local variable
         self.form: dict[str, str] = {}
         self.produced: list[str] = []
@@ -124,6 +125,7 @@ class _PlanWriter:
     def write(self) -> Plan:
         program = self.program
         schedule = program.runner.schedule(*self.bounds, keep=self.keep, prune=True)
+        self.last_reads = schedule.last_reads  # a block per entry: the same positions
         for entry in schedule.steps:
             index, step = entry.index, entry.step
             lines: list[str] = []
@@ -137,7 +139,7 @@ class _PlanWriter:
                         self.maybe_none.add(name)
             else:
                 self._call(index, step, list(entry.reads), lines)
-            self.blocks.append((lines, entry.reads, entry.frees))
+            self.blocks.append((lines, entry.frees))
         return self._compile()
 
     # ---- one step ----------------------------------------------------------------------------
@@ -238,17 +240,13 @@ class _PlanWriter:
 
     # ---- the function --------------------------------------------------------------------
     def _compile(self) -> Plan:
-        last_block: dict[str, int] = {}
-        for i, (_, reads, _) in enumerate(self.blocks):
-            for name in reads:
-                last_block[name] = i
         checked: list[list[str]] = [[] for _ in self.blocks]  # may be None, read later
         for name in self.maybe_none:
-            if last_block.get(name, -1) > self.defined_in[name]:
+            if self.last_reads.get(name, -1) > self.defined_in[name]:
                 checked[self.defined_in[name]].append(self.var[name])
-        freed = [{self.var[n] for n in frees if n in self.var} for _, _, frees in self.blocks]
+        freed = [{self.var[n] for n in frees if n in self.var} for _, frees in self.blocks]
         source = ["def plan(values, known):"]
-        for i, (lines, _, _) in enumerate(self.blocks):
+        for i, (lines, _) in enumerate(self.blocks):
             source.extend(f"    {line}" for line in lines)
             for var in checked[i]:  # the step loop finds no value for the later reader
                 source.append(f"    if {var} is None: raise PlanAssumptionError()")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from sonnx.runtime.program import Step
+    from sonnx.runtime.steps import Step
 
 __all__ = ["ProgramIndex", "Use"]
 

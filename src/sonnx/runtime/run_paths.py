@@ -29,7 +29,8 @@ from sonnx.operators.quantize.ort_kernels import kernel_lines
 
 if TYPE_CHECKING:
     from sonnx.runtime.graph_mode import GraphRunner
-    from sonnx.runtime.program import GraphProgram, Step
+    from sonnx.runtime.program import GraphProgram
+    from sonnx.runtime.steps import Step
 
 __all__ = [
     "WHOLE_GRAPH_RUN",

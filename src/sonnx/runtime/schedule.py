@@ -55,6 +55,8 @@ class Scheduled:
 @dataclass(frozen=True)
 class Schedule:
     steps: tuple[Scheduled, ...]
+    #: The position of the last entry reading each name (read by no entry: absent).
+    last_reads: dict[str, int]
 
 
 #: An entry being built: where it runs, its step, what it reads.
@@ -93,12 +95,16 @@ def build_schedule(
     entries.sort(key=lambda entry: entry[0])
     if prune:
         entries = _live(entries, keep or frozenset())
-    frees = _frees(program, entries, keep)
+    last_reads = {
+        name: position for position, (_, _, reads) in enumerate(entries) for name in reads
+    }
+    frees = _frees(program, entries, keep, last_reads)
     return Schedule(
         tuple(
             Scheduled(index, step, reads, frees[position])
             for position, (index, step, reads) in enumerate(entries)
-        )
+        ),
+        last_reads,
     )
 
 
@@ -131,19 +137,21 @@ def _live(entries: list[_Entry], keep: frozenset[str]) -> list[_Entry]:
 
 
 def _frees(
-    program: GraphProgram, entries: Sequence[_Entry], keep: frozenset[str] | None
+    program: GraphProgram,
+    entries: Sequence[_Entry],
+    keep: frozenset[str] | None,
+    last_reads: dict[str, int],
 ) -> list[tuple[str, ...]]:
-    """For each entry, the names to drop after it (nothing when ``keep`` is None)."""
+    """For each entry, the names to drop after it (nothing when ``keep`` is None): after
+    their last reader, or where they are made if nothing reads them."""
     if keep is None:
         return [() for _ in entries]
-    last: dict[str, int] = {}
-    for position, (_, step, reads) in enumerate(entries):
+    last = dict(last_reads)
+    for position, (_, step, _) in enumerate(entries):
         made = step.made(program.steps) if type(step) is FusedStep else step.outputs
         for name in made:
             if name:
                 last.setdefault(name, position)  # freed where made unless read later
-        for name in reads:
-            last[name] = position
     frees: list[list[str]] = [[] for _ in entries]
     for name, position in last.items():
         if name not in keep:

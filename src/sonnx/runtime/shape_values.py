@@ -30,7 +30,7 @@ from sonnx.onnx.registry import operator_class
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
-    from sonnx.runtime.program import Step
+    from sonnx.runtime.steps import Step
 
 
 def shape_value_steps(
