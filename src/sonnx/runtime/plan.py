@@ -36,7 +36,7 @@ import torch
 from sonnx.engine.host_values import call_placed
 from sonnx.engine.operator import Operator
 from sonnx.onnx.registry import node_schema
-from sonnx.runtime.steps import FusedStep, Step, StepKind, output_values, plain
+from sonnx.runtime.steps import FusedStep, Step, StepKind, named, output_values, plain
 from sonnx.strings import StringArray
 from sonnx.tensor import Tensor
 
@@ -306,9 +306,7 @@ def _keep(values: dict[str, Any], name: str, value: Any) -> None:
         return
     if isinstance(value, (torch.Tensor, StringArray)):
         value = plain(value)
-    if isinstance(value, Tensor):
-        value.name = name
-    values[name] = value
+    values[name] = named(value, name)
 
 
 def _on_one_device(op: Operator, *raw: torch.Tensor | None) -> Any:

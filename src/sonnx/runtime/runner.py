@@ -37,7 +37,15 @@ from sonnx.runtime.shape_values import (
     input_signature,
     shape_value_sources,
 )
-from sonnx.runtime.steps import FusedStep, Step, StepKind, output_values, plain, plain_all
+from sonnx.runtime.steps import (
+    FusedStep,
+    Step,
+    StepKind,
+    named,
+    output_values,
+    plain,
+    plain_all,
+)
 from sonnx.runtime.subgraphs import Subgraph
 from sonnx.tensor import Tensor
 
@@ -391,9 +399,7 @@ def _store(
     ``computed``)."""
     for name, t in zip(names, output_values(result), strict=False):
         if name and t is not None:
-            if isinstance(t, Tensor):
-                t.name = name
-            values[name] = t
+            values[name] = named(t, name)
             if computed is not None:
                 computed[name] = t
 

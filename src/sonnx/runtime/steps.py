@@ -37,7 +37,7 @@ from sonnx.tensor import Tensor, computed_tensor, string_tensor, symbolic_tensor
 if TYPE_CHECKING:
     from sonnx.runtime.fusions import Fusion
 
-__all__ = ["FusedStep", "Step", "StepKind", "output_values", "plain", "plain_all"]
+__all__ = ["FusedStep", "Step", "StepKind", "named", "output_values", "plain", "plain_all"]
 
 
 class StepKind(enum.Enum):
@@ -198,6 +198,19 @@ def plain_all(made: Any) -> Tensor | tuple[Tensor, ...]:
     if isinstance(made, (tuple, list)):
         return tuple(m if type(m) is Tensor else plain(m) for m in made)
     return made if type(made) is Tensor else plain(made)
+
+
+def named(value: Any, name: str) -> Any:
+    """``value`` as a run holds it under ``name``: a Tensor learns its name (what export and
+    error messages call it); another value (a sequence, an optional) is as it is.
+
+    :param value: a step's output value.
+    :param name: its name in the graph.
+    :returns: the value.
+    """
+    if isinstance(value, Tensor):
+        value.name = name
+    return value
 
 
 def output_values(result: Any) -> Sequence[Any]:
