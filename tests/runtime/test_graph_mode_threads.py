@@ -26,8 +26,10 @@ from onnx import TensorProto, helper
 
 import sonnx
 from sonnx.errors import GraphModeWarning
+from sonnx.runtime import store
+from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.tensor import to_numpy
-from tests.runtime.graph_mode_models import compile_into_store, copy_store
+from tests.runtime.graph_mode_models import chain_with_a_tanh, compile_into_store, copy_store
 
 THREADS, RUNS = 8, 4
 
@@ -81,9 +83,20 @@ def _one_intra_op_thread():
 
 
 def test_eight_threads_run_one_rep_while_new_lengths_and_a_found_eager_step_replan_it(
-    stored,
+    stored, monkeypatch
 ) -> None:
     copy_store(stored)
+    # A run finding another thread tracing (and finding NonZero) runs eagerly, choosing no
+    # graph: such runs are counted.
+    run_segment, elsewhere = GraphRunner._run_segment, []
+
+    def counted(self, *args, **kwargs) -> str | None:
+        why = run_segment(self, *args, **kwargs)
+        if why == "its graph is being compiled by another thread":
+            elsewhere.append(why)
+        return why
+
+    monkeypatch.setattr(GraphRunner, "_run_segment", counted)
     model = _square_then_nonzero()
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     lengths = [[1 + thread + THREADS * run for run in range(RUNS)] for thread in range(THREADS)]
@@ -108,10 +121,46 @@ def test_eight_threads_run_one_rep_while_new_lengths_and_a_found_eager_step_repl
     assert list(runner.eager_steps) == [2]
     plan = runner.plan
     assert [type(part).__name__ for part in plan.segments] == ["Segment", "int"]
-    # Every length's choice is in the plan: no thread's swap lost another's.
-    assert len(plan.choices[(0, 2)]) == THREADS * RUNS
+    # Every compiled length's choice is in the plan: no thread's swap lost another's.
+    assert len(plan.choices[(0, 2)]) == THREADS * RUNS - len(elsewhere)
+    rep.run([_x(2)])  # the threads' last run may have found another thread tracing
     last = rep.explain().splitlines()[-1]
     assert last == (
         "  last run: compiled segments (1), with 1 step run eagerly: an output shape depends "
         "on tensor values (nonzero)"
     )
+
+
+def test_a_thread_finding_its_graph_being_compiled_runs_eagerly_instead_of_compiling_it_too(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """A server's first two requests: the first compiles the graph; the second, arriving
+    while it compiles, runs the steps eagerly at once and says so, and the graph is compiled
+    once."""
+    monkeypatch.setenv(store.ENV_VAR, str(tmp_path))
+    started, finish = threading.Event(), threading.Event()
+    compile_segment = GraphRunner._compile
+
+    def held_compile(self, *args, **kwargs):
+        started.set()
+        finish.wait(120)
+        return compile_segment(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraphRunner, "_compile", held_compile)
+    model = chain_with_a_tanh()
+    rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    expected = to_numpy(eager.run([x])[0])
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(rep.run, [x])
+        assert started.wait(120)
+        (second,) = rep.run([x])  # while the first request's compile is under way
+        last = rep.explain().splitlines()[-1]
+        finish.set()
+        (got,) = first.result(300)
+    np.testing.assert_array_equal(to_numpy(second), expected)
+    assert "its graph is being compiled by another thread" in last
+    np.testing.assert_allclose(to_numpy(got), expected, rtol=1e-5)
+    assert rep.graph_runner.compile_count == 1
+    rep.run([x])
+    assert rep.explain().splitlines()[-1].startswith("  last run: compiled")

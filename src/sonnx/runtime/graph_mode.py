@@ -20,10 +20,8 @@ segments, each traced and compiled on its own, so the rest of the model stays co
 segment between eager steps that only moves elements, or whose light steps run in under a
 millisecond eagerly (timed at its first run), is not compiled: its graph would hardly repay the
 compile (:mod:`sonnx.runtime.segment_costs`); nor is a graph compiled for an empty input
-computed before a segment (a count of 0): that run's segment runs eagerly. Each step found
-to run eagerly is warned about once, with the node's name, and stored with the model's
-compiled graphs.
-:meth:`GraphRunner.parts` lists what ran compiled and what eagerly.
+computed before a segment (a count of 0). Each step found to run eagerly is warned about once,
+with the node's name, and stored with the model's compiled graphs.
 An ``If`` whose condition comes from a one-value integer input (Silero-VAD's sample rate) is
 no such step: that input is baked into the graph like a shape value, and each of its values
 gets a graph holding the branch it takes.
@@ -50,7 +48,8 @@ it took (:class:`~sonnx.runtime.run_paths.RunTaken`).
 
 Runs from many threads share one runner: what it decided is one immutable
 :class:`~sonnx.runtime.graph_plan_state.GraphPlan`, read once per run and replaced whole, under
-a lock, on a replan (see :mod:`sonnx.runtime.graph_plan_state`).
+a lock, on a replan (see :mod:`sonnx.runtime.graph_plan_state`); one thread compiles a graph
+while the others run its steps eagerly (:mod:`sonnx.runtime.compile_claims`).
 """
 
 from __future__ import annotations
@@ -70,6 +69,7 @@ from sonnx.engine.tracing import NotTraceableError
 from sonnx.errors import BadInputError, GraphModeWarning
 from sonnx.runtime import segment_costs as costs
 from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget, CompileProgress
+from sonnx.runtime.compile_claims import CompileClaims
 from sonnx.runtime.compiled_graphs import CompiledGraph, CompiledRunError, first_line
 from sonnx.runtime.graph_checks import segment_difference
 from sonnx.runtime.graph_keys import (
@@ -101,6 +101,10 @@ class _BudgetSpentError(Exception):
     """A segment needs a graph compiled, and the compile budget is spent."""
 
 
+class _CompilingElsewhereError(Exception):
+    """Another thread is compiling the segment's graph: it runs eagerly this time."""
+
+
 class _EmptyInputError(Exception):
     """A segment needs a graph compiled for an empty computed input (see
     :func:`~sonnx.runtime.segment_costs.empty_computed_input`)."""
@@ -121,8 +125,7 @@ class GraphRunner:
     :mod:`sonnx.runtime.store`), without it they are kept in memory only.
 
     ``verify`` compares each graph's first run, and its first at other input sizes, with the
-    eager steps; ``compile_budget``
-    bounds the seconds spent compiling (None: no bound). See the module docstring.
+    eager steps; ``compile_budget`` bounds the seconds spent compiling (None: no bound).
     """
 
     def __init__(
@@ -149,6 +152,7 @@ class GraphRunner:
         self._weight_digests = WeightDigests()
         #: Graphs by store key: a segment of the same steps as another shares its graph.
         self._shared = SharedGraphs()
+        self._claims = CompileClaims()
         #: The constants as loaded: graphs of these are stored; graphs of weights changed
         #: in this process (a training step, ``load_states``) are kept in memory only, so a
         #: training loop that evaluates in graph mode does not fill the disk.
@@ -341,6 +345,9 @@ class GraphRunner:
         except _EmptyInputError:
             self._execute(values, segment.start, segment.stop)
             return costs.EMPTY_INPUT
+        except _CompilingElsewhereError:
+            self._execute(values, segment.start, segment.stop)
+            return "its graph is being compiled by another thread"
         except _BudgetSpentError:
             self._update(lambda current: current.with_over_budget(bounds))
             self._warn(
@@ -460,11 +467,9 @@ class GraphRunner:
                 weights = self.library_weights()
                 entry = self.store.find(stored, traced, versions, self._device, weights)
                 if entry is None:
-                    if self.budget.exhausted:
-                        raise _BudgetSpentError
-                    with self.budget.counting():
-                        entry = self._compile(segment, args, baked, versions, stored)
-                self._shared.add(stored, entry)
+                    entry = self._compile(segment, args, baked, traced, versions, stored)
+                else:
+                    self._shared.add(stored, entry)
         except NotTraceableError as e:
             index = e.step_index
             if index is None or index in plan.eager_steps:  # not one step's: the segment's
@@ -473,19 +478,16 @@ class GraphRunner:
                 for i in stops_alike(self.program, index, plan.eager_steps):
                     self._run_eagerly(range(i, i + 1), str(e))
             raise _ReplanError from e
-        except (BadInputError, _BudgetSpentError):  # the caller's inputs, or no budget left
-            raise
+        except (BadInputError, _BudgetSpentError, _CompilingElsewhereError):
+            raise  # the caller's inputs, no budget left, or another thread compiling
         except Exception as e:  # inductor's own failure
             self._split(bounds, e)
             raise _ReplanError from e
         finally:
-            self._show_progress()
+            # The segments compiled so far, of those planned, and the budget spent.
+            self._progress.show(*self._plan.compiled_of_planned(), self.budget)
         self._update(lambda current: current.with_graph(bounds, key, entry))
         return entry
-
-    def _show_progress(self) -> None:
-        """The segments compiled so far, of those planned, and the budget spent."""
-        self._progress.show(*self._plan.compiled_of_planned(), self.budget)
 
     def _versions(self) -> tuple[Any, ...]:
         """Each constant's identity, then each one's version counter."""
@@ -565,19 +567,33 @@ class GraphRunner:
         segment: Segment,
         args: list[Tensor],
         baked: list[bool],
+        traced: list[torch.Tensor],
         versions: tuple[Any, ...],
         stored: str,
     ) -> CompiledGraph:
-        weights = self.library_weights()
-        traced = [n for n, bake in zip(segment.inputs, baked, strict=True) if not bake]
-        build = segment_builder(
-            self.program,
-            segment,
-            dict(zip(segment.inputs, args, strict=True)),
-            traced,
-            [self.declared_shapes.get(n) for n in traced],
-            self.dynamic,
-            weights.named,
-        )
-        keep = versions == self._loaded_versions
-        return self.store.compile(stored, build, versions, self._device, keep, weights)
+        """The segment's graph compiled now, by one thread: another thread finding it being
+        compiled runs the segment eagerly (see :mod:`sonnx.runtime.compile_claims`)."""
+        with self._claims.claim(stored) as mine:
+            if not mine:
+                raise _CompilingElsewhereError
+            entry = self._shared.find(stored, traced, versions)  # compiled meanwhile
+            if entry is not None:
+                return entry
+            if self.budget.exhausted:
+                raise _BudgetSpentError
+            weights = self.library_weights()
+            names = [n for n, bake in zip(segment.inputs, baked, strict=True) if not bake]
+            build = segment_builder(
+                self.program,
+                segment,
+                dict(zip(segment.inputs, args, strict=True)),
+                names,
+                [self.declared_shapes.get(n) for n in names],
+                self.dynamic,
+                weights.named,
+            )
+            keep = versions == self._loaded_versions
+            with self.budget.counting():
+                entry = self.store.compile(stored, build, versions, self._device, keep, weights)
+            self._shared.add(stored, entry)  # before the claim goes
+            return entry
