@@ -112,6 +112,58 @@ def test_a_grid_from_shape_and_range_and_an_upsample_serve_every_image_size() ->
     _compiled_once(model, [[rng.standard_normal((1, 3, *s)).astype(np.float32)] for s in sizes])
 
 
+class _SizedFromTheLength(nn.Module):
+    """VITS's relative attention: a learned table padded by the length minus its window, so
+    that it has 2 * length - 1 rows; then the top K = length // 2 scores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(1, 9, 4))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pad = x.shape[1] - 5
+        rows = nn.functional.pad(self.table, (0, 0, pad, pad))
+        scores = torch.tanh(x @ rows.transpose(1, 2))
+        return scores, torch.topk(scores.sum(-1), x.shape[1] // 2, dim=1).values
+
+
+def _split_in_halves() -> onnx.ModelProto:
+    """``x`` [1, t, 4] split along t into sizes (t // 2, t - t // 2) computed from its shape
+    (torch's exporter writes Slices; tf2onnx writes such a Split), then tanh of each."""
+    ints = {n: helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in
+            (("one", 1), ("two", 2))}  # fmt: skip
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["t"]),
+        helper.make_node("Div", ["t", "two"], ["half"]),
+        helper.make_node("Sub", ["t", "half"], ["rest"]),
+        helper.make_node("Concat", ["half", "rest"], ["sizes"], axis=0),
+        helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=1),
+        helper.make_node("Tanh", ["a"], ["ya"]),
+        helper.make_node("Tanh", ["b"], ["yb"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "halves",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "t", 4])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("ya", "yb")],
+        list(ints.values()),
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_pads_a_k_and_splits_computed_from_the_length_serve_every_length() -> None:
+    torch.manual_seed(0)
+    axes = {"x": {1: "t"}}
+    model = tm.export(_SizedFromTheLength(), (torch.randn(1, 7, 4),), 17, ["x"], dynamic_axes=axes)
+    assert {"Pad", "TopK"} <= {n.op_type for n in model.graph.node}
+    rng = np.random.default_rng(2)
+    lengths = (7, 10, 6)
+    _compiled_once(model, [[rng.standard_normal((1, t, 4)).astype(np.float32)] for t in lengths])
+    feeds = [[rng.standard_normal((1, t, 4)).astype(np.float32)] for t in lengths]
+    _compiled_once(_split_in_halves(), feeds)
+
+
 class _Recogniser(nn.Module):
     """A CRNN-style sequence model: an LSTM over a sequence of any length, then a projection."""
 

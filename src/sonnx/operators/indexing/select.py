@@ -56,6 +56,8 @@ class TopK(Operator):
     since_versions = (10, 11, 24)
     output_shape = OutputShape.FROM_SHAPES
     shape_inputs = frozenset({1})
+    # A K computed from a shape (a detector's min(k, boxes)) stays symbolic in a trace.
+    size_inputs = frozenset({1})
     parameterising_inputs = frozenset({1})
 
     def forward(self, x: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

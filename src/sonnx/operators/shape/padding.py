@@ -125,6 +125,9 @@ class Pad(Operator):
     # Strings, which ONNX lets in, are refused: a constant pad needs a string constant.
     moves_elements_only = False
     shape_inputs = frozenset({1, 3})
+    # Pads computed from a shape (VITS's relative attention pads a learned table by the length
+    # minus its window) stay symbolic in a trace, so one graph serves every length.
+    size_inputs = frozenset({1, 3})
     # pads, the constant value and axes.
     parameterising_inputs = frozenset({1, 2, 3})
 

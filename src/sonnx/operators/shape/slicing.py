@@ -94,6 +94,8 @@ class Split(Operator):
     output_shape = OutputShape.FROM_SHAPES
     moves_elements_only = True
     shape_inputs = frozenset({1})
+    # Sizes computed from a shape (halves of a length) stay symbolic in a trace.
+    size_inputs = frozenset({1})
     parameterising_inputs = frozenset({1})
 
     def forward(self, x: torch.Tensor, split: torch.Tensor | None = None) -> tuple[torch.Tensor]:
