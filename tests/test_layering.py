@@ -29,8 +29,8 @@ LAYERS: list[tuple[str, set[str]]] = [
         {
             "sonnx.errors", "sonnx.dtypes", "sonnx.dims", "sonnx.device", "sonnx.run_state",
             "sonnx.host_arrays", "sonnx.host_memory", "sonnx.strings", "sonnx.symbolic_sizes",
-            "sonnx.tensor", "sonnx.compiler_warnings", "sonnx.precision",
-            "sonnx.process_tuning",
+            "sonnx.tensor", "sonnx.compiler_warnings", "sonnx.caller_warnings",
+            "sonnx.precision", "sonnx.process_tuning",
         },
     ),
     ("proto", {"sonnx.proto"}),

@@ -98,6 +98,7 @@ class GraphModeWarning(RuntimeWarning):
 
     Warned once per cause by ``prepare(..., use_graph=True)`` runs: a step whose results
     depend on its input values, a segment inductor could not compile, a compiled graph whose
-    first run differed from the eager steps or that raised while running, or a spent compile
-    budget; the message names the steps and why. A ``RuntimeWarning``.
+    first run (or first run at other input sizes) differed from the eager steps or that raised
+    while running, or a spent compile budget; the message names the steps and why, and the
+    warning the line of the caller's code that ran the model. A ``RuntimeWarning``.
     """

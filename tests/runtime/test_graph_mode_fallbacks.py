@@ -9,6 +9,7 @@ values come from the same model run eagerly by sonnx."""
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -161,8 +162,10 @@ def test_a_graph_wrong_at_other_sizes_is_caught_at_its_first_run_there(monkeypat
         GraphModeWarning,
         match=r"its compiled graph's first run at other input sizes differed from the eager "
         r"steps: output 'y': max difference 0.5",
-    ):
+    ) as caught:
         (got,) = rep.run([_x(5)])
+    # The warning names the line that ran the model, not one inside sonnx.
+    assert {(w.filename, w.lineno) for w in caught} == {(__file__, sys._getframe().f_lineno - 2)}
     np.testing.assert_array_equal(to_numpy(got), to_numpy(eager.run([_x(5)])[0]))
     assert not any(p.compiled for p in rep.graph_runner.parts())
     assert rep.graph_runner.compile_count == 0

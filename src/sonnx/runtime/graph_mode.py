@@ -57,7 +57,6 @@ from __future__ import annotations
 import operator
 import shutil
 import threading
-import warnings
 from collections import Counter
 from collections.abc import Callable
 from functools import cached_property
@@ -65,6 +64,7 @@ from typing import Any
 
 import torch
 
+from sonnx.caller_warnings import warn_at_caller
 from sonnx.engine.tracing import NotTraceableError
 from sonnx.errors import BadInputError, GraphModeWarning
 from sonnx.runtime import segment_costs as costs
@@ -556,10 +556,9 @@ class GraphRunner:
     def _warn(self, what: str) -> None:
         if what not in self._warned:
             self._warned.add(what)
-            warnings.warn(
+            warn_at_caller(
                 f"graph mode runs {what} eagerly; the rest stays compiled, with the same results",
                 GraphModeWarning,
-                stacklevel=4,
             )
 
     def _compile(

@@ -24,12 +24,12 @@ off for a model (:func:`choose_kernels`); ``explain()`` lists the bridged steps
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from sonnx.caller_warnings import warn_at_caller
 from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError
 from sonnx.operators.quantize.ort_sessions import (
@@ -196,11 +196,10 @@ def bridged_product(
         return _run(node.spec, node.n, inputs)
     except Exception as error:  # onnxruntime's errors have no common base class
         first_line = (str(error).strip().splitlines() or [""])[0]
-        warnings.warn(
+        warn_at_caller(
             f"{node.spec.op_type} node {node.name!r}: onnxruntime cannot run it "
             f"({type(error).__name__}: {first_line}); the torch path runs",
             RuntimeWarning,
-            stacklevel=4,  # the operator code that asked for the kernel
         )
         return None
 
