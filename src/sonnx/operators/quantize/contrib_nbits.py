@@ -157,8 +157,10 @@ class MatMulNBits(KernelChoice, ContribQuantOperator):
                 f"{tuple(a.shape)}"
             )
         weights = (b, scales, zero_points, g_idx)
-        names = ("K", "N", "bits", "block_size", "accuracy_level")
-        spec = nbits_spec([int(self.attr(x)) for x in names])
+        spec = self.__dict__.get("_spec")
+        if spec is None:
+            names = ("K", "N", "bits", "block_size", "accuracy_level")
+            spec = self._spec = nbits_spec([int(self.attr(x)) for x in names])
         y = self.onnxruntime_product(spec, n, (a, *weights, bias))
         if y is not None:
             self.kernel_used = "onnxruntime's MatMulNBits"

@@ -268,18 +268,25 @@ class KernelChoice:
         :param inputs: the node's inputs, one per slot of ``spec``.
         :returns: whether the bridge may run.
         """
-        present = [x for x in inputs if x is not None]
-        held = {i for i, x in enumerate(inputs) if x is not None and i not in spec.bound}
-        constants = self.constant_inputs
-        return (
-            self.kernels == "onnxruntime"
-            and not self.__dict__.get("_refused", False)
-            and (self.weights_always_constant or (constants is not None and held <= constants))
-            and all(x.device.type == "cpu" for x in present)
-            and all(x.dtype == torch.float32 for x in present if x.dtype.is_floating_point)
-            and not (torch.is_grad_enabled() and any(x.requires_grad for x in present))
-            and onnxruntime_module() is not None
-        )
+        if self.kernels != "onnxruntime" or self.__dict__.get("_refused", False):
+            return False
+        if not self.weights_always_constant:
+            constants = self.constant_inputs
+            held = {i for i, x in enumerate(inputs) if x is not None and i not in spec.bound}
+            if constants is None or not held <= constants:
+                return False
+        grad = torch.is_grad_enabled()
+        for x in inputs:  # a loop, not comprehensions: this runs at every call of the node
+            if x is not None and (
+                not x.is_cpu
+                or (x.dtype.is_floating_point and x.dtype != torch.float32)
+                or (grad and x.requires_grad)
+            ):
+                return False
+        found = self.__dict__.get("_onnxruntime_importable")
+        if found is None:  # asked once per operator: an import attempt costs a few us
+            found = self._onnxruntime_importable = onnxruntime_module() is not None
+        return found
 
 
 def choose_kernels(

@@ -344,9 +344,14 @@ def kernel_for(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> Session
     :param inputs: its inputs, one per slot (None where absent).
     :returns: the kernel; the entry is dropped when its first large constant is freed.
     """
-    constants = [x for i, x in enumerate(inputs) if i not in spec.bound and x is not None]
-    threads = torch.get_num_threads()
-    runs = tuple((x.dtype, x.dim()) for x in _bound(spec, inputs))
+    constants, kinds, bound = [], [], spec.bound
+    for i, x in enumerate(inputs):  # one loop: this runs at every call of a bridged node
+        if x is not None:
+            if i in bound:
+                kinds.append((x.dtype, x.dim()))
+            else:
+                constants.append(x)
+    threads, runs = torch.get_num_threads(), tuple(kinds)
     recent_key = (spec, threads, runs, *map(id, constants))
     recent = _RECENT.get(recent_key)
     kernel = None if recent is None else recent.finds(constants)
@@ -426,11 +431,6 @@ def _digest(constants: Sequence[torch.Tensor]) -> bytes:
 def _value(w: torch.Tensor) -> bytes:
     """A small constant's bytes."""
     return w.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes()
-
-
-def _bound(spec: NodeSpec, inputs: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
-    """The bound slots' tensors that are present."""
-    return [x for i, x in enumerate(inputs) if i in spec.bound and x is not None]
 
 
 def _forget_group(entry: _Entry, group: tuple[tuple[Any, ...], tuple[int, ...]]) -> None:
