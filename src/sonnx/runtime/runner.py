@@ -356,7 +356,7 @@ class ProgramRunner:
         :param args: the values of its inputs.
         :returns: one value or a tuple, one per name the group makes.
         """
-        raw = [a.data if type(a) is Tensor else a for a in args]
+        raw = [a.data if isinstance(a, Tensor) else a for a in args]  # subclasses too
         try:
             made = fused.fusion.compute(*raw)
         except Exception as e:
@@ -366,7 +366,7 @@ class ProgramRunner:
             raise failure from e
         if made is not None:
             return made
-        return self.run_fallback(fused, [a if type(a) is Tensor else plain(a) for a in args])
+        return self.run_fallback(fused, [a if isinstance(a, Tensor) else plain(a) for a in args])
 
     def run_fallback(self, fused: FusedStep, args: list[Tensor]) -> Any:
         """A fused step's group, step by step, on the tensors of its inputs; a failing step
