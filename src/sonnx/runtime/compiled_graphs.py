@@ -103,7 +103,14 @@ class Checks:
         :param inputs: the graph's inputs.
         :returns: True before the first check and at the first other sizes after it.
         """
-        return not self.again and (self.first is None or sizes(inputs) != self.first)
+        if self.again:
+            return False
+        first = self.first  # compared in place: this is asked at every run until `again`
+        return (
+            first is None
+            or len(first) != len(inputs)
+            or any(x.shape != size for x, size in zip(inputs, first, strict=True))
+        )
 
     def passed(self, inputs: Sequence[torch.Tensor]) -> None:
         """Record that the run on ``inputs`` equalled the eager steps.
