@@ -155,7 +155,7 @@ class _PlanWriter:
             return
         target = self._define(self.program.steps[fused.index].outputs[0], _RAW)
         lines.append(f"{target} = {made}")
-        lines.append(f"if type({target}) is _SonnxTensor: {target} = {target}.data")
+        lines.append(f"if isinstance({target}, _SonnxTensor): {target} = {target}.data")
 
     def _call(self, index: int, step: Step, reads: list[str], lines: list[str]) -> None:
         """Lines running ``step``: its operator's forward on raw tensors when it has one and

@@ -196,8 +196,8 @@ def plain_all(made: Any) -> Tensor | tuple[Tensor, ...]:
     :returns: the tensor or tensors.
     """
     if isinstance(made, (tuple, list)):
-        return tuple(m if type(m) is Tensor else plain(m) for m in made)
-    return made if type(made) is Tensor else plain(made)
+        return tuple(m if isinstance(m, Tensor) else plain(m) for m in made)
+    return made if isinstance(made, Tensor) else plain(made)
 
 
 def named(value: Any, name: str) -> Any:
