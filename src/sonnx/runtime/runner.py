@@ -242,16 +242,11 @@ class ProgramRunner:
         known = self._known_shape_values(signature, bounds)
         if not self.runs_plans or known is None:
             return False
-        if bounds is None:
-            plan = self.plans.get(keep)
-            if plan is None:
-                plan = self.plans[keep] = build_plan(self.program, keep, values)
-        else:
-            plan = self.range_plans.get((*bounds, keep))
-            if plan is None:
-                plan = self.range_plans[(*bounds, keep)] = build_plan(
-                    self.program, keep, values, bounds
-                )
+        table: dict[Any, Plan] = self.plans if bounds is None else self.range_plans
+        key = keep if bounds is None else (*bounds, keep)
+        plan = table.get(key)
+        if plan is None:
+            plan = table[key] = build_plan(self.program, keep, values, bounds)
         try:
             plan(values, known)
             return True
