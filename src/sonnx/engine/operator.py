@@ -45,6 +45,7 @@ from sonnx.tensor import (
 )
 
 if TYPE_CHECKING:
+    from sonnx.engine.singa_functions import SingaFunction
     from sonnx.proto.graph_builder import GraphBuilder
 
 TorchOutputs = torch.Tensor | Sequence[torch.Tensor | None]
@@ -144,6 +145,10 @@ class Operator:
     #: Exports a whole kept graph rather than one node (a run of an imported model): it has a
     #: ``source`` and a ``plan_export(builder, used_outputs)``, which the exporter calls.
     exports_kept_graph: ClassVar[bool] = False
+    #: The SINGA-named functions that build and call this class (``relu``), declared here and
+    #: written by ``python -m sonnx.operators.singa_codegen`` (see
+    #: :mod:`sonnx.engine.singa_functions`). Read from the class itself, never inherited.
+    singa_functions: ClassVar[tuple[SingaFunction, ...]] = ()
 
     def __init__(self, version: int | None = None, **attrs: Any) -> None:
         self.version = version

@@ -19,6 +19,14 @@ import torch
 from torch.nn import functional as F
 
 from sonnx import dtypes
+from sonnx.engine.singa_functions import (
+    FLOAT_X,
+    LIKE_X,
+    NOT_FLOAT,
+    Input,
+    Keyword,
+    SingaFunction,
+)
 from sonnx.errors import BadInputError
 from sonnx.operators.activation.base import _UNSIGNED, _Activation, scalar_constant
 from sonnx.operators.elementwise.base import broadcast_shapes
@@ -63,6 +71,16 @@ class Relu(_Activation):
     op_type = "Relu"
     since_versions = (1, 6, 13, 14)
 
+    singa_functions = (
+        SingaFunction(
+            "relu",
+            "``max(x, 0)`` element-wise (ONNX ``Relu``).",
+            inputs=(Input("x", "a tensor of a signed number type."),),
+            returns=LIKE_X,
+            raises=(("BadInputError", "``x`` is boolean, complex or unsigned."),),
+        ),
+    )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.bool or x.is_complex() or x.dtype in _UNSIGNED:
             raise BadInputError(
@@ -78,6 +96,19 @@ class LeakyRelu(_Activation):
     op_type = "LeakyRelu"
     since_versions = (1, 6, 16)
 
+    singa_functions = (
+        SingaFunction(
+            "leakyrelu",
+            "``x`` where x >= 0, else ``a * x`` (ONNX ``LeakyRelu``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            keywords=(
+                Keyword("a", "the slope of the negative part (ONNX's ``alpha``).", attr="alpha"),
+            ),
+            raises=NOT_FLOAT,
+        ),
+    )
+
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return F.leaky_relu(x, float(self.attr("alpha")))
 
@@ -87,6 +118,21 @@ class PRelu(_Activation):
 
     op_type = "PRelu"
     since_versions = (1, 6, 7, 9, 16)
+
+    singa_functions = (
+        SingaFunction(
+            "prelu",
+            "``slope * x`` where x < 0, else ``x`` (ONNX ``PRelu``).",
+            inputs=(
+                Input("x", "the input tensor."),
+                Input(
+                    "slope", "the slopes, broadcast to ``x``'s shape (one per channel, for one)."
+                ),
+            ),
+            returns=LIKE_X,
+            raises=(("BadInputError", "``slope`` does not broadcast to ``x``'s shape."),),
+        ),
+    )
 
     def _per_channel(self, x_shape: tuple[int, ...], slope_shape: tuple[int, ...]) -> bool:
         """Before version 7 a 1-D slope held one value per channel (axis 1 of X). Reads shapes
@@ -131,6 +177,17 @@ class Elu(_Activation):
     op_type = "Elu"
     since_versions = (1, 6, 22)
 
+    singa_functions = (
+        SingaFunction(
+            "elu",
+            "``x`` where x > 0, else ``alpha * (exp(x) - 1)`` (ONNX ``Elu``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            keywords=(Keyword("alpha", "the scale of the negative part."),),
+            raises=NOT_FLOAT,
+        ),
+    )
+
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return F.elu(x, float(self.attr("alpha")))
 
@@ -140,6 +197,28 @@ class Selu(_Activation):
 
     op_type = "Selu"
     since_versions = (1, 6, 22)
+
+    singa_functions = (
+        SingaFunction(
+            "selu",
+            "Scaled ELU: ``gamma * x`` where x > 0, else ``gamma * alpha * (exp(x) - 1)``.",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            keywords=(
+                Keyword(
+                    "alpha",
+                    "the scale of the negative part (the self-normalising constant by default).",
+                    default=1.6732631921768188,
+                ),
+                Keyword(
+                    "gamma",
+                    "the overall scale (the self-normalising constant by default).",
+                    default=1.0507010221481323,
+                ),
+            ),
+            raises=NOT_FLOAT,
+        ),
+    )
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         alpha, gamma = float(self.attr("alpha")), float(self.attr("gamma"))
@@ -153,6 +232,17 @@ class Celu(_Activation):
     op_type = "Celu"
     since_versions = (12, 28)
     since = 12
+
+    singa_functions = (
+        SingaFunction(
+            "celu",
+            "``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (ONNX ``Celu``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            keywords=(Keyword("alpha", "the scale of the negative part."),),
+            raises=NOT_FLOAT,
+        ),
+    )
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return F.celu(x, float(self.attr("alpha")))
@@ -172,6 +262,16 @@ class Sigmoid(_Activation):
     op_type = "Sigmoid"
     since_versions = (1, 6, 13)
 
+    singa_functions = (
+        SingaFunction(
+            "sigmoid",
+            "``1 / (1 + exp(-x))`` element-wise (ONNX ``Sigmoid``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(x)
 
@@ -182,6 +282,20 @@ class HardSigmoid(_Activation):
 
     op_type = "HardSigmoid"
     since_versions = (1, 6, 22)
+
+    singa_functions = (
+        SingaFunction(
+            "hardsigmoid",
+            "``max(0, min(1, alpha * x + gamma))`` (SINGA calls ONNX's ``beta`` ``gamma``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            keywords=(
+                Keyword("alpha", "the slope."),
+                Keyword("gamma", "the offset (ONNX ``HardSigmoid``'s ``beta``).", attr="beta"),
+            ),
+            raises=NOT_FLOAT,
+        ),
+    )
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         alpha, beta = float(self.attr("alpha")), float(self.attr("beta"))
@@ -194,6 +308,16 @@ class Tanh(_Activation):
     op_type = "Tanh"
     since_versions = (1, 6, 13)
 
+    singa_functions = (
+        SingaFunction(
+            "tanh",
+            "The hyperbolic tangent element-wise (ONNX ``Tanh``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(x)
 
@@ -203,6 +327,16 @@ class Softplus(_Activation):
 
     op_type = "Softplus"
     since_versions = (1, 22)
+
+    singa_functions = (
+        SingaFunction(
+            "softplus",
+            "``log(1 + exp(x))`` element-wise (ONNX ``Softplus``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return F.softplus(x)
@@ -214,6 +348,16 @@ class Softsign(_Activation):
     op_type = "Softsign"
     since_versions = (1, 22)
 
+    singa_functions = (
+        SingaFunction(
+            "softsign",
+            "``x / (1 + |x|)`` element-wise (ONNX ``Softsign``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return F.softsign(x)
 
@@ -224,6 +368,17 @@ class ThresholdedRelu(_Activation):
     op_type = "ThresholdedRelu"
     since_versions = (10, 22)
     since = 10
+
+    singa_functions = (
+        SingaFunction(
+            "thresholded_relu",
+            "``x`` where x > ``alpha``, else 0 (ONNX ``ThresholdedRelu``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            keywords=(Keyword("alpha", "the threshold."),),
+            raises=NOT_FLOAT,
+        ),
+    )
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
         return torch.where(x > float(self.attr("alpha")), x, torch.zeros_like(x))
@@ -243,6 +398,23 @@ class Shrink(_Activation):
     since_versions = (9,)
     since = 9
 
+    singa_functions = (
+        SingaFunction(
+            "shrink",
+            (
+                "``x - bias`` above ``lambd``, ``x + bias`` below ``-lambd``, else 0 (ONNX "
+                "``Shrink``)."
+            ),
+            inputs=(Input("x", "a real number tensor (integers stay integers)."),),
+            returns=LIKE_X,
+            keywords=(
+                Keyword("bias", "the amount moved towards zero."),
+                Keyword("lambd", "the half-width of the band mapped to zero."),
+            ),
+            raises=(("BadInputError", "``x`` is boolean or complex."),),
+        ),
+    )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.bool or x.is_complex():
             raise BadInputError(
@@ -261,7 +433,8 @@ class Shrink(_Activation):
         ).to(x.dtype)
 
 
-# ---- SINGA-named functions ------------------------------------------------------------------
+# ---- SINGA-named functions, generated by `python -m sonnx.operators.singa_codegen` ----
+# from the classes' ``singa_functions`` declarations: edit those, then run the command.
 
 
 def relu(x: Tensor) -> Tensor:
@@ -272,62 +445,6 @@ def relu(x: Tensor) -> Tensor:
     :raises BadInputError: ``x`` is boolean, complex or unsigned.
     """
     return Relu()(x)
-
-
-def sigmoid(x: Tensor) -> Tensor:
-    """``1 / (1 + exp(-x))`` element-wise (ONNX ``Sigmoid``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Sigmoid()(x)
-
-
-def tanh(x: Tensor) -> Tensor:
-    """The hyperbolic tangent element-wise (ONNX ``Tanh``).
-
-    :param x: a floating-point tensor.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Tanh()(x)
-
-
-def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
-    """``x`` where x > 0, else ``alpha * (exp(x) - 1)`` (ONNX ``Elu``).
-
-    :param x: a floating-point tensor.
-    :param alpha: the scale of the negative part.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Elu(alpha=alpha)(x)
-
-
-def selu(
-    x: Tensor, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875
-) -> Tensor:
-    """Scaled ELU: ``gamma * x`` where x > 0, else ``gamma * alpha * (exp(x) - 1)``.
-
-    :param x: a floating-point tensor.
-    :param alpha: the scale of the negative part (the self-normalising constant by default).
-    :param gamma: the overall scale (the self-normalising constant by default).
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Selu(alpha=alpha, gamma=gamma)(x)
-
-
-def celu(x: Tensor, alpha: float = 1.0) -> Tensor:
-    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (ONNX ``Celu``).
-
-    :param x: a floating-point tensor.
-    :param alpha: the scale of the negative part.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return Celu(alpha=alpha)(x)
 
 
 def leakyrelu(x: Tensor, a: float = 0.01) -> Tensor:
@@ -352,6 +469,50 @@ def prelu(x: Tensor, slope: Tensor) -> Tensor:
     return PRelu()(x, slope)
 
 
+def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``x`` where x > 0, else ``alpha * (exp(x) - 1)`` (ONNX ``Elu``).
+
+    :param x: a floating-point tensor.
+    :param alpha: the scale of the negative part.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
+    return Elu(alpha=alpha)(x)
+
+
+def selu(x: Tensor, alpha: float = 1.6732631921768188, gamma: float = 1.0507010221481323) -> Tensor:
+    """Scaled ELU: ``gamma * x`` where x > 0, else ``gamma * alpha * (exp(x) - 1)``.
+
+    :param x: a floating-point tensor.
+    :param alpha: the scale of the negative part (the self-normalising constant by default).
+    :param gamma: the overall scale (the self-normalising constant by default).
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
+    return Selu(alpha=alpha, gamma=gamma)(x)
+
+
+def celu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (ONNX ``Celu``).
+
+    :param x: a floating-point tensor.
+    :param alpha: the scale of the negative part.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
+    return Celu(alpha=alpha)(x)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """``1 / (1 + exp(-x))`` element-wise (ONNX ``Sigmoid``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
+    return Sigmoid()(x)
+
+
 def hardsigmoid(x: Tensor, alpha: float = 0.2, gamma: float = 0.5) -> Tensor:
     """``max(0, min(1, alpha * x + gamma))`` (SINGA calls ONNX's ``beta`` ``gamma``).
 
@@ -362,6 +523,16 @@ def hardsigmoid(x: Tensor, alpha: float = 0.2, gamma: float = 0.5) -> Tensor:
     :raises BadInputError: ``x`` is not floating-point.
     """
     return HardSigmoid(alpha=alpha, beta=gamma)(x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    """The hyperbolic tangent element-wise (ONNX ``Tanh``).
+
+    :param x: a floating-point tensor.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
+    return Tanh()(x)
 
 
 def softplus(x: Tensor) -> Tensor:
