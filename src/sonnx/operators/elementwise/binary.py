@@ -14,6 +14,11 @@ import torch
 
 from sonnx import dtypes
 from sonnx.engine.operator import Operator, OutputShape
+from sonnx.engine.singa_functions import (
+    Input,
+    Keyword,
+    SingaFunction,
+)
 from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError, ExportError
 from sonnx.operators.elementwise.base import (
@@ -31,6 +36,15 @@ from sonnx.proto.graph_builder import GraphBuilder
 from sonnx.tensor import Tensor
 
 __all__ = ["Add", "Div", "Mod", "Mul", "Pow", "Sub", "add", "div", "mod", "mul", "pow", "sub"]
+
+
+# What the SINGA-named functions below share.
+A_NUMBER = Input("a", "a number tensor (a number or array becomes a constant).", annotation="Any")
+B_LIKE_A = Input("b", "a tensor of ``a``'s dtype, broadcastable with it.", annotation="Any")
+BROADCAST_LIKE_A = "a tensor of the broadcast shape and ``a``'s dtype."
+NO_BOOLEAN = (
+    ("BadInputError", "the dtypes differ, the shapes do not broadcast, or an input is boolean."),
+)
 
 
 class BinaryOp(Operator):
@@ -65,6 +79,16 @@ class Add(BinaryOp):
     op_type = "Add"
     since_versions = (7, 13, 14)
 
+    singa_functions = (
+        SingaFunction(
+            "add",
+            "``a + b`` element-wise, broadcast NumPy-style (ONNX ``Add``; integers wrap).",
+            inputs=(A_NUMBER, B_LIKE_A),
+            returns=BROADCAST_LIKE_A,
+            raises=NO_BOOLEAN,
+        ),
+    )
+
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
         return modular(torch.add, a, b)
@@ -76,6 +100,16 @@ class Sub(BinaryOp):
     op_type = "Sub"
     since_versions = (7, 13, 14)
 
+    singa_functions = (
+        SingaFunction(
+            "sub",
+            "``a - b`` element-wise, broadcast NumPy-style (ONNX ``Sub``; integers wrap).",
+            inputs=(A_NUMBER, B_LIKE_A),
+            returns=BROADCAST_LIKE_A,
+            raises=NO_BOOLEAN,
+        ),
+    )
+
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
         return modular(torch.sub, a, b)
@@ -86,6 +120,16 @@ class Mul(BinaryOp):
 
     op_type = "Mul"
     since_versions = (7, 13, 14)
+
+    singa_functions = (
+        SingaFunction(
+            "mul",
+            "``a * b`` element-wise, broadcast NumPy-style (ONNX ``Mul``; integers wrap).",
+            inputs=(A_NUMBER, B_LIKE_A),
+            returns=BROADCAST_LIKE_A,
+            raises=NO_BOOLEAN,
+        ),
+    )
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -139,6 +183,38 @@ class Div(BinaryOp):
     op_type = "Div"
     since_versions = (7, 13, 14)
 
+    singa_functions = (
+        SingaFunction(
+            "div",
+            (
+                "``a / b`` element-wise, broadcast NumPy-style; integer division truncates toward "
+                "zero."
+            ),
+            inputs=(
+                Input(
+                    "a",
+                    "the dividend, a number tensor (a number or array becomes a constant).",
+                    annotation="Any",
+                ),
+                Input(
+                    "b",
+                    "the divisor, of ``a``'s dtype and broadcastable with it.",
+                    annotation="Any",
+                ),
+            ),
+            returns=BROADCAST_LIKE_A,
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "the dtypes differ, the shapes do not broadcast, an input is boolean, or "
+                        "an integer ``b`` holds a 0."
+                    ),
+                ),
+            ),
+        ),
+    )
+
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
         if not is_integer(a.dtype):
@@ -152,6 +228,36 @@ class Mod(BinaryOp):
 
     op_type = "Mod"
     since_versions = (10, 13, 28)
+
+    singa_functions = (
+        SingaFunction(
+            "mod",
+            "Remainder of ``a / b``: with ``b``'s sign (fmod=0) or with ``a``'s sign (fmod=1).",
+            inputs=(
+                Input("a", "the dividend, a number tensor.", annotation="Any"),
+                Input(
+                    "b",
+                    "the divisor, of ``a``'s dtype and broadcastable with it.",
+                    annotation="Any",
+                ),
+            ),
+            returns=BROADCAST_LIKE_A,
+            keywords=(
+                Keyword(
+                    "fmod", "0 for the floored remainder (Python's ``%``), 1 for C's ``fmod``."
+                ),
+            ),
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "the dtypes differ, the shapes do not broadcast, an input is boolean, or "
+                        "an integer ``b`` holds a 0."
+                    ),
+                ),
+            ),
+        ),
+    )
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -170,6 +276,34 @@ class Pow(BinaryOp):
     # The exponent.
     parameterising_inputs = frozenset({1})
     input_names = ("X", "Y")
+
+    singa_functions = (
+        SingaFunction(
+            "pow",
+            (
+                "``a ** b`` element-wise, broadcast NumPy-style (ONNX ``Pow``); the result has "
+                "``a``'s type."
+            ),
+            inputs=(
+                Input("a", "the base, a number tensor.", annotation="Any"),
+                Input(
+                    "b",
+                    "the exponent, a number tensor of any numeric type broadcastable with ``a``.",
+                    annotation="Any",
+                ),
+            ),
+            returns=BROADCAST_LIKE_A,
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "the shapes do not broadcast, an input is boolean, or an integer ``a`` "
+                        "has a negative integer exponent."
+                    ),
+                ),
+            ),
+        ),
+    )
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         broadcast_shape(self.op_type, self.input_names, (x, y))
@@ -207,6 +341,10 @@ class Pow(BinaryOp):
             g.add_node("Cast", [inputs[1]], [cast], to=dtypes.torch_to_onnx(x))
             inputs = [inputs[0], cast]
         g.add_node(self.op_type, inputs, outputs)
+
+
+# ---- SINGA-named functions, generated by `python -m sonnx.operators.singa_codegen` ----
+# from the classes' ``singa_functions`` declarations: edit those, then run the command.
 
 
 def add(a: Any, b: Any) -> Tensor:
@@ -254,18 +392,6 @@ def div(a: Any, b: Any) -> Tensor:
     return Div()(a, b)
 
 
-def pow(a: Any, b: Any) -> Tensor:
-    """``a ** b`` element-wise, broadcast NumPy-style (ONNX ``Pow``); the result has ``a``'s type.
-
-    :param a: the base, a number tensor.
-    :param b: the exponent, a number tensor of any numeric type broadcastable with ``a``.
-    :returns: a tensor of the broadcast shape and ``a``'s dtype.
-    :raises BadInputError: the shapes do not broadcast, an input is boolean, or an integer ``a``
-        has a negative integer exponent.
-    """
-    return Pow()(a, b)
-
-
 def mod(a: Any, b: Any, fmod: int = 0) -> Tensor:
     """Remainder of ``a / b``: with ``b``'s sign (fmod=0) or with ``a``'s sign (fmod=1).
 
@@ -277,3 +403,15 @@ def mod(a: Any, b: Any, fmod: int = 0) -> Tensor:
         an integer ``b`` holds a 0.
     """
     return Mod(fmod=fmod)(a, b)
+
+
+def pow(a: Any, b: Any) -> Tensor:
+    """``a ** b`` element-wise, broadcast NumPy-style (ONNX ``Pow``); the result has ``a``'s type.
+
+    :param a: the base, a number tensor.
+    :param b: the exponent, a number tensor of any numeric type broadcastable with ``a``.
+    :returns: a tensor of the broadcast shape and ``a``'s dtype.
+    :raises BadInputError: the shapes do not broadcast, an input is boolean, or an integer ``a`` has
+        a negative integer exponent.
+    """
+    return Pow()(a, b)

@@ -9,6 +9,11 @@ from typing import Any
 import torch
 
 from sonnx import strings
+from sonnx.engine.singa_functions import (
+    Input,
+    Keyword,
+    SingaFunction,
+)
 from sonnx.errors import BadInputError
 from sonnx.operators.elementwise.base import (
     WIDENED_UINTS,
@@ -17,7 +22,7 @@ from sonnx.operators.elementwise.base import (
     ordered,
     require,
 )
-from sonnx.operators.elementwise.binary import BinaryOp
+from sonnx.operators.elementwise.binary import B_LIKE_A, BROADCAST_LIKE_A, NO_BOOLEAN, BinaryOp
 from sonnx.strings import StringArray
 from sonnx.tensor import Tensor
 
@@ -49,12 +54,51 @@ __all__ = [
 ]
 
 
+# What the SINGA-named functions below share.
+_A_NUMBERS = Input(
+    "a", "a tensor of numbers (a number or array becomes a constant).", annotation="Any"
+)
+_A_BOOL = Input("a", "a bool tensor.", annotation="Any")
+_A_INTEGER = Input("a", "an integer tensor.", annotation="Any")
+_B_BOOL = Input("b", "a bool tensor broadcastable with ``a``.", annotation="Any")
+_BOOL_RESULT = "a bool tensor of the broadcast shape."
+_LOGICAL = (
+    ("BadInputError", "the dtypes differ, the shapes do not broadcast, or ``a`` is not boolean."),
+)
+_BITWISE = (
+    (
+        "BadInputError",
+        "the dtypes differ, the shapes do not broadcast, or ``a`` is not an integer tensor.",
+    ),
+)
+
+
 class Equal(BinaryOp):
     """ONNX ``Equal``: ``a == b`` element-wise with broadcasting; a bool tensor."""
 
     op_type = "Equal"
     since_versions = (7, 11, 13, 19)
     takes_strings = True
+
+    singa_functions = (
+        SingaFunction(
+            "equal",
+            "``a == b`` element-wise, broadcast NumPy-style (ONNX ``Equal``).",
+            inputs=(
+                Input(
+                    "a",
+                    (
+                        "a tensor of numbers, bools or strings (a number or array becomes a "
+                        "constant)."
+                    ),
+                    annotation="Any",
+                ),
+                B_LIKE_A,
+            ),
+            returns=_BOOL_RESULT,
+            raises=(("BadInputError", "the dtypes differ or the shapes do not broadcast."),),
+        ),
+    )
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if type(a) is StringArray or type(b) is StringArray:
@@ -69,6 +113,16 @@ class Less(BinaryOp):
     op_type = "Less"
     since_versions = (7, 9, 13)
 
+    singa_functions = (
+        SingaFunction(
+            "less",
+            "``a < b`` element-wise, broadcast NumPy-style (ONNX ``Less``).",
+            inputs=(_A_NUMBERS, B_LIKE_A),
+            returns=_BOOL_RESULT,
+            raises=NO_BOOLEAN,
+        ),
+    )
+
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
         return ordered(torch.lt, a, b)
@@ -79,6 +133,16 @@ class LessOrEqual(BinaryOp):
 
     op_type = "LessOrEqual"
     since_versions = (12, 16)
+
+    singa_functions = (
+        SingaFunction(
+            "less_equal",
+            "``a <= b`` element-wise, broadcast NumPy-style (ONNX ``LessOrEqual``).",
+            inputs=(_A_NUMBERS, B_LIKE_A),
+            returns=_BOOL_RESULT,
+            raises=NO_BOOLEAN,
+        ),
+    )
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -91,6 +155,16 @@ class Greater(BinaryOp):
     op_type = "Greater"
     since_versions = (7, 9, 13)
 
+    singa_functions = (
+        SingaFunction(
+            "greater",
+            "``a > b`` element-wise, broadcast NumPy-style (ONNX ``Greater``).",
+            inputs=(_A_NUMBERS, B_LIKE_A),
+            returns=_BOOL_RESULT,
+            raises=NO_BOOLEAN,
+        ),
+    )
+
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
         return ordered(torch.gt, a, b)
@@ -101,6 +175,16 @@ class GreaterOrEqual(BinaryOp):
 
     op_type = "GreaterOrEqual"
     since_versions = (12, 16)
+
+    singa_functions = (
+        SingaFunction(
+            "greater_equal",
+            "``a >= b`` element-wise, broadcast NumPy-style (ONNX ``GreaterOrEqual``).",
+            inputs=(_A_NUMBERS, B_LIKE_A),
+            returns=_BOOL_RESULT,
+            raises=NO_BOOLEAN,
+        ),
+    )
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -121,6 +205,16 @@ class And(LogicalOp):
     op_type = "And"
     since_versions = (7,)
 
+    singa_functions = (
+        SingaFunction(
+            "_and",
+            "Logical and of bool tensors (SINGA's name; ONNX ``And``).",
+            inputs=(_A_BOOL, _B_BOOL),
+            returns=_BOOL_RESULT,
+            raises=_LOGICAL,
+        ),
+    )
+
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
         return torch.logical_and(a, b)
@@ -132,6 +226,16 @@ class Or(LogicalOp):
     op_type = "Or"
     since_versions = (7,)
 
+    singa_functions = (
+        SingaFunction(
+            "_or",
+            "Logical or of bool tensors (SINGA's name; ONNX ``Or``).",
+            inputs=(_A_BOOL, _B_BOOL),
+            returns=_BOOL_RESULT,
+            raises=_LOGICAL,
+        ),
+    )
+
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
         return torch.logical_or(a, b)
@@ -142,6 +246,16 @@ class Xor(LogicalOp):
 
     op_type = "Xor"
     since_versions = (7,)
+
+    singa_functions = (
+        SingaFunction(
+            "_xor",
+            "Logical exclusive or of bool tensors (SINGA's name; ONNX ``Xor``).",
+            inputs=(_A_BOOL, _B_BOOL),
+            returns=_BOOL_RESULT,
+            raises=_LOGICAL,
+        ),
+    )
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -162,6 +276,16 @@ class BitwiseAnd(IntegerOp):
     op_type = "BitwiseAnd"
     since_versions = (18,)
 
+    singa_functions = (
+        SingaFunction(
+            "bitwise_and",
+            "Bitwise and element-wise (ONNX ``BitwiseAnd``).",
+            inputs=(_A_INTEGER, B_LIKE_A),
+            returns=BROADCAST_LIKE_A,
+            raises=_BITWISE,
+        ),
+    )
+
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
         return torch.bitwise_and(a, b)
@@ -173,6 +297,16 @@ class BitwiseOr(IntegerOp):
     op_type = "BitwiseOr"
     since_versions = (18,)
 
+    singa_functions = (
+        SingaFunction(
+            "bitwise_or",
+            "Bitwise or element-wise (ONNX ``BitwiseOr``).",
+            inputs=(_A_INTEGER, B_LIKE_A),
+            returns=BROADCAST_LIKE_A,
+            raises=_BITWISE,
+        ),
+    )
+
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
         return torch.bitwise_or(a, b)
@@ -183,6 +317,16 @@ class BitwiseXor(IntegerOp):
 
     op_type = "BitwiseXor"
     since_versions = (18,)
+
+    singa_functions = (
+        SingaFunction(
+            "bitwise_xor",
+            "Bitwise exclusive or element-wise (ONNX ``BitwiseXor``).",
+            inputs=(_A_INTEGER, B_LIKE_A),
+            returns=BROADCAST_LIKE_A,
+            raises=_BITWISE,
+        ),
+    )
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.check(a, b)
@@ -207,6 +351,37 @@ class BitShift(IntegerOp):
     op_type = "BitShift"
     since_versions = (11, 28)
     input_names = ("X", "Y")
+
+    singa_functions = (
+        SingaFunction(
+            "bitshift",
+            "Shift the bits of ``x`` by ``y`` places (ONNX ``BitShift``).",
+            inputs=(
+                Input("x", "an integer tensor.", annotation="Any"),
+                Input(
+                    "y",
+                    "the shift amounts, of ``x``'s dtype and broadcastable with it.",
+                    annotation="Any",
+                ),
+            ),
+            returns="a tensor of the broadcast shape and ``x``'s dtype.",
+            keywords=(Keyword("direction", '``"LEFT"`` or ``"RIGHT"``.', default="LEFT"),),
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "the dtypes differ, the shapes do not broadcast, ``x`` is not an integer "
+                        "tensor, or ``direction`` is neither value."
+                    ),
+                ),
+            ),
+            details=(
+                "Right shifts of signed types are arithmetic; a shift by a negative amount or by "
+                "the type's width or more gives the sign fill alone (-1 for a right shift of a "
+                "negative ``x``, else 0)."
+            ),
+        ),
+    )
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         self.check(x, y)
@@ -238,6 +413,10 @@ class BitShift(IntegerOp):
         if dtype == torch.uint64:
             return out.view(torch.uint64)
         return out.to(dtype)
+
+
+# ---- SINGA-named functions, generated by `python -m sonnx.operators.singa_codegen` ----
+# from the classes' ``singa_functions`` declarations: edit those, then run the command.
 
 
 def equal(a: Any, b: Any) -> Tensor:
@@ -367,8 +546,8 @@ def bitwise_xor(a: Any, b: Any) -> Tensor:
 def bitshift(x: Any, y: Any, direction: str = "LEFT") -> Tensor:
     """Shift the bits of ``x`` by ``y`` places (ONNX ``BitShift``).
 
-    Right shifts of signed types are arithmetic; a shift by a negative amount or by the type's
-    width or more gives the sign fill alone (-1 for a right shift of a negative ``x``, else 0).
+    Right shifts of signed types are arithmetic; a shift by a negative amount or by the type's width
+    or more gives the sign fill alone (-1 for a right shift of a negative ``x``, else 0).
 
     :param x: an integer tensor.
     :param y: the shift amounts, of ``x``'s dtype and broadcastable with it.

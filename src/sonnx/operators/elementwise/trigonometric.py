@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import torch
 
+from sonnx.engine.singa_functions import (
+    FLOAT_X,
+    LIKE_X,
+    NOT_FLOAT,
+    SingaFunction,
+)
 from sonnx.operators.elementwise.unary import FloatUnary
 from sonnx.tensor import Tensor
 
@@ -44,6 +50,16 @@ class Sin(FloatUnary):
     since_versions = (7, 22)
     fn = staticmethod(torch.sin)
 
+    singa_functions = (
+        SingaFunction(
+            "sin",
+            "The sine element-wise (ONNX ``Sin``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
 
 class Cos(FloatUnary):
     """ONNX ``Cos``: the cosine element-wise, for floating-point tensors."""
@@ -51,6 +67,16 @@ class Cos(FloatUnary):
     op_type = "Cos"
     since_versions = (7, 22)
     fn = staticmethod(torch.cos)
+
+    singa_functions = (
+        SingaFunction(
+            "cos",
+            "The cosine element-wise (ONNX ``Cos``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
 
 
 class Tan(FloatUnary):
@@ -60,6 +86,16 @@ class Tan(FloatUnary):
     since_versions = (7, 22)
     fn = staticmethod(torch.tan)
 
+    singa_functions = (
+        SingaFunction(
+            "tan",
+            "The tangent element-wise (ONNX ``Tan``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
 
 class Asin(FloatUnary):
     """ONNX ``Asin``: the arcsine element-wise, for floating-point tensors."""
@@ -67,6 +103,16 @@ class Asin(FloatUnary):
     op_type = "Asin"
     since_versions = (7, 22)
     fn = staticmethod(torch.asin)
+
+    singa_functions = (
+        SingaFunction(
+            "asin",
+            "The arcsine element-wise (ONNX ``Asin``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
 
 
 class Acos(FloatUnary):
@@ -76,6 +122,16 @@ class Acos(FloatUnary):
     since_versions = (7, 22)
     fn = staticmethod(torch.acos)
 
+    singa_functions = (
+        SingaFunction(
+            "acos",
+            "The arccosine element-wise (ONNX ``Acos``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
 
 class Atan(FloatUnary):
     """ONNX ``Atan``: the arctangent element-wise, for floating-point tensors."""
@@ -83,6 +139,16 @@ class Atan(FloatUnary):
     op_type = "Atan"
     since_versions = (7, 22)
     fn = staticmethod(torch.atan)
+
+    singa_functions = (
+        SingaFunction(
+            "atan",
+            "The arctangent element-wise (ONNX ``Atan``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
 
 
 class Sinh(FloatUnary):
@@ -92,6 +158,16 @@ class Sinh(FloatUnary):
     since_versions = (9, 22)
     fn = staticmethod(torch.sinh)
 
+    singa_functions = (
+        SingaFunction(
+            "sinh",
+            "The hyperbolic sine element-wise (ONNX ``Sinh``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
 
 class Cosh(FloatUnary):
     """ONNX ``Cosh``: the hyperbolic cosine element-wise, for floating-point tensors."""
@@ -99,6 +175,16 @@ class Cosh(FloatUnary):
     op_type = "Cosh"
     since_versions = (9, 22)
     fn = staticmethod(torch.cosh)
+
+    singa_functions = (
+        SingaFunction(
+            "cosh",
+            "The hyperbolic cosine element-wise (ONNX ``Cosh``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
 
 
 class Asinh(FloatUnary):
@@ -108,6 +194,16 @@ class Asinh(FloatUnary):
     since_versions = (9, 22)
     fn = staticmethod(torch.asinh)
 
+    singa_functions = (
+        SingaFunction(
+            "asinh",
+            "The inverse hyperbolic sine element-wise (ONNX ``Asinh``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
 
 class Acosh(FloatUnary):
     """ONNX ``Acosh``: the inverse hyperbolic cosine element-wise, for floating-point tensors."""
@@ -116,6 +212,16 @@ class Acosh(FloatUnary):
     since_versions = (9, 22)
     fn = staticmethod(torch.acosh)
 
+    singa_functions = (
+        SingaFunction(
+            "acosh",
+            "The inverse hyperbolic cosine element-wise (ONNX ``Acosh``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
 
 class Atanh(FloatUnary):
     """ONNX ``Atanh``: the inverse hyperbolic tangent element-wise, for floating-point tensors."""
@@ -123,6 +229,20 @@ class Atanh(FloatUnary):
     op_type = "Atanh"
     since_versions = (9, 22)
     fn = staticmethod(torch.atanh)
+
+    singa_functions = (
+        SingaFunction(
+            "atanh",
+            "The inverse hyperbolic tangent element-wise (ONNX ``Atanh``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
+
+# ---- SINGA-named functions, generated by `python -m sonnx.operators.singa_codegen` ----
+# from the classes' ``singa_functions`` declarations: edit those, then run the command.
 
 
 def sin(x: Tensor) -> Tensor:

@@ -11,6 +11,14 @@ import torch
 
 from sonnx import dtypes
 from sonnx.engine.operator import Operator, OutputShape
+from sonnx.engine.singa_functions import (
+    FLOAT_X,
+    LIKE_X,
+    NOT_FLOAT,
+    Input,
+    Keyword,
+    SingaFunction,
+)
 from sonnx.operators.elementwise.base import (
     UNSIGNED,
     is_integer,
@@ -75,6 +83,16 @@ class Exp(FloatUnary):
     since_versions = (6, 13)
     fn = staticmethod(torch.exp)
 
+    singa_functions = (
+        SingaFunction(
+            "exp",
+            "``e ** x`` element-wise (ONNX ``Exp``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
 
 class Log(FloatUnary):
     """ONNX ``Log``: the natural logarithm element-wise, for floating-point tensors."""
@@ -82,6 +100,16 @@ class Log(FloatUnary):
     op_type = "Log"
     since_versions = (6, 13)
     fn = staticmethod(torch.log)
+
+    singa_functions = (
+        SingaFunction(
+            "log",
+            "The natural logarithm element-wise (ONNX ``Log``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
 
 
 class Sqrt(FloatUnary):
@@ -91,6 +119,16 @@ class Sqrt(FloatUnary):
     since_versions = (6, 13)
     fn = staticmethod(torch.sqrt)
 
+    singa_functions = (
+        SingaFunction(
+            "sqrt",
+            "The square root element-wise (ONNX ``Sqrt``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
 
 class Reciprocal(FloatUnary):
     """ONNX ``Reciprocal``: ``1 / x`` element-wise, for floating-point tensors."""
@@ -98,6 +136,16 @@ class Reciprocal(FloatUnary):
     op_type = "Reciprocal"
     since_versions = (6, 13)
     fn = staticmethod(torch.reciprocal)
+
+    singa_functions = (
+        SingaFunction(
+            "reciprocal",
+            "``1 / x`` element-wise (ONNX ``Reciprocal``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
 
 
 class Ceil(FloatUnary):
@@ -107,6 +155,16 @@ class Ceil(FloatUnary):
     since_versions = (6, 13)
     fn = staticmethod(torch.ceil)
 
+    singa_functions = (
+        SingaFunction(
+            "ceil",
+            "The smallest integer value >= x element-wise (ONNX ``Ceil``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
 
 class Floor(FloatUnary):
     """ONNX ``Floor``: the largest integer value <= x element-wise, for floating-point tensors."""
@@ -114,6 +172,16 @@ class Floor(FloatUnary):
     op_type = "Floor"
     since_versions = (6, 13)
     fn = staticmethod(torch.floor)
+
+    singa_functions = (
+        SingaFunction(
+            "floor",
+            "The largest integer value <= x element-wise (ONNX ``Floor``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
 
 
 class Round(FloatUnary):
@@ -123,6 +191,16 @@ class Round(FloatUnary):
     since_versions = (11, 22)
     fn = staticmethod(torch.round)
 
+    singa_functions = (
+        SingaFunction(
+            "round",
+            "Rounding half to even element-wise (ONNX ``Round``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
+
 
 class Erf(FloatUnary):
     """ONNX ``Erf``: the Gauss error function element-wise, for floating-point tensors."""
@@ -130,6 +208,16 @@ class Erf(FloatUnary):
     op_type = "Erf"
     since_versions = (9, 13)
     fn = staticmethod(torch.erf)
+
+    singa_functions = (
+        SingaFunction(
+            "erf",
+            "The Gauss error function element-wise (ONNX ``Erf``).",
+            inputs=(FLOAT_X,),
+            returns=LIKE_X,
+            raises=NOT_FLOAT,
+        ),
+    )
 
 
 def _float_for_test(op: str, x: torch.Tensor) -> torch.Tensor:
@@ -146,6 +234,16 @@ class IsNaN(Operator):
     since_versions = (9, 13, 20)
     output_shape = OutputShape.FROM_SHAPES
 
+    singa_functions = (
+        SingaFunction(
+            "isnan",
+            "True where ``x`` is NaN (ONNX ``IsNaN``).",
+            inputs=(Input("x", "a floating-point tensor (float8 to float64)."),),
+            returns="a bool tensor of ``x``'s shape.",
+            raises=NOT_FLOAT,
+        ),
+    )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.isnan(_float_for_test(self.op_type, x))
 
@@ -156,6 +254,20 @@ class IsInf(Operator):
     op_type = "IsInf"
     since_versions = (10, 20)
     output_shape = OutputShape.FROM_SHAPES
+
+    singa_functions = (
+        SingaFunction(
+            "isinf",
+            "True where ``x`` is an infinity of a selected sign (ONNX ``IsInf``).",
+            inputs=(Input("x", "a floating-point tensor (float8 to float64)."),),
+            returns="a bool tensor of ``x``'s shape.",
+            keywords=(
+                Keyword("detect_negative", "1 to count -inf, 0 not to."),
+                Keyword("detect_positive", "1 to count +inf, 0 not to."),
+            ),
+            raises=NOT_FLOAT,
+        ),
+    )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = _float_for_test(self.op_type, x)
@@ -176,6 +288,16 @@ class Abs(Operator):
     since_versions = (6, 13)
     output_shape = OutputShape.FROM_SHAPES
 
+    singa_functions = (
+        SingaFunction(
+            "abs",
+            "The absolute value element-wise (ONNX ``Abs``).",
+            inputs=(Input("x", "a number tensor (unsigned integers come back unchanged)."),),
+            returns=LIKE_X,
+            raises=(("BadInputError", "``x`` is boolean."),),
+        ),
+    )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require(self.op_type, "X", x, "a numeric tensor", x.dtype != torch.bool)
         return x.clone() if x.dtype in UNSIGNED else torch.abs(x)
@@ -187,6 +309,17 @@ class Neg(Operator):
     op_type = "Neg"
     since_versions = (6, 13)
     output_shape = OutputShape.FROM_SHAPES
+
+    singa_functions = (
+        SingaFunction(
+            "neg",
+            "``-x`` element-wise (ONNX ``Neg``; ``negative`` is the same function).",
+            inputs=(Input("x", "a signed integer or floating-point tensor."),),
+            returns=LIKE_X,
+            raises=(("BadInputError", "``x`` is boolean or unsigned."),),
+            aliases=("negative",),
+        ),
+    )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ok = x.dtype != torch.bool and x.dtype not in UNSIGNED
@@ -200,6 +333,16 @@ class Sign(Operator):
     op_type = "Sign"
     since_versions = (9, 13)
     output_shape = OutputShape.FROM_SHAPES
+
+    singa_functions = (
+        SingaFunction(
+            "sign",
+            "-1, 0 or 1 by the sign of each element (ONNX ``Sign``).",
+            inputs=(Input("x", "a number tensor."),),
+            returns=LIKE_X,
+            raises=(("BadInputError", "``x`` is boolean."),),
+        ),
+    )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require(self.op_type, "input", x, "a numeric tensor", x.dtype != torch.bool)
@@ -215,6 +358,16 @@ class Not(Operator):
     since_versions = (1,)
     output_shape = OutputShape.FROM_SHAPES
 
+    singa_functions = (
+        SingaFunction(
+            "_not",
+            "Logical not of a bool tensor (SINGA's name; ONNX ``Not``).",
+            inputs=(Input("x", "a bool tensor."),),
+            returns="a bool tensor of ``x``'s shape.",
+            raises=(("BadInputError", "``x`` is not boolean."),),
+        ),
+    )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require(self.op_type, "X", x, "a bool tensor", x.dtype == torch.bool)
         return torch.logical_not(x)
@@ -227,9 +380,23 @@ class BitwiseNot(Operator):
     since_versions = (18,)
     output_shape = OutputShape.FROM_SHAPES
 
+    singa_functions = (
+        SingaFunction(
+            "bitwise_not",
+            "The bitwise complement element-wise (ONNX ``BitwiseNot``).",
+            inputs=(Input("x", "an integer tensor."),),
+            returns=LIKE_X,
+            raises=(("BadInputError", "``x`` is not an integer tensor."),),
+        ),
+    )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require(self.op_type, "X", x, "an integer tensor", is_integer(x.dtype))
         return modular(torch.bitwise_not, x)
+
+
+# ---- SINGA-named functions, generated by `python -m sonnx.operators.singa_codegen` ----
+# from the classes' ``singa_functions`` declarations: edit those, then run the command.
 
 
 def exp(x: Tensor) -> Tensor:
