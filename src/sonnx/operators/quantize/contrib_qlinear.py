@@ -29,7 +29,7 @@ from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator
 from sonnx.errors import BadInputError
 from sonnx.operators.contrib import ContribOperator
-from sonnx.operators.linalg.products import saturate
+from sonnx.operators.linalg.integer_products import saturate
 from sonnx.operators.pooling.windowed import AveragePool
 from sonnx.operators.quantize.contrib_nbits import ContribQuantOperator
 from sonnx.operators.quantize.linear import DequantizeLinear as OnnxDequantizeLinear
