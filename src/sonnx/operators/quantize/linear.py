@@ -15,6 +15,11 @@ import torch
 
 from sonnx import dtypes
 from sonnx.engine.operator import OutputShape
+from sonnx.engine.singa_functions import (
+    Input,
+    Keyword,
+    SingaFunction,
+)
 from sonnx.errors import BadInputError, OpsetTooOldError
 from sonnx.operators.activation.base import StrictExport
 from sonnx.operators.elementwise.cast import (
@@ -124,6 +129,50 @@ class QuantizeLinear(StrictExport):
     output_shape = OutputShape.FROM_SHAPES
     parameterising_inputs = frozenset({1, 2})
 
+    singa_functions = (
+        SingaFunction(
+            "quantize_linear",
+            (
+                "``saturate(round(x / scale) + zero_point)`` in the zero point's type "
+                "(QuantizeLinear)."
+            ),
+            inputs=(
+                Input("x", "the float tensor to quantize."),
+                Input(
+                    "scale", "the scale: a scalar, one per slice along ``axis``, or one per block."
+                ),
+                Input(
+                    "zero_point",
+                    (
+                        "the zero point, shaped as ``scale``; its dtype is the output's (None: "
+                        "uint8 with zero point 0)."
+                    ),
+                ),
+            ),
+            returns="the quantized tensor, of ``x``'s shape.",
+            keywords=(
+                Keyword("axis", "the axis of per-axis or blocked quantization."),
+                Keyword(
+                    "saturate",
+                    "for float8 outputs, 1 clamps to the largest finite value, 0 does not.",
+                ),
+                Keyword(
+                    "block_size",
+                    "the block length along ``axis`` for blocked quantization; 0 for none.",
+                ),
+            ),
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "``scale`` or ``zero_point`` has the wrong shape, ``axis`` is out of "
+                        "range, or the quantized type is not one ONNX quantizes to."
+                    ),
+                ),
+            ),
+        ),
+    )
+
     def _target(self, zero_point: torch.Tensor | None) -> torch.dtype:
         code = self.attr("output_dtype") or 0
         if zero_point is not None:
@@ -188,6 +237,44 @@ class DequantizeLinear(StrictExport):
     output_shape = OutputShape.FROM_SHAPES
     parameterising_inputs = frozenset({1, 2})
 
+    singa_functions = (
+        SingaFunction(
+            "dequantize_linear",
+            "``(x - zero_point) * scale``, returned in the scale's type (ONNX DequantizeLinear).",
+            inputs=(
+                Input("x", "the quantized tensor."),
+                Input(
+                    "scale",
+                    (
+                        "the floating-point scale: a scalar, one per slice along ``axis``, or one "
+                        "per block."
+                    ),
+                ),
+                Input(
+                    "zero_point",
+                    "the zero point, of ``x``'s dtype and ``scale``'s shape; None for 0.",
+                ),
+            ),
+            returns="a tensor of ``x``'s shape in ``scale``'s dtype.",
+            keywords=(
+                Keyword("axis", "the axis of per-axis or blocked quantization."),
+                Keyword(
+                    "block_size",
+                    "the block length along ``axis`` for blocked quantization; 0 for none.",
+                ),
+            ),
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "``scale`` is not floating-point, ``zero_point``'s dtype differs from "
+                        "``x``'s, or a shape or ``axis`` does not fit."
+                    ),
+                ),
+            ),
+        ),
+    )
+
     def forward(
         self, x: torch.Tensor, x_scale: torch.Tensor, x_zero_point: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -238,6 +325,20 @@ class DynamicQuantizeLinear(StrictExport):
     since_versions = (11,)
     output_shape = OutputShape.FROM_SHAPES
 
+    singa_functions = (
+        SingaFunction(
+            "dynamic_quantize_linear",
+            "uint8 quantization with a scale and zero point computed from ``x``'s range (and 0).",
+            inputs=(Input("x", "a non-empty float32 tensor."),),
+            returns=(
+                "``(y, y_scale, y_zero_point)``: the uint8 tensor, its float32 scale and its "
+                "uint8 zero point (ONNX DynamicQuantizeLinear)."
+            ),
+            raises=(("BadInputError", "``x`` is not float32 or is empty."),),
+            result="tuple[Tensor, Tensor, Tensor]",
+        ),
+    )
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if x.dtype != torch.float32 or x.numel() == 0:
             raise BadInputError(
@@ -269,6 +370,10 @@ def uint8_range(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 # ---- functions ------------------------------------------------------------------------------
 
 
+# ---- SINGA-named functions, generated by `python -m sonnx.operators.singa_codegen` ----
+# from the classes' ``singa_functions`` declarations: edit those, then run the command.
+
+
 def quantize_linear(
     x: Tensor,
     scale: Tensor,
@@ -281,8 +386,8 @@ def quantize_linear(
 
     :param x: the float tensor to quantize.
     :param scale: the scale: a scalar, one per slice along ``axis``, or one per block.
-    :param zero_point: the zero point, shaped as ``scale``; its dtype is the output's (None:
-        uint8 with zero point 0).
+    :param zero_point: the zero point, shaped as ``scale``; its dtype is the output's (None: uint8
+        with zero point 0).
     :param axis: the axis of per-axis or blocked quantization.
     :param saturate: for float8 outputs, 1 clamps to the largest finite value, 0 does not.
     :param block_size: the block length along ``axis`` for blocked quantization; 0 for none.
@@ -315,8 +420,8 @@ def dynamic_quantize_linear(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """uint8 quantization with a scale and zero point computed from ``x``'s range (and 0).
 
     :param x: a non-empty float32 tensor.
-    :returns: ``(y, y_scale, y_zero_point)``: the uint8 tensor, its float32 scale and its uint8
-        zero point (ONNX DynamicQuantizeLinear).
+    :returns: ``(y, y_scale, y_zero_point)``: the uint8 tensor, its float32 scale and its uint8 zero
+        point (ONNX DynamicQuantizeLinear).
     :raises BadInputError: ``x`` is not float32 or is empty.
     """
     return DynamicQuantizeLinear()(x)

@@ -20,6 +20,12 @@ import torch
 
 from sonnx.dtypes import dtype_name
 from sonnx.engine.operator import Operator, OutputShape
+from sonnx.engine.singa_functions import (
+    REQUIRED,
+    Input,
+    Keyword,
+    SingaFunction,
+)
 from sonnx.errors import BadInputError
 from sonnx.operators.conv.windows import require_opset
 from sonnx.proto.graph_builder import GraphBuilder
@@ -68,6 +74,19 @@ class StringConcat(_StringOp):
     since_versions = (20,)
     output_shape = OutputShape.FROM_SHAPES
 
+    singa_functions = (
+        SingaFunction(
+            "string_concat",
+            "The strings of ``x`` followed by those of ``y``, elementwise with broadcasting.",
+            inputs=(
+                Input("x", "a string tensor."),
+                Input("y", "a string tensor broadcastable with ``x``."),
+            ),
+            returns="a string tensor of the broadcast shape (ONNX StringConcat).",
+            raises=(("BadInputError", "an input does not hold strings."),),
+        ),
+    )
+
     def forward(self, x: StringArray, y: StringArray) -> StringArray:
         a = string_input(self.op_type, 0, "X", x)
         b = string_input(self.op_type, 1, "Y", y)
@@ -90,6 +109,29 @@ class StringSplit(_StringOp):
     op_type = "StringSplit"
     since_versions = (20,)
     output_shape = OutputShape.VALUE_SIZED
+
+    singa_functions = (
+        SingaFunction(
+            "string_split",
+            (
+                '(substrings padded with ``""``, their counts) of each string of ``x`` split at '
+                "``delimiter`` (whitespace runs when None), at most ``maxsplit`` times."
+            ),
+            inputs=(Input("x", "a string tensor."),),
+            returns=(
+                "``(y, z)``: the substrings along a new last axis, and the int64 count per string "
+                "(ONNX StringSplit)."
+            ),
+            keywords=(
+                Keyword(
+                    "delimiter", 'the separator; None (or ``""``) splits at runs of whitespace.'
+                ),
+                Keyword("maxsplit", "the most splits per string; None for no limit."),
+            ),
+            raises=(("BadInputError", "``x`` does not hold strings."),),
+            result="tuple[Tensor, Tensor]",
+        ),
+    )
 
     def forward(self, x: StringArray) -> tuple[StringArray, torch.Tensor]:
         values = string_input(self.op_type, 0, "X", x)
@@ -210,38 +252,31 @@ class RegexFullMatch(_StringOp):
     since_versions = (20,)
     output_shape = OutputShape.FROM_SHAPES
 
+    singa_functions = (
+        SingaFunction(
+            "regex_full_match",
+            "A bool tensor: True where a string of ``x`` matches ``pattern`` (RE2 syntax) whole.",
+            inputs=(Input("x", "a string tensor."),),
+            returns="a bool tensor of ``x``'s shape (ONNX RegexFullMatch).",
+            keywords=(
+                Keyword(
+                    "pattern",
+                    "the regular expression (see :func:`compile_re2` for how RE2 is read).",
+                    default=REQUIRED,
+                    annotation="str",
+                ),
+            ),
+            raises=(
+                ("BadInputError", "``x`` does not hold strings or ``pattern`` does not compile."),
+            ),
+        ),
+    )
+
     def forward(self, x: StringArray) -> torch.Tensor:
         values = string_input(self.op_type, 0, "X", x)
         regex = compile_re2(self.op_type, self.attr("pattern") or "")
         matched = [regex.fullmatch(s) is not None for s in values.reshape(-1)]
         return numbers(np.array(matched, dtype=bool).reshape(values.shape))
-
-
-def string_concat(x: Tensor, y: Tensor) -> Tensor:
-    """The strings of ``x`` followed by those of ``y``, elementwise with broadcasting.
-
-    :param x: a string tensor.
-    :param y: a string tensor broadcastable with ``x``.
-    :returns: a string tensor of the broadcast shape (ONNX StringConcat).
-    :raises BadInputError: an input does not hold strings.
-    """
-    return StringConcat()(x, y)
-
-
-def string_split(
-    x: Tensor, delimiter: str | None = None, maxsplit: int | None = None
-) -> tuple[Tensor, Tensor]:
-    """(substrings padded with ``""``, their counts) of each string of ``x`` split at
-    ``delimiter`` (whitespace runs when None), at most ``maxsplit`` times.
-
-    :param x: a string tensor.
-    :param delimiter: the separator; None (or ``""``) splits at runs of whitespace.
-    :param maxsplit: the most splits per string; None for no limit.
-    :returns: ``(y, z)``: the substrings along a new last axis, and the int64 count per string
-        (ONNX StringSplit).
-    :raises BadInputError: ``x`` does not hold strings.
-    """
-    return StringSplit(delimiter=delimiter, maxsplit=maxsplit)(x)
 
 
 def string_normalizer(
@@ -270,6 +305,37 @@ def string_normalizer(
         is_case_sensitive=int(is_case_sensitive),
         locale=locale,
     )(x)
+
+
+# ---- SINGA-named functions, generated by `python -m sonnx.operators.singa_codegen` ----
+# from the classes' ``singa_functions`` declarations: edit those, then run the command.
+
+
+def string_concat(x: Tensor, y: Tensor) -> Tensor:
+    """The strings of ``x`` followed by those of ``y``, elementwise with broadcasting.
+
+    :param x: a string tensor.
+    :param y: a string tensor broadcastable with ``x``.
+    :returns: a string tensor of the broadcast shape (ONNX StringConcat).
+    :raises BadInputError: an input does not hold strings.
+    """
+    return StringConcat()(x, y)
+
+
+def string_split(
+    x: Tensor, delimiter: str | None = None, maxsplit: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """(substrings padded with ``""``, their counts) of each string of ``x`` split at ``delimiter``
+    (whitespace runs when None), at most ``maxsplit`` times.
+
+    :param x: a string tensor.
+    :param delimiter: the separator; None (or ``""``) splits at runs of whitespace.
+    :param maxsplit: the most splits per string; None for no limit.
+    :returns: ``(y, z)``: the substrings along a new last axis, and the int64 count per string (ONNX
+        StringSplit).
+    :raises BadInputError: ``x`` does not hold strings.
+    """
+    return StringSplit(delimiter=delimiter, maxsplit=maxsplit)(x)
 
 
 def regex_full_match(x: Tensor, pattern: str) -> Tensor:
