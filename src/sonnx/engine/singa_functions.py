@@ -114,3 +114,17 @@ FLOAT_X = Input("x", "a floating-point tensor.")
 LIKE_X = "a tensor of ``x``'s shape and dtype."
 #: What a function of a floating-point ``x`` raises.
 NOT_FLOAT = (("BadInputError", "``x`` is not floating-point."),)
+
+
+def float_function(name: str, summary: str, *keywords: Keyword) -> SingaFunction:
+    """The declaration of a function of one floating-point ``x`` that returns a tensor of its
+    shape and dtype (the activations, the trigonometric and most unary functions).
+
+    :param name: the function's name.
+    :param summary: the docstring's first paragraph.
+    :param keywords: the attributes it exposes as keywords.
+    :returns: the declaration, with :data:`FLOAT_X`, :data:`LIKE_X` and :data:`NOT_FLOAT`.
+    """
+    return SingaFunction(
+        name, summary, inputs=(FLOAT_X,), returns=LIKE_X, keywords=keywords, raises=NOT_FLOAT
+    )

@@ -20,12 +20,11 @@ from torch.nn import functional as F
 
 from sonnx import dtypes
 from sonnx.engine.singa_functions import (
-    FLOAT_X,
     LIKE_X,
-    NOT_FLOAT,
     Input,
     Keyword,
     SingaFunction,
+    float_function,
 )
 from sonnx.errors import BadInputError
 from sonnx.operators.activation.base import _UNSIGNED, _Activation, scalar_constant
@@ -97,15 +96,10 @@ class LeakyRelu(_Activation):
     since_versions = (1, 6, 16)
 
     singa_functions = (
-        SingaFunction(
+        float_function(
             "leakyrelu",
             "``x`` where x >= 0, else ``a * x`` (ONNX ``LeakyRelu``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            keywords=(
-                Keyword("a", "the slope of the negative part (ONNX's ``alpha``).", attr="alpha"),
-            ),
-            raises=NOT_FLOAT,
+            Keyword("a", "the slope of the negative part (ONNX's ``alpha``).", attr="alpha"),
         ),
     )
 
@@ -178,13 +172,10 @@ class Elu(_Activation):
     since_versions = (1, 6, 22)
 
     singa_functions = (
-        SingaFunction(
+        float_function(
             "elu",
             "``x`` where x > 0, else ``alpha * (exp(x) - 1)`` (ONNX ``Elu``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            keywords=(Keyword("alpha", "the scale of the negative part."),),
-            raises=NOT_FLOAT,
+            Keyword("alpha", "the scale of the negative part."),
         ),
     )
 
@@ -199,24 +190,19 @@ class Selu(_Activation):
     since_versions = (1, 6, 22)
 
     singa_functions = (
-        SingaFunction(
+        float_function(
             "selu",
             "Scaled ELU: ``gamma * x`` where x > 0, else ``gamma * alpha * (exp(x) - 1)``.",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            keywords=(
-                Keyword(
-                    "alpha",
-                    "the scale of the negative part (the self-normalising constant by default).",
-                    default=1.6732631921768188,
-                ),
-                Keyword(
-                    "gamma",
-                    "the overall scale (the self-normalising constant by default).",
-                    default=1.0507010221481323,
-                ),
+            Keyword(
+                "alpha",
+                "the scale of the negative part (the self-normalising constant by default).",
+                default=1.6732631921768188,
             ),
-            raises=NOT_FLOAT,
+            Keyword(
+                "gamma",
+                "the overall scale (the self-normalising constant by default).",
+                default=1.0507010221481323,
+            ),
         ),
     )
 
@@ -234,13 +220,10 @@ class Celu(_Activation):
     since = 12
 
     singa_functions = (
-        SingaFunction(
+        float_function(
             "celu",
             "``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (ONNX ``Celu``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            keywords=(Keyword("alpha", "the scale of the negative part."),),
-            raises=NOT_FLOAT,
+            Keyword("alpha", "the scale of the negative part."),
         ),
     )
 
@@ -263,13 +246,7 @@ class Sigmoid(_Activation):
     since_versions = (1, 6, 13)
 
     singa_functions = (
-        SingaFunction(
-            "sigmoid",
-            "``1 / (1 + exp(-x))`` element-wise (ONNX ``Sigmoid``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("sigmoid", "``1 / (1 + exp(-x))`` element-wise (ONNX ``Sigmoid``)."),
     )
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -284,16 +261,11 @@ class HardSigmoid(_Activation):
     since_versions = (1, 6, 22)
 
     singa_functions = (
-        SingaFunction(
+        float_function(
             "hardsigmoid",
             "``max(0, min(1, alpha * x + gamma))`` (SINGA calls ONNX's ``beta`` ``gamma``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            keywords=(
-                Keyword("alpha", "the slope."),
-                Keyword("gamma", "the offset (ONNX ``HardSigmoid``'s ``beta``).", attr="beta"),
-            ),
-            raises=NOT_FLOAT,
+            Keyword("alpha", "the slope."),
+            Keyword("gamma", "the offset (ONNX ``HardSigmoid``'s ``beta``).", attr="beta"),
         ),
     )
 
@@ -309,13 +281,7 @@ class Tanh(_Activation):
     since_versions = (1, 6, 13)
 
     singa_functions = (
-        SingaFunction(
-            "tanh",
-            "The hyperbolic tangent element-wise (ONNX ``Tanh``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("tanh", "The hyperbolic tangent element-wise (ONNX ``Tanh``)."),
     )
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -329,13 +295,7 @@ class Softplus(_Activation):
     since_versions = (1, 22)
 
     singa_functions = (
-        SingaFunction(
-            "softplus",
-            "``log(1 + exp(x))`` element-wise (ONNX ``Softplus``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("softplus", "``log(1 + exp(x))`` element-wise (ONNX ``Softplus``)."),
     )
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -349,13 +309,7 @@ class Softsign(_Activation):
     since_versions = (1, 22)
 
     singa_functions = (
-        SingaFunction(
-            "softsign",
-            "``x / (1 + |x|)`` element-wise (ONNX ``Softsign``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("softsign", "``x / (1 + |x|)`` element-wise (ONNX ``Softsign``)."),
     )
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -370,13 +324,10 @@ class ThresholdedRelu(_Activation):
     since = 10
 
     singa_functions = (
-        SingaFunction(
+        float_function(
             "thresholded_relu",
             "``x`` where x > ``alpha``, else 0 (ONNX ``ThresholdedRelu``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            keywords=(Keyword("alpha", "the threshold."),),
-            raises=NOT_FLOAT,
+            Keyword("alpha", "the threshold."),
         ),
     )
 

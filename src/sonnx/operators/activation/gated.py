@@ -18,10 +18,10 @@ from sonnx.engine.operator import Operator
 from sonnx.engine.singa_functions import (
     FLOAT_X,
     LIKE_X,
-    NOT_FLOAT,
     Input,
     Keyword,
     SingaFunction,
+    float_function,
 )
 from sonnx.errors import BadInputError
 from sonnx.operators.activation.base import _Activation, scalar_constant
@@ -53,12 +53,9 @@ class HardSwish(_Activation):
     since = 14
 
     singa_functions = (
-        SingaFunction(
+        float_function(
             "hardswish",
             "``x * hardsigmoid(x)`` with ``alpha = 1/6``, ``beta = 0.5`` (ONNX ``HardSwish``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
         ),
     )
 
@@ -141,13 +138,7 @@ class Mish(_Activation):
     since = 18
 
     singa_functions = (
-        SingaFunction(
-            "mish",
-            "``x * tanh(softplus(x))`` element-wise (ONNX ``Mish``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("mish", "``x * tanh(softplus(x))`` element-wise (ONNX ``Mish``)."),
     )
 
     def compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -179,13 +170,10 @@ class Swish(_Activation):
     since = 24
 
     singa_functions = (
-        SingaFunction(
+        float_function(
             "swish",
             "``x * sigmoid(alpha * x)`` element-wise (ONNX ``Swish``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            keywords=(Keyword("alpha", "the scale inside the sigmoid."),),
-            raises=NOT_FLOAT,
+            Keyword("alpha", "the scale inside the sigmoid."),
         ),
     )
 

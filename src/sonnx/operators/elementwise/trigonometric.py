@@ -9,10 +9,7 @@ from __future__ import annotations
 import torch
 
 from sonnx.engine.singa_functions import (
-    FLOAT_X,
-    LIKE_X,
-    NOT_FLOAT,
-    SingaFunction,
+    float_function,
 )
 from sonnx.operators.elementwise.unary import FloatUnary
 from sonnx.tensor import Tensor
@@ -50,15 +47,7 @@ class Sin(FloatUnary):
     since_versions = (7, 22)
     fn = staticmethod(torch.sin)
 
-    singa_functions = (
-        SingaFunction(
-            "sin",
-            "The sine element-wise (ONNX ``Sin``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
-    )
+    singa_functions = (float_function("sin", "The sine element-wise (ONNX ``Sin``)."),)
 
 
 class Cos(FloatUnary):
@@ -68,15 +57,7 @@ class Cos(FloatUnary):
     since_versions = (7, 22)
     fn = staticmethod(torch.cos)
 
-    singa_functions = (
-        SingaFunction(
-            "cos",
-            "The cosine element-wise (ONNX ``Cos``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
-    )
+    singa_functions = (float_function("cos", "The cosine element-wise (ONNX ``Cos``)."),)
 
 
 class Tan(FloatUnary):
@@ -86,15 +67,7 @@ class Tan(FloatUnary):
     since_versions = (7, 22)
     fn = staticmethod(torch.tan)
 
-    singa_functions = (
-        SingaFunction(
-            "tan",
-            "The tangent element-wise (ONNX ``Tan``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
-    )
+    singa_functions = (float_function("tan", "The tangent element-wise (ONNX ``Tan``)."),)
 
 
 class Asin(FloatUnary):
@@ -104,15 +77,7 @@ class Asin(FloatUnary):
     since_versions = (7, 22)
     fn = staticmethod(torch.asin)
 
-    singa_functions = (
-        SingaFunction(
-            "asin",
-            "The arcsine element-wise (ONNX ``Asin``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
-    )
+    singa_functions = (float_function("asin", "The arcsine element-wise (ONNX ``Asin``)."),)
 
 
 class Acos(FloatUnary):
@@ -122,15 +87,7 @@ class Acos(FloatUnary):
     since_versions = (7, 22)
     fn = staticmethod(torch.acos)
 
-    singa_functions = (
-        SingaFunction(
-            "acos",
-            "The arccosine element-wise (ONNX ``Acos``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
-    )
+    singa_functions = (float_function("acos", "The arccosine element-wise (ONNX ``Acos``)."),)
 
 
 class Atan(FloatUnary):
@@ -140,15 +97,7 @@ class Atan(FloatUnary):
     since_versions = (7, 22)
     fn = staticmethod(torch.atan)
 
-    singa_functions = (
-        SingaFunction(
-            "atan",
-            "The arctangent element-wise (ONNX ``Atan``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
-    )
+    singa_functions = (float_function("atan", "The arctangent element-wise (ONNX ``Atan``)."),)
 
 
 class Sinh(FloatUnary):
@@ -158,15 +107,7 @@ class Sinh(FloatUnary):
     since_versions = (9, 22)
     fn = staticmethod(torch.sinh)
 
-    singa_functions = (
-        SingaFunction(
-            "sinh",
-            "The hyperbolic sine element-wise (ONNX ``Sinh``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
-    )
+    singa_functions = (float_function("sinh", "The hyperbolic sine element-wise (ONNX ``Sinh``)."),)
 
 
 class Cosh(FloatUnary):
@@ -177,13 +118,7 @@ class Cosh(FloatUnary):
     fn = staticmethod(torch.cosh)
 
     singa_functions = (
-        SingaFunction(
-            "cosh",
-            "The hyperbolic cosine element-wise (ONNX ``Cosh``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("cosh", "The hyperbolic cosine element-wise (ONNX ``Cosh``)."),
     )
 
 
@@ -195,13 +130,7 @@ class Asinh(FloatUnary):
     fn = staticmethod(torch.asinh)
 
     singa_functions = (
-        SingaFunction(
-            "asinh",
-            "The inverse hyperbolic sine element-wise (ONNX ``Asinh``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("asinh", "The inverse hyperbolic sine element-wise (ONNX ``Asinh``)."),
     )
 
 
@@ -213,13 +142,7 @@ class Acosh(FloatUnary):
     fn = staticmethod(torch.acosh)
 
     singa_functions = (
-        SingaFunction(
-            "acosh",
-            "The inverse hyperbolic cosine element-wise (ONNX ``Acosh``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("acosh", "The inverse hyperbolic cosine element-wise (ONNX ``Acosh``)."),
     )
 
 
@@ -231,13 +154,7 @@ class Atanh(FloatUnary):
     fn = staticmethod(torch.atanh)
 
     singa_functions = (
-        SingaFunction(
-            "atanh",
-            "The inverse hyperbolic tangent element-wise (ONNX ``Atanh``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("atanh", "The inverse hyperbolic tangent element-wise (ONNX ``Atanh``)."),
     )
 
 

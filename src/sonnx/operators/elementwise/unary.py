@@ -12,12 +12,12 @@ import torch
 from sonnx import dtypes
 from sonnx.engine.operator import Operator, OutputShape
 from sonnx.engine.singa_functions import (
-    FLOAT_X,
     LIKE_X,
     NOT_FLOAT,
     Input,
     Keyword,
     SingaFunction,
+    float_function,
 )
 from sonnx.operators.elementwise.base import (
     UNSIGNED,
@@ -83,15 +83,7 @@ class Exp(FloatUnary):
     since_versions = (6, 13)
     fn = staticmethod(torch.exp)
 
-    singa_functions = (
-        SingaFunction(
-            "exp",
-            "``e ** x`` element-wise (ONNX ``Exp``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
-    )
+    singa_functions = (float_function("exp", "``e ** x`` element-wise (ONNX ``Exp``)."),)
 
 
 class Log(FloatUnary):
@@ -101,15 +93,7 @@ class Log(FloatUnary):
     since_versions = (6, 13)
     fn = staticmethod(torch.log)
 
-    singa_functions = (
-        SingaFunction(
-            "log",
-            "The natural logarithm element-wise (ONNX ``Log``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
-    )
+    singa_functions = (float_function("log", "The natural logarithm element-wise (ONNX ``Log``)."),)
 
 
 class Sqrt(FloatUnary):
@@ -119,15 +103,7 @@ class Sqrt(FloatUnary):
     since_versions = (6, 13)
     fn = staticmethod(torch.sqrt)
 
-    singa_functions = (
-        SingaFunction(
-            "sqrt",
-            "The square root element-wise (ONNX ``Sqrt``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
-    )
+    singa_functions = (float_function("sqrt", "The square root element-wise (ONNX ``Sqrt``)."),)
 
 
 class Reciprocal(FloatUnary):
@@ -138,13 +114,7 @@ class Reciprocal(FloatUnary):
     fn = staticmethod(torch.reciprocal)
 
     singa_functions = (
-        SingaFunction(
-            "reciprocal",
-            "``1 / x`` element-wise (ONNX ``Reciprocal``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("reciprocal", "``1 / x`` element-wise (ONNX ``Reciprocal``)."),
     )
 
 
@@ -156,13 +126,7 @@ class Ceil(FloatUnary):
     fn = staticmethod(torch.ceil)
 
     singa_functions = (
-        SingaFunction(
-            "ceil",
-            "The smallest integer value >= x element-wise (ONNX ``Ceil``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("ceil", "The smallest integer value >= x element-wise (ONNX ``Ceil``)."),
     )
 
 
@@ -174,13 +138,7 @@ class Floor(FloatUnary):
     fn = staticmethod(torch.floor)
 
     singa_functions = (
-        SingaFunction(
-            "floor",
-            "The largest integer value <= x element-wise (ONNX ``Floor``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("floor", "The largest integer value <= x element-wise (ONNX ``Floor``)."),
     )
 
 
@@ -192,13 +150,7 @@ class Round(FloatUnary):
     fn = staticmethod(torch.round)
 
     singa_functions = (
-        SingaFunction(
-            "round",
-            "Rounding half to even element-wise (ONNX ``Round``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("round", "Rounding half to even element-wise (ONNX ``Round``)."),
     )
 
 
@@ -210,13 +162,7 @@ class Erf(FloatUnary):
     fn = staticmethod(torch.erf)
 
     singa_functions = (
-        SingaFunction(
-            "erf",
-            "The Gauss error function element-wise (ONNX ``Erf``).",
-            inputs=(FLOAT_X,),
-            returns=LIKE_X,
-            raises=NOT_FLOAT,
-        ),
+        float_function("erf", "The Gauss error function element-wise (ONNX ``Erf``)."),
     )
 
 
