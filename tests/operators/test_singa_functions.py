@@ -63,6 +63,19 @@ def recording(monkeypatch):
     monkeypatch.setattr(Operator, "__call__", record)
 
 
+# What a keyword is given, and what its attribute must then hold: a marker object as it is,
+# and for a converting keyword a value of another type (an int for a float, a bool for an int).
+_GIVEN = {"": (None, None), "float": (2, 2.0), "int": (True, 1)}
+
+
+def _given(keyword: Keyword) -> tuple[object, object]:
+    value, expected = _GIVEN[keyword.convert]
+    if value is None:
+        marker = object()
+        return marker, marker
+    return value, expected
+
+
 def _call(func, *args, **kwargs) -> _RecordedCallError:
     with pytest.raises(_RecordedCallError) as caught:
         func(*args, **kwargs)
@@ -73,10 +86,12 @@ def _call(func, *args, **kwargs) -> _RecordedCallError:
 def test_function_builds_its_class_with_the_given_attributes(recording, cls, fn):
     func = _function(cls, fn)
     inputs = {i.name: object() for i in fn.inputs}
-    given = {k.name: object() for k in fn.keywords}
-    seen = _call(func, *inputs.values(), **given)
+    given = {k.name: _given(k) for k in fn.keywords}
+    seen = _call(func, *inputs.values(), **{name: pair[0] for name, pair in given.items()})
     assert type(seen.op) is cls
-    assert seen.op.attrs == {k.onnx_name: given[k.name] for k in fn.keywords}
+    wanted = {k.onnx_name: given[k.name][1] for k in fn.keywords}
+    assert seen.op.attrs == wanted
+    assert [type(v) for v in seen.op.attrs.values()] == [type(v) for v in wanted.values()]
     assert seen.inputs == tuple(inputs[name] for name in fn.operator_inputs)
 
 
@@ -85,7 +100,9 @@ def test_defaults_are_the_declared_or_the_schema_ones(recording, cls, fn):
     func = _function(cls, fn)
     params = inspect.signature(func).parameters
     required = {
-        k.name: object() for k in fn.keywords if params[k.name].default is inspect.Parameter.empty
+        k.name: _given(k)[0]
+        for k in fn.keywords
+        if params[k.name].default is inspect.Parameter.empty
     }
     optional_inputs = [i for i in fn.inputs if params[i.name].default is None]
     seen = _call(func, *(object() for i in fn.inputs if i not in optional_inputs), **required)
@@ -100,10 +117,12 @@ def test_defaults_are_the_declared_or_the_schema_ones(recording, cls, fn):
             assert (np.float32(value) if isinstance(value, float) else value) == wanted
         elif keyword.default is not SCHEMA:
             assert value == keyword.default
+        if keyword.convert:
+            assert type(value).__name__ == keyword.convert
     assert all(x is None for x in seen.inputs[len(seen.inputs) - len(optional_inputs) :])
 
 
-# Functions of one float tensor, run for real against their class called directly.
+# Functions of float tensors (a variadic one on two), run against their class called directly.
 _FLOAT_SAMPLE = {
     "relu": {},
     "leakyrelu": {"a": 0.3},
@@ -116,6 +135,8 @@ _FLOAT_SAMPLE = {
     "isinf": {"detect_negative": 0},
     "flatten": {"axis": 0},
     "argmax": {"axis": 1, "keepdims": 0},
+    "lp_norm": {"axis": 0, "p": 1},
+    "max": {},
 }
 
 
@@ -126,8 +147,9 @@ def test_function_equals_its_class_called_directly(name):
     given = _FLOAT_SAMPLE[name]
     params = inspect.signature(_function(cls, fn)).parameters
     attrs = {k.onnx_name: given.get(k.name, params[k.name].default) for k in fn.keywords}
-    got = _function(cls, fn)(x, **given)
-    want = cls(**attrs)(x)
+    inputs = (x,) * len(fn.inputs) if not fn.inputs[-1].variadic else (x, x.data.flip(0))
+    got = _function(cls, fn)(*inputs, **given)
+    want = cls(**attrs)(*inputs)
     torch.testing.assert_close(got.data, want.data, rtol=0, atol=0)
 
 

@@ -42,12 +42,14 @@ class Input:
     :param doc: what it is, for the docstring's ``:param name:`` line.
     :param annotation: its type hint (``"Any"`` where numbers and arrays are accepted).
     :param optional: whether it defaults to None; None reads it from the ONNX schema.
+    :param variadic: it takes all remaining arguments (``max(*xs)``); the last input only.
     """
 
     name: str
     doc: str
     annotation: str = "Tensor"
     optional: bool | None = None
+    variadic: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class Keyword:
     :param attr: the ONNX attribute it sets ("": the same as ``name``).
     :param default: SINGA's default; :data:`SCHEMA` for the schema's, :data:`REQUIRED` for none.
     :param annotation: its type hint ("": from the schema's attribute type).
+    :param convert: ``"float"`` or ``"int"`` to set the attribute to ``float(value)`` or
+        ``int(value)`` ("": as given), so that an exported attribute has the schema's type
+        (``align_corners=True`` is written as the INT 1).
     """
 
     name: str
@@ -66,6 +71,7 @@ class Keyword:
     attr: str = ""
     default: Any = SCHEMA
     annotation: str = ""
+    convert: str = ""
 
     @property
     def onnx_name(self) -> str:

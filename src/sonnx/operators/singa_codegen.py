@@ -5,20 +5,24 @@ Run ``python -m sonnx.operators.singa_codegen`` after declaring or changing a cl
 modules whose code is stale (the test ``tests/operators/test_singa_functions.py`` does the same).
 
 Each function is written at the end of the module that defines its class, after a marker line,
-in the form ``return Cls(attr=keyword, ...)(inputs)`` with its type hints and docstring. The
-functions stay in the modules that export them (``sonnx.operators.activation.functions.relu``,
-re-exported by :mod:`sonnx.autograd`), so the class's module is the one file an operator is
-written in; a separate generated module would have to import the classes while the class
-modules import its functions back, an import cycle.
+in the form ``return Cls(attr=keyword, ...)(inputs)`` with its type hints and docstring; a
+keyword may be converted to the attribute's type (``float(epsilon)``, ``int(align_corners)``)
+and the last input may be variadic (``max(*xs)``). The functions stay in the modules that
+export them (``sonnx.operators.activation.functions.relu``, re-exported by
+:mod:`sonnx.autograd`), so the class's module is the one file an operator is written in; a
+separate generated module would have to import the classes while the class modules import its
+functions back, an import cycle.
 
 Written by hand, and why: a function that does more than build its class with keywords and
-call it on its inputs. That is one that converts an argument (``conv2d``'s padding forms,
-``reshape``'s list shape becoming an int64 input, ``reduce_sum``'s axes, ``cast``'s dtype, an
-``int(bool)`` attribute), checks its arguments beyond what the class checks (``tile``,
-``upsample``), takes a variable number of inputs (``max``, ``einsum``, ``concat``), returns
-one output of several (``attention``), keeps state (``batch_norm`` updating its running
-statistics) or composes several operators (``add_bias``, ``upsample``). Those are hand-written
-in the same modules, above the generated ones.
+call it on its inputs, because that logic is the function's own and a declaration would only
+hide it. That is one that converts an argument into an input or an attribute of another form
+(``conv2d``'s padding forms, ``reshape``'s list shape becoming an int64 input, ``reduce_sum``'s
+axes, ``gather``'s index list, ``cast``'s dtype, ``roi_align``'s ``output_size`` pair), reads
+inputs to decide the attributes (``rnn``'s hidden size, ``attention``'s head counts), checks
+its arguments beyond what the class checks (``tile``, ``pad``), puts a keyword before a
+variadic input (``einsum``), returns one output of several (``attention``), keeps state
+(``batch_norm`` updating its running statistics, the training updates) or composes several
+operators (``add_bias``, ``upsample``). Those are hand-written in the same modules.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import onnx.defs
 
 import sonnx.operators
 from sonnx.engine.operator import Operator
-from sonnx.engine.singa_functions import REQUIRED, SCHEMA, SingaFunction
+from sonnx.engine.singa_functions import REQUIRED, SCHEMA, Keyword, SingaFunction
 from sonnx.errors import SonnxError
 from sonnx.proto.attributes import schema_defaults
 
@@ -138,6 +142,13 @@ def _input_parameters(cls: type[Operator], fn: SingaFunction) -> list[str]:
     order = fn.operator_inputs
     params = []
     for given in fn.inputs:
+        if given.variadic:
+            if given is not fn.inputs[-1] or fn.keywords:
+                raise DeclarationError(
+                    f"{fn.name}: only the last input, with no keywords after it, may be variadic"
+                )
+            params.append(f"*{given.name}: {given.annotation}")
+            continue
         optional = given.optional
         if optional is None:
             position = order.index(given.name)
@@ -200,8 +211,9 @@ def function_source(cls: type[Operator], fn: SingaFunction) -> str:
     lines = _bracketed(f"def {fn.name}", params, f" -> {fn.result}:", "")
     lines += _docstring(fn)
     build = f"{cls.__name__}"
-    settings = [f"{k.onnx_name}={k.name}" for k in fn.keywords]
-    inputs = list(fn.operator_inputs)
+    settings = [f"{k.onnx_name}={_converted(fn, k)}" for k in fn.keywords]
+    variadic = {i.name for i in fn.inputs if i.variadic}
+    inputs = [f"*{name}" if name in variadic else name for name in fn.operator_inputs]
     call = f"    return {build}({', '.join(settings)})({', '.join(inputs)})"
     if len(call) <= _LINE:
         lines.append(call)
@@ -214,9 +226,19 @@ def function_source(cls: type[Operator], fn: SingaFunction) -> str:
     return text
 
 
+def _converted(fn: SingaFunction, keyword: Keyword) -> str:
+    if keyword.convert not in ("", "float", "int"):
+        raise DeclarationError(
+            f"{fn.name}: keyword {keyword.name} converts to float or int, not {keyword.convert!r}"
+        )
+    return f"{keyword.convert}({keyword.name})" if keyword.convert else keyword.name
+
+
 def _check_order(fn: SingaFunction, params: list[str]) -> None:
     seen_default = False
     for p in params:
+        if p.startswith("*"):
+            continue
         if "=" in p:
             seen_default = True
         elif seen_default:

@@ -72,6 +72,31 @@ class Max(VariadicOp):
     op_type = "Max"
     since_versions = (6, 8, 12, 13)
 
+    singa_functions = (
+        SingaFunction(
+            "max",
+            "Element-wise maximum of one or more tensors (broadcasting; ONNX ``Max``).",
+            inputs=(
+                Input(
+                    "xs",
+                    "number tensors of one dtype (numbers and arrays become constants).",
+                    annotation="Any",
+                    variadic=True,
+                ),
+            ),
+            returns="a tensor of the broadcast shape and the inputs' dtype.",
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "no input, the dtypes differ, the shapes do not broadcast, or the inputs "
+                        "are boolean."
+                    ),
+                ),
+            ),
+        ),
+    )
+
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         self.check(xs)
         if len(xs) == 1:
@@ -84,6 +109,31 @@ class Min(VariadicOp):
 
     op_type = "Min"
     since_versions = (6, 8, 12, 13)
+
+    singa_functions = (
+        SingaFunction(
+            "min",
+            "Element-wise minimum of one or more tensors (broadcasting; ONNX ``Min``).",
+            inputs=(
+                Input(
+                    "xs",
+                    "number tensors of one dtype (numbers and arrays become constants).",
+                    annotation="Any",
+                    variadic=True,
+                ),
+            ),
+            returns="a tensor of the broadcast shape and the inputs' dtype.",
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "no input, the dtypes differ, the shapes do not broadcast, or the inputs "
+                        "are boolean."
+                    ),
+                ),
+            ),
+        ),
+    )
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         self.check(xs)
@@ -98,6 +148,31 @@ class Sum(VariadicOp):
     op_type = "Sum"
     since_versions = (6, 8, 13)
 
+    singa_functions = (
+        SingaFunction(
+            "sum",
+            "Element-wise sum of one or more tensors (broadcasting; ONNX ``Sum``).",
+            inputs=(
+                Input(
+                    "xs",
+                    "number tensors of one dtype (numbers and arrays become constants).",
+                    annotation="Any",
+                    variadic=True,
+                ),
+            ),
+            returns="a tensor of the broadcast shape and the inputs' dtype.",
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "no input, the dtypes differ, the shapes do not broadcast, or the inputs "
+                        "are boolean."
+                    ),
+                ),
+            ),
+        ),
+    )
+
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         self.check(xs)
         if len(xs) == 1:
@@ -110,6 +185,28 @@ class Mean(VariadicOp):
 
     op_type = "Mean"
     since_versions = (6, 8, 13)
+
+    singa_functions = (
+        SingaFunction(
+            "mean",
+            "Element-wise mean of one or more float tensors (broadcasting; ONNX ``Mean``).",
+            inputs=(
+                Input(
+                    "xs", "floating-point tensors of one dtype.", annotation="Any", variadic=True
+                ),
+            ),
+            returns="a tensor of the broadcast shape and the inputs' dtype.",
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "no input, the dtypes differ, the shapes do not broadcast, or the inputs "
+                        "are not floating-point."
+                    ),
+                ),
+            ),
+        ),
+    )
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         self.check(xs)
@@ -228,50 +325,6 @@ class Clip(Operator):
         g.add_node(self.op_type, inputs, outputs)
 
 
-def max(*xs: Any) -> Tensor:
-    """Element-wise maximum of one or more tensors (broadcasting; ONNX ``Max``).
-
-    :param xs: number tensors of one dtype (numbers and arrays become constants).
-    :returns: a tensor of the broadcast shape and the inputs' dtype.
-    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
-        are boolean.
-    """
-    return Max()(*xs)
-
-
-def min(*xs: Any) -> Tensor:
-    """Element-wise minimum of one or more tensors (broadcasting; ONNX ``Min``).
-
-    :param xs: number tensors of one dtype (numbers and arrays become constants).
-    :returns: a tensor of the broadcast shape and the inputs' dtype.
-    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
-        are boolean.
-    """
-    return Min()(*xs)
-
-
-def sum(*xs: Any) -> Tensor:
-    """Element-wise sum of one or more tensors (broadcasting; ONNX ``Sum``).
-
-    :param xs: number tensors of one dtype (numbers and arrays become constants).
-    :returns: a tensor of the broadcast shape and the inputs' dtype.
-    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
-        are boolean.
-    """
-    return Sum()(*xs)
-
-
-def mean(*xs: Any) -> Tensor:
-    """Element-wise mean of one or more float tensors (broadcasting; ONNX ``Mean``).
-
-    :param xs: floating-point tensors of one dtype.
-    :returns: a tensor of the broadcast shape and the inputs' dtype.
-    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
-        are not floating-point.
-    """
-    return Mean()(*xs)
-
-
 def clip(x: Tensor, min: Any = None, max: Any = None) -> Tensor:
     """Limit ``x`` to [min, max]; a bound that is None is not applied (ONNX ``Clip``).
 
@@ -326,6 +379,50 @@ def add_bias(x: Tensor, b: Tensor, axis: int = 0) -> Tensor:
 
 # ---- SINGA-named functions, generated by `python -m sonnx.operators.singa_codegen` ----
 # from the classes' ``singa_functions`` declarations: edit those, then run the command.
+
+
+def max(*xs: Any) -> Tensor:
+    """Element-wise maximum of one or more tensors (broadcasting; ONNX ``Max``).
+
+    :param xs: number tensors of one dtype (numbers and arrays become constants).
+    :returns: a tensor of the broadcast shape and the inputs' dtype.
+    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
+        are boolean.
+    """
+    return Max()(*xs)
+
+
+def min(*xs: Any) -> Tensor:
+    """Element-wise minimum of one or more tensors (broadcasting; ONNX ``Min``).
+
+    :param xs: number tensors of one dtype (numbers and arrays become constants).
+    :returns: a tensor of the broadcast shape and the inputs' dtype.
+    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
+        are boolean.
+    """
+    return Min()(*xs)
+
+
+def sum(*xs: Any) -> Tensor:
+    """Element-wise sum of one or more tensors (broadcasting; ONNX ``Sum``).
+
+    :param xs: number tensors of one dtype (numbers and arrays become constants).
+    :returns: a tensor of the broadcast shape and the inputs' dtype.
+    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
+        are boolean.
+    """
+    return Sum()(*xs)
+
+
+def mean(*xs: Any) -> Tensor:
+    """Element-wise mean of one or more float tensors (broadcasting; ONNX ``Mean``).
+
+    :param xs: floating-point tensors of one dtype.
+    :returns: a tensor of the broadcast shape and the inputs' dtype.
+    :raises BadInputError: no input, the dtypes differ, the shapes do not broadcast, or the inputs
+        are not floating-point.
+    """
+    return Mean()(*xs)
 
 
 def where(x: Any, y: Any, condition: Any) -> Tensor:

@@ -13,6 +13,12 @@ import torch.nn.functional as F
 
 from sonnx import dtypes
 from sonnx.engine.operator import Operator, OutputShape, TorchOutputs
+from sonnx.engine.singa_functions import (
+    LIKE_X,
+    Input,
+    Keyword,
+    SingaFunction,
+)
 from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError, ExportError
 from sonnx.operators.normalization.common import (
@@ -92,6 +98,37 @@ class LayerNormalization(Operator):
     # and epsilon: an imported transformer runs one operator object on the same shapes at
     # every call, and its checks cost more than the kernel at small sizes.
     _fused: tuple[Any, ...] | None = None
+
+    singa_functions = (
+        SingaFunction(
+            "layer_norm",
+            (
+                "Layer normalization over the axes from ``axis`` to the last (ONNX "
+                "LayerNormalization)."
+            ),
+            inputs=(
+                Input("x", "a floating-point tensor of at least 1 axis."),
+                Input("scale", "the scale, broadcasting to ``x.shape[axis:]``."),
+                Input("bias", "the offset, broadcasting to ``x.shape[axis:]``, or None."),
+            ),
+            returns=LIKE_X,
+            keywords=(
+                Keyword("axis", "the first normalized axis.", convert="int"),
+                Keyword(
+                    "epsilon", "added to the variance before its square root.", convert="float"
+                ),
+            ),
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "``x`` is not floating-point or 0-D, or ``scale`` or ``bias`` does not "
+                        "broadcast to the normalized shape."
+                    ),
+                ),
+            ),
+        ),
+    )
 
     def forward(self, x, scale, b=None) -> TorchOutputs:  # type: ignore[override]
         fused = self._fused
@@ -176,6 +213,33 @@ class RMSNormalization(Operator):
     since_versions = (23,)
     output_shape = OutputShape.FROM_SHAPES
 
+    singa_functions = (
+        SingaFunction(
+            "rms_norm",
+            "RMS normalization over the axes from ``axis`` to the last (ONNX RMSNormalization).",
+            inputs=(
+                Input("x", "a floating-point tensor of at least 1 axis."),
+                Input("scale", "the scale, broadcasting to ``x.shape[axis:]``."),
+            ),
+            returns="a tensor of ``x``'s shape in ``scale``'s dtype.",
+            keywords=(
+                Keyword("axis", "the first normalized axis.", convert="int"),
+                Keyword(
+                    "epsilon", "added to the mean square before its square root.", convert="float"
+                ),
+            ),
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "an input is not floating-point, ``x`` is 0-D, or ``scale`` does not "
+                        "broadcast to the normalized shape."
+                    ),
+                ),
+            ),
+        ),
+    )
+
     def forward(self, x, scale) -> torch.Tensor:  # type: ignore[override]
         return rms_normalize(self, x, scale)[0]
 
@@ -226,6 +290,22 @@ class LpNormalization(Operator):
     op_type = "LpNormalization"
     since_versions = (1, 22)
     output_shape = OutputShape.FROM_SHAPES
+
+    singa_functions = (
+        SingaFunction(
+            "lp_norm",
+            "``x`` divided by its L``p`` norm along ``axis`` (p is 1 or 2; ONNX LpNormalization).",
+            inputs=(Input("x", "a floating-point tensor of at least 1 axis."),),
+            returns=LIKE_X,
+            keywords=(
+                Keyword("axis", "the axis the norm is taken along.", convert="int"),
+                Keyword("p", "the norm's order, 1 or 2.", convert="int"),
+            ),
+            raises=(
+                ("BadInputError", "``x`` is not floating-point or is 0-D, or ``p`` is not 1 or 2."),
+            ),
+        ),
+    )
 
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type
@@ -280,6 +360,30 @@ class LRN(Operator):
     since_versions = (1, 13)
     output_shape = OutputShape.FROM_SHAPES
 
+    singa_functions = (
+        SingaFunction(
+            "lrn",
+            "Local response normalization across the channels of an (N, C, ...) input (ONNX LRN).",
+            inputs=(Input("x", "a floating-point (N, C, ...) tensor."),),
+            returns=LIKE_X,
+            keywords=(
+                Keyword("size", "the number of channels in each sum.", convert="int"),
+                Keyword("alpha", "the scale of the sum of squares.", convert="float"),
+                Keyword("beta", "the exponent.", convert="float"),
+                Keyword("bias", "the constant added before the exponent.", convert="float"),
+            ),
+            raises=(
+                (
+                    "BadInputError",
+                    (
+                        "``x`` is not floating-point or has fewer than 2 axes, or ``size`` is not "
+                        "positive."
+                    ),
+                ),
+            ),
+        ),
+    )
+
     def forward(self, x) -> torch.Tensor:  # type: ignore[override]
         op = self.op_type
         check_float(op, "X", x)
@@ -301,8 +405,23 @@ class LRN(Operator):
         )
 
 
+def mean_variance_norm(x: Tensor, axes: Sequence[int] = (0, 2, 3)) -> Tensor:
+    """Zero mean and unit variance over ``axes`` (ONNX MeanVarianceNormalization).
+
+    :param x: a floating-point tensor.
+    :param axes: the axes the statistics are taken over.
+    :returns: a tensor of ``x``'s shape and dtype.
+    :raises BadInputError: ``x`` is not floating-point.
+    """
+    return MeanVarianceNormalization(axes=[int(a) for a in axes])(x)
+
+
+# ---- SINGA-named functions, generated by `python -m sonnx.operators.singa_codegen` ----
+# from the classes' ``singa_functions`` declarations: edit those, then run the command.
+
+
 def layer_norm(
-    x: Tensor, scale: Tensor, bias: Tensor | None = None, axis: int = -1, epsilon: float = 1e-5
+    x: Tensor, scale: Tensor, bias: Tensor | None = None, axis: int = -1, epsilon: float = 1e-05
 ) -> Tensor:
     """Layer normalization over the axes from ``axis`` to the last (ONNX LayerNormalization).
 
@@ -318,7 +437,7 @@ def layer_norm(
     return LayerNormalization(axis=int(axis), epsilon=float(epsilon))(x, scale, bias)
 
 
-def rms_norm(x: Tensor, scale: Tensor, axis: int = -1, epsilon: float = 1e-5) -> Tensor:
+def rms_norm(x: Tensor, scale: Tensor, axis: int = -1, epsilon: float = 1e-05) -> Tensor:
     """RMS normalization over the axes from ``axis`` to the last (ONNX RMSNormalization).
 
     :param x: a floating-point tensor of at least 1 axis.
@@ -344,18 +463,9 @@ def lp_norm(x: Tensor, axis: int = -1, p: int = 2) -> Tensor:
     return LpNormalization(axis=int(axis), p=int(p))(x)
 
 
-def mean_variance_norm(x: Tensor, axes: Sequence[int] = (0, 2, 3)) -> Tensor:
-    """Zero mean and unit variance over ``axes`` (ONNX MeanVarianceNormalization).
-
-    :param x: a floating-point tensor.
-    :param axes: the axes the statistics are taken over.
-    :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point.
-    """
-    return MeanVarianceNormalization(axes=[int(a) for a in axes])(x)
-
-
-def lrn(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Tensor:
+def lrn(
+    x: Tensor, size: int, alpha: float = 0.0001, beta: float = 0.75, bias: float = 1.0
+) -> Tensor:
     """Local response normalization across the channels of an (N, C, ...) input (ONNX LRN).
 
     :param x: a floating-point (N, C, ...) tensor.
@@ -364,7 +474,7 @@ def lrn(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: flo
     :param beta: the exponent.
     :param bias: the constant added before the exponent.
     :returns: a tensor of ``x``'s shape and dtype.
-    :raises BadInputError: ``x`` is not floating-point or has fewer than 2 axes, or ``size`` is
-        not positive.
+    :raises BadInputError: ``x`` is not floating-point or has fewer than 2 axes, or ``size`` is not
+        positive.
     """
     return LRN(size=int(size), alpha=float(alpha), beta=float(beta), bias=float(bias))(x)

@@ -12,6 +12,7 @@ import torch
 from sonnx.engine.operator import Operator, OutputShape, host_ints
 from sonnx.engine.singa_functions import (
     Input,
+    Keyword,
     SingaFunction,
 )
 from sonnx.errors import BadInputError, ExportError
@@ -100,6 +101,19 @@ class GlobalLpPool(Operator):
     since_versions = (1, 2, 22)
     output_shape = OutputShape.FROM_SHAPES
 
+    singa_functions = (
+        SingaFunction(
+            "globallppool",
+            (
+                "p-norm over all spatial axes: (N, C, spatial...) -> (N, C, 1, ...) (ONNX "
+                "GlobalLpPool)."
+            ),
+            inputs=(Input("x", "an (N, C, spatial...) floating-point tensor."),),
+            returns="an (N, C, 1, ...) tensor of ``x``'s dtype.",
+            keywords=(Keyword("p", "the order of the norm.", convert="int"),),
+        ),
+    )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = float(self.attr("p"))
         return (x.abs() ** p).sum(dim=_spatial_axes(self.op_type, x), keepdim=True) ** (1.0 / p)
@@ -173,16 +187,6 @@ class MaxUnpool(Operator):
         super().export(g, inputs, outputs)
 
 
-def globallppool(x: Tensor, p: int = 2) -> Tensor:
-    """p-norm over all spatial axes: (N, C, spatial...) -> (N, C, 1, ...) (ONNX GlobalLpPool).
-
-    :param x: an (N, C, spatial...) floating-point tensor.
-    :param p: the order of the norm.
-    :returns: an (N, C, 1, ...) tensor of ``x``'s dtype.
-    """
-    return GlobalLpPool(p=int(p))(x)
-
-
 def max_unpool(
     x: Tensor,
     indices: Tensor,
@@ -230,3 +234,13 @@ def globalmaxpool(x: Tensor) -> Tensor:
     :returns: an (N, C, 1, ...) tensor of ``x``'s dtype.
     """
     return GlobalMaxPool()(x)
+
+
+def globallppool(x: Tensor, p: int = 2) -> Tensor:
+    """p-norm over all spatial axes: (N, C, spatial...) -> (N, C, 1, ...) (ONNX GlobalLpPool).
+
+    :param x: an (N, C, spatial...) floating-point tensor.
+    :param p: the order of the norm.
+    :returns: an (N, C, 1, ...) tensor of ``x``'s dtype.
+    """
+    return GlobalLpPool(p=int(p))(x)
