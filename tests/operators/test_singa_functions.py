@@ -200,3 +200,27 @@ def test_schema_defaults_and_types_fill_the_signature():
     assert source.startswith("def toy(x: Tensor, a: float = 0.01) -> Tensor:\n")
     assert "    :param a: the slope (ONNX's ``alpha``).\n" in source
     assert source.endswith("    return _Toy(alpha=a)(x)\n")
+
+
+def test_a_variadic_input_before_keywords_is_refused():
+    fn = SingaFunction(
+        "toy",
+        "A toy.",
+        inputs=(Input("xs", "tensors.", variadic=True),),
+        returns="a tensor.",
+        keywords=(Keyword("a", "the slope.", attr="alpha"),),
+    )
+    with pytest.raises(singa_codegen.DeclarationError, match="only the last input"):
+        singa_codegen.function_source(_Toy, fn)
+
+
+def test_a_conversion_other_than_float_or_int_is_refused():
+    fn = SingaFunction(
+        "toy",
+        "A toy.",
+        inputs=(Input("x", "a tensor."),),
+        returns="a tensor.",
+        keywords=(Keyword("a", "the slope.", attr="alpha", convert="str"),),
+    )
+    with pytest.raises(singa_codegen.DeclarationError, match="converts to float or int"):
+        singa_codegen.function_source(_Toy, fn)
