@@ -52,6 +52,24 @@ __all__ = [
 ]
 
 
+# What the SINGA-named functions below share.
+_NUMBERS = (
+    Input(
+        "xs",
+        "number tensors of one dtype (numbers and arrays become constants).",
+        annotation="Any",
+        variadic=True,
+    ),
+)
+_BROADCAST = "a tensor of the broadcast shape and the inputs' dtype."
+_VARIADIC_ERRORS = (
+    (
+        "BadInputError",
+        "no input, the dtypes differ, the shapes do not broadcast, or the inputs are boolean.",
+    ),
+)
+
+
 class VariadicOp(Operator):
     """One or more inputs ``data_0, data_1, …`` of one numeric type, broadcast together."""
 
@@ -76,24 +94,9 @@ class Max(VariadicOp):
         SingaFunction(
             "max",
             "Element-wise maximum of one or more tensors (broadcasting; ONNX ``Max``).",
-            inputs=(
-                Input(
-                    "xs",
-                    "number tensors of one dtype (numbers and arrays become constants).",
-                    annotation="Any",
-                    variadic=True,
-                ),
-            ),
-            returns="a tensor of the broadcast shape and the inputs' dtype.",
-            raises=(
-                (
-                    "BadInputError",
-                    (
-                        "no input, the dtypes differ, the shapes do not broadcast, or the inputs "
-                        "are boolean."
-                    ),
-                ),
-            ),
+            inputs=_NUMBERS,
+            returns=_BROADCAST,
+            raises=_VARIADIC_ERRORS,
         ),
     )
 
@@ -114,24 +117,9 @@ class Min(VariadicOp):
         SingaFunction(
             "min",
             "Element-wise minimum of one or more tensors (broadcasting; ONNX ``Min``).",
-            inputs=(
-                Input(
-                    "xs",
-                    "number tensors of one dtype (numbers and arrays become constants).",
-                    annotation="Any",
-                    variadic=True,
-                ),
-            ),
-            returns="a tensor of the broadcast shape and the inputs' dtype.",
-            raises=(
-                (
-                    "BadInputError",
-                    (
-                        "no input, the dtypes differ, the shapes do not broadcast, or the inputs "
-                        "are boolean."
-                    ),
-                ),
-            ),
+            inputs=_NUMBERS,
+            returns=_BROADCAST,
+            raises=_VARIADIC_ERRORS,
         ),
     )
 
@@ -152,24 +140,9 @@ class Sum(VariadicOp):
         SingaFunction(
             "sum",
             "Element-wise sum of one or more tensors (broadcasting; ONNX ``Sum``).",
-            inputs=(
-                Input(
-                    "xs",
-                    "number tensors of one dtype (numbers and arrays become constants).",
-                    annotation="Any",
-                    variadic=True,
-                ),
-            ),
-            returns="a tensor of the broadcast shape and the inputs' dtype.",
-            raises=(
-                (
-                    "BadInputError",
-                    (
-                        "no input, the dtypes differ, the shapes do not broadcast, or the inputs "
-                        "are boolean."
-                    ),
-                ),
-            ),
+            inputs=_NUMBERS,
+            returns=_BROADCAST,
+            raises=_VARIADIC_ERRORS,
         ),
     )
 
@@ -195,7 +168,7 @@ class Mean(VariadicOp):
                     "xs", "floating-point tensors of one dtype.", annotation="Any", variadic=True
                 ),
             ),
-            returns="a tensor of the broadcast shape and the inputs' dtype.",
+            returns=_BROADCAST,
             raises=(
                 (
                     "BadInputError",
