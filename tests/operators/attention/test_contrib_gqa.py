@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import numpy as np
@@ -57,7 +58,9 @@ def test_rotary_embedding_exports_as_it_came_and_has_a_gradient() -> None:
     model = to_onnx(inputs, [out])
     (node,) = model.graph.node
     assert (node.op_type, node.domain, len(node.attribute)) == (
-        "RotaryEmbedding", "com.microsoft", 2
+        "RotaryEmbedding",
+        "com.microsoft",
+        2,
     )
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feed = {i.name: a for i, a in zip(model.graph.input, arrays, strict=True)}
@@ -210,6 +213,69 @@ def test_group_query_attention_writes_a_shared_buffer_in_place_when_allowed(seq,
     assert all(c is p for c, p in zip(in_place[1:], past, strict=True))
     for got, expected in zip(in_place, copied, strict=True):
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def _one_token_steps(attrs: dict, packed: bool, positions: bool, traced: bool = False):
+    """Three decode steps of one sequence into a 9-row shared buffer (6 rows valid first),
+    in place (the fast path, or under ``traced`` the general one) and copied."""
+    op = GroupQueryAttention(num_heads=4, kv_num_heads=2, **attrs)
+    rotary = attrs.get("do_rotary", 0)
+    cos, sin = (torch.from_numpy(c) for c in caches(32, 6 if "interleaved" in str(attrs) else 8))
+    past = [torch.from_numpy(randn(1, 2, 9, 16)) for _ in range(2)]
+    buffer = [p.clone() for p in past]
+    for row in (5, 6, 7):
+        q, k, v = (torch.from_numpy(randn(1, 1, n)) for n in (64, 32, 32))
+        inputs = [torch.cat([q, k, v], 2), None, None] if packed else [q, k, v]
+        lengths = torch.tensor([row], dtype=torch.int32)
+        extra = [cos, sin] if rotary else [None, None]
+        if positions:
+            extra.append(torch.tensor([[row + 3]], dtype=torch.int64))
+        total = torch.tensor(row + 1, dtype=torch.int32)
+        copied = op.forward(*inputs, *past, lengths, total, *extra)
+        token = CACHES_IN_PLACE.set(True)
+        try:
+            with tracing() if traced else contextlib.nullcontext():
+                in_place = op.forward(*inputs, *buffer, lengths, total, *extra)
+        finally:
+            CACHES_IN_PLACE.reset(token)
+        assert in_place[1] is buffer[0] and in_place[2] is buffer[1]
+        torch.testing.assert_close(in_place[0], copied[0], rtol=1e-6, atol=1e-6)
+        for got, expected in zip(in_place[1:], copied[1:], strict=True):
+            torch.testing.assert_close(got[:, :, : row + 1], expected[:, :, : row + 1])
+        past = [c[:, :, :9] for c in copied[1:]]
+
+
+@pytest.mark.parametrize(
+    "attrs, packed, positions",
+    [
+        ({}, False, False),
+        ({"do_rotary": 1}, True, False),
+        ({"do_rotary": 1, "rotary_interleaved": 1}, False, True),
+        ({"do_rotary": 1, "local_window_size": 3, "scale": 0.3}, True, False),
+    ],
+    ids=["plain", "packed_rotary", "interleaved_partial_positions", "window_scale"],
+)
+def test_group_query_attention_one_token_in_place_equals_the_general_path(
+    attrs, packed, positions
+) -> None:
+    """A generation step (one token of one sequence into a shared buffer) reads its cache row
+    on the host and slices; it equals the general path, which is checked against onnxruntime
+    above, and writes the buffer it was given. Under a tracer it takes the general path."""
+    _one_token_steps(attrs, packed, positions)
+    _one_token_steps(attrs, packed, positions, traced=True)
+
+
+def test_group_query_attention_one_token_past_the_buffer_is_named() -> None:
+    op = GroupQueryAttention(num_heads=2, kv_num_heads=2)
+    q = torch.zeros(1, 1, 16)
+    past = [torch.zeros(1, 2, 4, 8) for _ in range(2)]
+    token = CACHES_IN_PLACE.set(True)
+    try:
+        with pytest.raises(BadInputError, match="seqlens_k 4 puts the new token past"):
+            op.forward(q, q, q, *past, torch.tensor([4], dtype=torch.int32),
+                       torch.tensor(4, dtype=torch.int32))  # fmt: skip
+    finally:
+        CACHES_IN_PLACE.reset(token)
 
 
 def test_group_query_attention_gradient_matches_finite_differences() -> None:

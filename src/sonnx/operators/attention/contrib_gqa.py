@@ -33,9 +33,10 @@ from typing import Any, ClassVar
 import torch
 
 from sonnx.engine.operator import OutputShape, host_ints
+from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError, UnsupportedOperatorError
 from sonnx.operators.contrib import ContribOperator
-from sonnx.run_state import CACHES_IN_PLACE
+from sonnx.run_state import CACHES_IN_PLACE, CPU_AS_DEVICE
 from sonnx.symbolic_sizes import has_symbols
 
 __all__ = ["GroupQueryAttention", "RotaryEmbedding"]
@@ -61,6 +62,8 @@ def rotate(
         rotated = torch.stack([real, imag], -1).reshape(rot.shape)
     else:
         rotated = torch.cat([real, imag], -1)
+    if keep.shape[-1] == 0:  # the whole head rotated (a fixed size, also in a trace)
+        return rotated
     return torch.cat([rotated, keep], -1)
 
 
@@ -175,6 +178,8 @@ class GroupQueryAttention(ContribOperator):
         q, k, v = self._split(query, key, value, heads, kv_heads)
         batch, seq = q.shape[0], q.shape[2]
         (total_length,) = host_ints(total)
+        if self._one_token_in_place(q, seqlens_k, past_key, past_value, total_length, xs):
+            return self._decode_one_token(q, k, v, past_key, past_value, seqlens_k, xs)
         past_length = 0 if past_key is None else past_key.shape[2]
         first_prompt = seq > 1 and seq == total_length
         valid = seqlens_k.long().reshape(batch) + 1  # cache rows after this step
@@ -197,6 +202,86 @@ class GroupQueryAttention(ContribOperator):
             present_v = _write_cache(past_value, v, start, present_length)
         out = self._attend(q, present_k, present_v, start, attention_bias, head_sink)
         return out.transpose(1, 2).reshape(batch, seq, -1), present_k, present_v
+
+    def _one_token_in_place(
+        self,
+        q: torch.Tensor,
+        seqlens_k: torch.Tensor,
+        past_key: torch.Tensor | None,
+        past_value: torch.Tensor | None,
+        total_length: int,
+        xs: tuple[torch.Tensor | None, ...],
+    ) -> bool:
+        """Whether this call is one decode step of one sequence into a shared buffer, run
+        eagerly on the CPU without gradients: the generation loop's step, which
+        :meth:`_decode_one_token` runs with half the general path's torch calls.
+
+        Its cache row is read on the host, so never while a graph is traced
+        (:func:`~sonnx.engine.tracing.value_checks` is off then) nor off the CPU (a read
+        there waits for the device), nor while the CPU stands in for a device
+        (:data:`~sonnx.run_state.CPU_AS_DEVICE`, a test counting host reads).
+        """
+        # value_checks first: under a tracer the size tests below would guard the batch.
+        return (
+            value_checks()
+            and CACHES_IN_PLACE.get()
+            and q.shape[0] == 1
+            and q.shape[2] == 1
+            and q.device.type == "cpu"
+            and not CPU_AS_DEVICE.get()
+            and past_key is not None
+            and past_value is not None
+            and past_key.shape[2] >= total_length
+            and not (torch.is_grad_enabled() and (q.requires_grad or past_key.requires_grad))
+            and xs[10] is None  # attention_bias
+            and xs[11] is None  # head_sink
+            and float(self.attr("softcap")) == 0
+            and int(self.attr("smooth_softmax")) <= 0
+        )
+
+    def _decode_one_token(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        past_key: torch.Tensor,
+        past_value: torch.Tensor,
+        seqlens_k: torch.Tensor,
+        xs: tuple[torch.Tensor | None, ...],
+    ) -> tuple[torch.Tensor, ...]:
+        """The general path's results for one token of one sequence (see
+        :meth:`_one_token_in_place`): its row is known on the host, so the cache is written
+        and read by slicing, and attention runs over the rows it sees, with no mask."""
+        row = int(seqlens_k.reshape(()))  # the new token's cache row
+        _check_past(past_key, k)
+        _check_past(past_value, v)
+        if not 0 <= row < past_key.shape[2]:
+            raise BadInputError(
+                f"{self.label()}: seqlens_k {row} puts the new token past the cache's "
+                f"{past_key.shape[2]} rows"
+            )
+        if self.attr("do_rotary"):
+            position_ids, cos_cache, sin_cache = xs[9], xs[7], xs[8]
+            if cos_cache is None or sin_cache is None:
+                raise BadInputError(f"{self.label()}: do_rotary=1 needs cos_cache and sin_cache")
+            position = row if position_ids is None else int(position_ids.reshape(()))
+            cos, sin = cos_cache[position], sin_cache[position]
+            # One rotation of the query and key heads together: a call fewer of each op.
+            both = rotate(torch.cat([q, k], 1), cos, sin, bool(self.attr("rotary_interleaved")))
+            q, k = both[:, : q.shape[1]], both[:, q.shape[1] :]
+        past_key[:, :, row] = k[:, :, 0]
+        past_value[:, :, row] = v[:, :, 0]
+        window = int(self.attr("local_window_size"))
+        first = max(0, row + 1 - window) if window > 0 else 0
+        scale = float(self.attr("scale")) or 1 / math.sqrt(q.shape[3])
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q,
+            past_key[:, :, first : row + 1],
+            past_value[:, :, first : row + 1],
+            scale=scale,
+            enable_gqa=True,
+        )
+        return out.reshape(1, 1, -1), past_key, past_value
 
     def _refuse_unsupported(self, xs: tuple[torch.Tensor | None, ...]) -> None:
         names = ["k_scale", "v_scale", "q_norm_weight", "k_norm_weight", "query_seqlens"]
