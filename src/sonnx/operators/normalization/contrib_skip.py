@@ -43,25 +43,36 @@ def _skip_sum(
             f"hidden), received shape {tuple(x.shape)}"
         )
     check_float(op.op_type, "skip", skip)
-    check_broadcasts_to(op.op_type, "skip", skip, x.shape)
+    # Eagerly, equal shapes (the common case) need no broadcasting check; in a trace the
+    # comparison would guard the sizes' equality, so the check runs there.
+    if not (value_checks() and skip.shape == x.shape):
+        check_broadcasts_to(op.op_type, "skip", skip, x.shape)
     wide = compute_dtype(x.dtype)
-    total = x.to(wide) + skip.to(wide)
+    total = _widened(x, wide) + _widened(skip, wide)
     if bias is not None:
         check_vector(op.op_type, "bias", bias, x.shape[-1])
-        total = total + bias.to(wide)
+        total = total + _widened(bias, wide)
     return total
 
 
+def _widened(x: torch.Tensor, wide: torch.dtype) -> torch.Tensor:
+    """``x`` in compute precision; itself, without a torch call, where it is in it already
+    (a decode step runs two such norms per layer, and each call costs microseconds)."""
+    return x if x.dtype == wide else x.to(wide)
+
+
 def _normalize(
-    total: torch.Tensor, epsilon: float, centered: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    total: torch.Tensor, epsilon: float, centered: bool, with_mean: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """(normalized, mean, inv_std_var) over the last axis of ``total`` (in compute
-    precision); without ``centered`` the mean is zero and the variance the mean square."""
+    precision); without ``centered`` the mean is zero and the variance the mean square. The
+    zero mean is made only ``with_mean`` (the node asks for it)."""
     xc = total
+    mean = None
     if centered:
         mean = xc.mean(dim=-1, keepdim=True)
         xc = xc - mean
-    else:
+    elif with_mean:
         mean = torch.zeros_like(xc[..., :1])
     inv_std = torch.rsqrt((xc * xc).mean(dim=-1, keepdim=True) + epsilon)
     return xc * inv_std, mean, inv_std
@@ -87,9 +98,12 @@ class SkipLayerNormalization(ContribNormOperator):
         check_vector(self.op_type, "gamma", gamma, hidden)
         if beta is not None:
             check_vector(self.op_type, "beta", beta, hidden)
-        normed, mean, inv_std = _normalize(total, float(self.attr("epsilon")), self.centered)
+        with_mean = (self.requested_outputs or 1) > 1
+        normed, mean, inv_std = _normalize(
+            total, float(self.attr("epsilon")), self.centered, with_mean
+        )
         y = normed * gamma if beta is None else normed * gamma + beta
-        return self.requested(y.to(x.dtype), mean, inv_std, total.to(x.dtype))
+        return self.requested(_widened(y, x.dtype), mean, inv_std, _widened(total, x.dtype))
 
 
 class SkipSimplifiedLayerNormalization(SkipLayerNormalization):
