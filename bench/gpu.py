@@ -115,9 +115,7 @@ def image_model(name: str, image: int) -> tuple[bytes, nn.Module, Callable]:
 def bert_model(name: str, image: int) -> tuple[bytes, nn.Module, Callable]:
     """The BERT-style encoder (hidden 256, 4 layers) at sequence 128 (``image`` unused)."""
     torch.manual_seed(0)
-    module = torch_models.TinyBert(
-        vocab=1000, hidden=256, heads=8, layers=4, ffn=1024, max_len=128
-    )
+    module = torch_models.TinyBert(vocab=1000, hidden=256, heads=8, layers=4, ffn=1024, max_len=128)
 
     def text(batch: int) -> list[torch.Tensor]:
         return list(torch_models.bert_inputs(batch, 128, 1000))

@@ -133,8 +133,10 @@ def attempt(args: argparse.Namespace) -> None:
         return
     diff = float((got - expected).abs().max())
     shape = f"width {width}, {image}x{image} batch {args.batch}"
-    print(f"graph-load {args.attempt}: ok at {shape} ({counts}, {took:.1f} s, "
-          f"max diff from eager {diff:.1e})")
+    print(
+        f"graph-load {args.attempt}: ok at {shape} ({counts}, {took:.1f} s, "
+        f"max diff from eager {diff:.1e})"
+    )
 
 
 def _library_sizes(store: Path) -> str:
@@ -153,8 +155,11 @@ def run_attempts(args: argparse.Namespace) -> None:
     """Each attempt in a child process, within ``--budget`` seconds."""
     import torch
 
-    print(f"graph-load: torch {torch.__version__}, CUDA {torch.version.cuda}; "
-          f"ResNet-50 width {args.width}, batch {args.batch}, {args.device}", flush=True)
+    print(
+        f"graph-load: torch {torch.__version__}, CUDA {torch.version.cuda}; "
+        f"ResNet-50 width {args.width}, batch {args.batch}, {args.device}",
+        flush=True,
+    )
     deadline = time.monotonic() + args.budget
     shared_store = os.environ.get("SONNX_CACHE_DIR")
     for name in args.attempts:
@@ -192,15 +197,25 @@ def _run_child(name: str, store: Path, limit: float, args: argparse.Namespace) -
         how = f"CRASHED: {_signal_name(child.returncode)}"
     else:
         how = f"FAILED: exit {child.returncode}"
-    print(f"graph-load {name}: {how} after {took:.0f} s; library {size}; "
-          "the child's last lines:", flush=True)
+    print(
+        f"graph-load {name}: {how} after {took:.0f} s; library {size}; the child's last lines:",
+        flush=True,
+    )
     for line in lines[-15:]:
         print(f"    {line}", flush=True)
 
 
 def _passed(args: argparse.Namespace) -> list[str]:
-    return ["--device", args.device, "--width", str(args.width), "--image", str(args.image),
-            "--batch", str(args.batch)]
+    return [
+        "--device",
+        args.device,
+        "--width",
+        str(args.width),
+        "--image",
+        str(args.image),
+        "--batch",
+        str(args.batch),
+    ]
 
 
 def main() -> None:

@@ -51,9 +51,16 @@ def write_models(root: Path, hidden: int, layers: int) -> tuple[Path, dict[str, 
     tokenizer = Tokenizer(models.WordLevel(words, unk_token="w0"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=hidden * 11 // 4,
-        num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=4,
-        max_position_embeddings=512, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=hidden * 11 // 4,
+        num_hidden_layers=layers,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
     )
     torch.manual_seed(0)
     hf = root / "hf"
@@ -134,8 +141,13 @@ def main() -> None:
             timings = time_pair(ours, reference, args.repeats, args.warmup)
             rows.append(row_from(case, "PEFT fp32 + Adam", timings))
     settings = {
-        "hidden": args.hidden, "layers": args.layers, "batch": args.batch, "seq": args.seq,
-        "rank": RANK, "repeats": args.repeats, "warmup": args.warmup,
+        "hidden": args.hidden,
+        "layers": args.layers,
+        "batch": args.batch,
+        "seq": args.seq,
+        "rank": RANK,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
     }
     emit("LoRA training step", machine_facts(threads), settings, rows, args.json, notes=notes)
 

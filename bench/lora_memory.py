@@ -83,8 +83,9 @@ def main() -> None:
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--child", nargs=3, metavar=("OP", "MODEL_DIR", "ADAPTERS"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", nargs=3, metavar=("OP", "MODEL_DIR", "ADAPTERS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     threads = args.threads or available_cores()
     if args.child:
@@ -102,8 +103,12 @@ def main() -> None:
         weights = weights_mb(model_dir / "model.onnx")
         for op in args.ops:
             m = child_result(__file__, [op, str(model_dir), str(adapters)], threads, f"lora.{op}")
-            extra = {"peak MB": m["peak_mb"], "kept MB": m["kept_mb"], "weights MB": weights,
-                     "peak / weights": m["peak_mb"] / weights}
+            extra = {
+                "peak MB": m["peak_mb"],
+                "kept MB": m["kept_mb"],
+                "weights MB": weights,
+                "peak / weights": m["peak_mb"] / weights,
+            }
             rows.append(Row(f"lora.{op}", m["seconds"], float("nan"), "none", extra=extra))
     emit(
         "lora memory: the transient peak of LoRA operations on a prepared llama",
@@ -112,8 +117,10 @@ def main() -> None:
         rows,
         args.json,
         extra_columns=["peak MB", "kept MB", "weights MB", "peak / weights"],
-        notes=["peak MB: VmHWM above the RSS just before the operation, in a fresh process "
-               "holding the prepared model; kept MB: RSS it still holds afterwards"],
+        notes=[
+            "peak MB: VmHWM above the RSS just before the operation, in a fresh process "
+            "holding the prepared model; kept MB: RSS it still holds afterwards"
+        ],
     )
 
 

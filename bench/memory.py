@@ -40,8 +40,13 @@ LLAMA = argparse.Namespace(
     vocab=32000, hidden=512, intermediate=1408, layers=4, heads=8, kv_heads=4, precisions=["fp32"]
 )
 #: Sizes of the symbolic dims of the llama's inputs: one 16-token prompt, no cache yet.
-PROMPT_DIMS = {"batch_size": 1, "sequence_length": 16, "total_sequence_length": 16,
-               "past_sequence_length": 0, "kv_cache_dim": LLAMA.hidden // LLAMA.heads}
+PROMPT_DIMS = {
+    "batch_size": 1,
+    "sequence_length": 16,
+    "total_sequence_length": 16,
+    "past_sequence_length": 0,
+    "kv_cache_dim": LLAMA.hidden // LLAMA.heads,
+}
 
 
 def resident_mb() -> float:
@@ -87,8 +92,12 @@ def child(side: str, model: Path, feeds: Path, threads: int) -> None:
     seconds = time.perf_counter() - started
     del outputs
     gc.collect()
-    result = {"mb": resident_mb() - before, "peak_mb": peak_mb() - before,
-              "load_peak_mb": loaded_peak - before, "seconds": seconds}
+    result = {
+        "mb": resident_mb() - before,
+        "peak_mb": peak_mb() - before,
+        "load_peak_mb": loaded_peak - before,
+        "seconds": seconds,
+    }
     print(json.dumps(result))
 
 
@@ -145,8 +154,9 @@ def child_result(script: str, args: list[str], threads: int, what: str) -> dict[
 
 
 def measure(side: str, model: Path, feeds: Path, threads: int) -> dict[str, float]:
-    return child_result(__file__, [side, str(model), str(feeds)], threads,
-                        f"{side} on {model.name}")
+    return child_result(
+        __file__, [side, str(model), str(feeds)], threads, f"{side} on {model.name}"
+    )
 
 
 def main() -> None:
@@ -155,8 +165,9 @@ def main() -> None:
     parser.add_argument("--graph", action="store_true", help="also sonnx's graph mode")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--child", nargs=3, metavar=("SIDE", "MODEL", "FEEDS"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", nargs=3, metavar=("SIDE", "MODEL", "FEEDS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     threads = args.threads or available_cores()
     if args.child:
@@ -184,18 +195,35 @@ def main() -> None:
                     "ort load peak MB": theirs["load_peak_mb"],
                     "weights MB": weights_mb(model),
                 }
-                rows.append(Row(f"{name} {mode} load+run", ours["seconds"], theirs["seconds"],
-                                REFERENCE, extra=extra))
+                rows.append(
+                    Row(
+                        f"{name} {mode} load+run",
+                        ours["seconds"],
+                        theirs["seconds"],
+                        REFERENCE,
+                        extra=extra,
+                    )
+                )
     emit(
         "memory: resident memory of a loaded model, run once, vs onnxruntime",
         machine_facts(threads),
         {"threads": threads, "models": " ".join(args.models)},
         rows,
         args.json,
-        extra_columns=["sonnx MB", "ort MB", "mem ratio", "sonnx peak MB", "ort peak MB",
-                       "sonnx load peak MB", "ort load peak MB", "weights MB"],
-        notes=["MB: steady RSS increase after loading and one run, each side in a fresh "
-               "process; ratio and ms columns time the load and the run"],
+        extra_columns=[
+            "sonnx MB",
+            "ort MB",
+            "mem ratio",
+            "sonnx peak MB",
+            "ort peak MB",
+            "sonnx load peak MB",
+            "ort load peak MB",
+            "weights MB",
+        ],
+        notes=[
+            "MB: steady RSS increase after loading and one run, each side in a fresh "
+            "process; ratio and ms columns time the load and the run"
+        ],
     )
 
 

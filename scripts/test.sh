@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bootstrap.sh test
 ruff check src tests bench examples scripts
+ruff format --check src tests bench examples scripts
 # The SINGA-named functions written from the classes' declarations are the current ones.
 python -m sonnx.operators.singa_codegen --check
 # The documentation site: a broken link, a missing page or an API reference that does not

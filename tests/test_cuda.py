@@ -169,17 +169,13 @@ def _check_training(model: onnx.ModelProto, gpu: Device, inputs: list[np.ndarray
 
     outs = gpu_net.forward(*xs)
     exported = to_onnx(xs, outs)
-    session = ort.InferenceSession(
-        exported.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
+    session = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = dict(zip([i.name for i in session.get_inputs()], inputs, strict=True))
     _close(session.run(None, feeds), [to_numpy(t) for t in outs])
 
 
 @pytest.mark.parametrize("name", CLASSIFIERS)
-def test_zoo_classifier_trains_and_exports_on_the_gpu_as_on_the_cpu(
-    gpu: Device, name: str
-) -> None:
+def test_zoo_classifier_trains_and_exports_on_the_gpu_as_on_the_cpu(gpu: Device, name: str) -> None:
     c = case(name)
     _check_training(c.model, gpu, [c.feeds[1]["images"]])
 
@@ -206,9 +202,7 @@ def _bert_case() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 
 @pytest.mark.parametrize("name", ["resnet50", "bert"])
-def test_an_eager_run_reads_device_values_on_the_host_at_most_once(
-    gpu: Device, name: str
-) -> None:
+def test_an_eager_run_reads_device_values_on_the_host_at_most_once(gpu: Device, name: str) -> None:
     """An imported CNN and a BERT-style encoder, run eagerly on the GPU, read device values
     back at most once per run (the BERT encoder: its token-id check, deferred to the run's
     end); each run is counted, the first (which learns the shape values) included."""

@@ -27,10 +27,20 @@ LAYERS: list[tuple[str, set[str]]] = [
     (
         "base",
         {
-            "sonnx.errors", "sonnx.dtypes", "sonnx.dims", "sonnx.device", "sonnx.run_state",
-            "sonnx.host_arrays", "sonnx.host_memory", "sonnx.strings", "sonnx.symbolic_sizes",
-            "sonnx.tensor", "sonnx.compiler_warnings", "sonnx.caller_warnings",
-            "sonnx.precision", "sonnx.process_tuning",
+            "sonnx.errors",
+            "sonnx.dtypes",
+            "sonnx.dims",
+            "sonnx.device",
+            "sonnx.run_state",
+            "sonnx.host_arrays",
+            "sonnx.host_memory",
+            "sonnx.strings",
+            "sonnx.symbolic_sizes",
+            "sonnx.tensor",
+            "sonnx.compiler_warnings",
+            "sonnx.caller_warnings",
+            "sonnx.precision",
+            "sonnx.process_tuning",
         },
     ),
     ("proto", {"sonnx.proto"}),
@@ -154,9 +164,9 @@ def test_every_import_goes_down_the_layers() -> None:
 
 @pytest.mark.parametrize(("importer", "prefix"), sorted(UPWARD))
 def test_each_listed_upward_import_still_exists(importer: str, prefix: str) -> None:
-    assert any(
-        i.module == importer and i.target.startswith(prefix) for i in ALL_IMPORTS
-    ), f"{importer} no longer imports {prefix}: remove it from UPWARD"
+    assert any(i.module == importer and i.target.startswith(prefix) for i in ALL_IMPORTS), (
+        f"{importer} no longer imports {prefix}: remove it from UPWARD"
+    )
 
 
 #: (importer prefix, imported prefix) that no import may join, not even inside a function or
@@ -226,7 +236,7 @@ def _package_cycles() -> list[list[str]]:
         state[node] = "open"
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == "open":
-                cycles.append([*stack[stack.index(nxt):], nxt])
+                cycles.append([*stack[stack.index(nxt) :], nxt])
             elif nxt not in state:
                 walk(nxt, [*stack, nxt])
         state[node] = "done"

@@ -55,6 +55,7 @@ __all__ = ["Model"]
 #: from generated C++ instead of Python, about 3 % of an imported BERT-style training step.
 CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 
+
 class CompiledForward(Operator):
     """A model's whole forward in graph mode: one node running the ``torch.compile``'d function.
 

@@ -70,8 +70,6 @@ DEFERRED_CHECKS: ContextVar[list[tuple[torch.Tensor, Callable[[], str]]] | None]
 CPU_AS_DEVICE: ContextVar[bool] = ContextVar("sonnx.cpu_as_device", default=False)
 #: id(device copy) -> host original; None when no input was moved. Replaced, never changed
 #: in place, so a context copied from this one never sees its entries change.
-HOST_ORIGINALS: ContextVar[dict[int, Any] | None] = ContextVar(
-    "sonnx.host_originals", default=None
-)
+HOST_ORIGINALS: ContextVar[dict[int, Any] | None] = ContextVar("sonnx.host_originals", default=None)
 RUN_DEVICE: ContextVar[Device | None] = ContextVar("sonnx.run_device", default=None)
 CACHES_IN_PLACE: ContextVar[bool] = ContextVar("sonnx.caches_in_place", default=False)

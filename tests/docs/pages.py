@@ -75,7 +75,7 @@ def fences(text: str, where: str) -> list[Fence]:
         elif start is not None and line.rstrip() == "```":
             opening = OPENING.match(lines[start - 1])
             lang, rest = (opening["lang"], opening["rest"].strip()) if opening else ("", "")
-            code = "\n".join(lines[start:number - 1]) + "\n"
+            code = "\n".join(lines[start : number - 1]) + "\n"
             found.append(Fence(where, start, number, lang, rest, code))
             start = None
     return found

@@ -22,11 +22,21 @@ def test_fence_problems_are_found() -> None:
     skip passes."""
     text = "\n".join(
         [
-            "```", "text", "```",
-            "```python skip: needs a GPU", "x", "```",
-            '```bash {data-skip=""}', "x", "```",
-            '```yaml {data-skip="not run anyway"}', "a: 1", "```",
-            '```bash {data-skip="installs packages"}', "pip install .", "```",
+            "```",
+            "text",
+            "```",
+            "```python skip: needs a GPU",
+            "x",
+            "```",
+            '```bash {data-skip=""}',
+            "x",
+            "```",
+            '```yaml {data-skip="not run anyway"}',
+            "a: 1",
+            "```",
+            '```bash {data-skip="installs packages"}',
+            "pip install .",
+            "```",
         ]
     )
     problems = [(f.line, f.problem()) for f in fences(text, "fake.md")]

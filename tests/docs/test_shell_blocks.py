@@ -127,8 +127,14 @@ def test_a_failing_command_fails_its_page(tmp_path: Path) -> None:
     first command that fails stops the page, named by its block."""
     text = "\n".join(
         [
-            "```console", "$ sonnx --version", "sonnx 0.1.0", "```",
-            "```bash", "echo '{}' > made.json  # bash", "sonnx info missing.onnx", "```",
+            "```console",
+            "$ sonnx --version",
+            "sonnx 0.1.0",
+            "```",
+            "```bash",
+            "echo '{}' > made.json  # bash",
+            "sonnx info missing.onnx",
+            "```",
         ]
     )
     done = run_commands(tmp_path, commands(fences(text, "fake.md")))

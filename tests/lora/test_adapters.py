@@ -31,12 +31,21 @@ def _model() -> onnx.ModelProto:
         helper.make_node("MatMul", ["x", "w_q"], ["q"], name="/model/layers.0/attn/q_proj/MatMul"),
         helper.make_node("Relu", ["q"], ["r"], name="/model/layers.0/act/Relu"),
         helper.make_node(
-            "Gemm", ["r", "w_up", "b_up"], ["u"], name="/model/layers.0/mlp/up_proj/Gemm",
-            alpha=1.5, transB=1,
+            "Gemm",
+            ["r", "w_up", "b_up"],
+            ["u"],
+            name="/model/layers.0/mlp/up_proj/Gemm",
+            alpha=1.5,
+            transB=1,
         ),
         helper.make_node(
-            "FusedMatMul", ["u", "w_down"], ["y"], name="/model/layers.0/mlp/down_proj/MatMul",
-            domain="com.microsoft", alpha=0.5, transB=1,
+            "FusedMatMul",
+            ["u", "w_down"],
+            ["y"],
+            name="/model/layers.0/mlp/down_proj/MatMul",
+            domain="com.microsoft",
+            alpha=0.5,
+            transB=1,
         ),
         helper.make_node("Transpose", ["x"], ["xt"], name="/scores/Transpose"),
         helper.make_node("MatMul", ["x", "xt"], ["s"], name="/scores/MatMul"),
@@ -49,8 +58,12 @@ def _model() -> onnx.ModelProto:
             helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6]),
             helper.make_tensor_value_info("s", TensorProto.FLOAT, ["batch", "batch"]),
         ],
-        [_weight("w_q", 8, 16), _weight("w_up", 12, 16), _weight("b_up", 12),
-         _weight("w_down", 6, 12)],
+        [
+            _weight("w_q", 8, 16),
+            _weight("w_up", 12, 16),
+            _weight("b_up", 12),
+            _weight("w_down", 6, 12),
+        ],
     )
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     return helper.make_model(graph, opset_imports=opsets)

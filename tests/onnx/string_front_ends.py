@@ -40,8 +40,14 @@ def front_end(appended: bool = False) -> onnx.ModelProto:
         ONNX checker rejects it.
     """
     encode = helper.make_node(
-        "LabelEncoder", ["phonemes"], ["ids"], name="encode", domain="ai.onnx.ml",
-        keys_strings=PHONEMES, values_int64s=list(range(len(PHONEMES))), default_int64=0,
+        "LabelEncoder",
+        ["phonemes"],
+        ["ids"],
+        name="encode",
+        domain="ai.onnx.ml",
+        keys_strings=PHONEMES,
+        values_int64s=list(range(len(PHONEMES))),
+        default_int64=0,
     )
     rest = [
         helper.make_node("OneHot", ["ids", "depth", "off_on"], ["hot"], name="one_hot"),
@@ -53,8 +59,14 @@ def front_end(appended: bool = False) -> onnx.ModelProto:
         helper.make_node("NonZero", ["is_voiced"], ["where_voiced"], name="where_voiced"),
         helper.make_node("Gather", ["phonemes", "where_voiced"], ["voiced"], name="voiced"),
         helper.make_node(
-            "LabelEncoder", ["loudest"], ["levels"], name="decode", domain="ai.onnx.ml",
-            keys_int64s=list(range(len(LEVELS))), values_strings=LEVELS, default_string="?",
+            "LabelEncoder",
+            ["loudest"],
+            ["levels"],
+            name="decode",
+            domain="ai.onnx.ml",
+            keys_int64s=list(range(len(LEVELS))),
+            values_strings=LEVELS,
+            default_string="?",
         ),
         helper.make_node("Identity", ["phonemes"], ["echo"], name="echo"),
     ]

@@ -119,7 +119,6 @@ def test_only_the_default_domain_nodes_the_operator_wrote_are_checked() -> None:
         check_nodes_exist(g, 0, op)
 
 
-
 # ---- SimplifiedLayerNormalization: run by sonnx in the default domain, unknown to onnx --------
 
 

@@ -36,8 +36,7 @@ def test_nan_matches_nan_and_integers_must_be_equal() -> None:
     ids = torch.tensor([[3, 1], [4, 1]])
     other = torch.tensor([[3, 1], [4, 2]])
     assert first_difference(["ids"], [other], [ids]) == (
-        "output 'ids': 1 of 4 elements differ, the first at [1, 1] (2 where the eager steps "
-        "give 1)"
+        "output 'ids': 1 of 4 elements differ, the first at [1, 1] (2 where the eager steps give 1)"
     )
     flags = torch.tensor([True, False])
     assert first_difference(["f"], [flags.clone()], [flags]) is None

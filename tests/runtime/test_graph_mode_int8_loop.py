@@ -26,8 +26,9 @@ def _int8_encoder(tmp_path: Path) -> onnx.ModelProto:
     torch.manual_seed(0)
     module = tm.TinyBert(vocab=50, hidden=32, heads=2, layers=1, ffn=64, max_len=8)
     path = tmp_path / "encoder.onnx"
-    onnx.save(tm.export(module, tm.bert_inputs(1, 8, 50), 17, ["input_ids", "attention_mask"]),
-              path)
+    onnx.save(
+        tm.export(module, tm.bert_inputs(1, 8, 50), 17, ["input_ids", "attention_mask"]), path
+    )
     quantize_dynamic(path, tmp_path / "int8.onnx", weight_type=QuantType.QInt8)
     return onnx.load(tmp_path / "int8.onnx")
 
@@ -84,8 +85,13 @@ def _loop_decoder(trips: int, hidden: int = 8, vocab: int = 6) -> onnx.ModelProt
         helper.make_node("Relu", ["x"], ["h0"], name="start"),
         helper.make_node("ArgMax", ["x"], ["first"], axis=1, keepdims=0, name="first"),
         helper.make_node("Mod", ["first", "vocab"], ["tok0"], name="clamp"),
-        helper.make_node("Loop", ["trips", "go", "h0", "tok0"], ["h", "tokens", "steps"],
-                         body=body, name="decode"),
+        helper.make_node(
+            "Loop",
+            ["trips", "go", "h0", "tok0"],
+            ["h", "tokens", "steps"],
+            body=body,
+            name="decode",
+        ),
         helper.make_node("Softmax", ["steps"], ["y"], axis=-1, name="probabilities"),
     ]
     initializers = [numpy_helper.from_array(v, k) for k, v in weights.items()]

@@ -46,9 +46,12 @@ def _model() -> onnx.ModelProto:
         helper.make_node("Identity", ["words"], ["same_words"]),
     ]
     outputs = {
-        "y2": (TensorProto.FLOAT, ["M", 128]), "picked": (TensorProto.INT64, ["K"]),
-        "xq": (TensorProto.FLOAT, ["N", 64]), "widened": (TensorProto.FLOAT, [32, 32]),
-        "unpacked": (TensorProto.FLOAT, [64, 64]), "same_words": (TensorProto.STRING, [200]),
+        "y2": (TensorProto.FLOAT, ["M", 128]),
+        "picked": (TensorProto.INT64, ["K"]),
+        "xq": (TensorProto.FLOAT, ["N", 64]),
+        "widened": (TensorProto.FLOAT, [32, 32]),
+        "unpacked": (TensorProto.FLOAT, [64, 64]),
+        "same_words": (TensorProto.STRING, [200]),
     }
     graph = helper.make_graph(
         nodes,
@@ -181,8 +184,9 @@ def test_a_model_prepared_from_its_file_runs_and_exports_as_from_its_proto(
     kept in the model)."""
     original = _model()
     path = tmp_path / "kept.onnx"
-    onnx.save(_model(), str(path), save_as_external_data=external, location="kept.data",
-              size_threshold=0)  # a model of its own: saving moves its data out
+    onnx.save(
+        _model(), str(path), save_as_external_data=external, location="kept.data", size_threshold=0
+    )  # a model of its own: saving moves its data out
     from_file, from_proto = sonnx.prepare(str(path)), sonnx.prepare(original)
     assert {i.name for i in from_file.model.graph.initializer if i.ByteSize() > 64} == {"b"}
     xs = {n: Tensor(data=a, requires_grad=False) for n, a in FEEDS.items()}
@@ -214,6 +218,8 @@ def test_save_with_values_writes_the_tensors_values_beside_a_kept_model(tmp_path
     assert _values(saved) == _values(expected)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(
-        session.run(["y2"], FEEDS)[0].reshape(-1, 64), FEEDS["x"] @ (2 * INITIALIZERS["w"])
-        + INITIALIZERS["b"], rtol=1e-5, atol=1e-5,
+        session.run(["y2"], FEEDS)[0].reshape(-1, 64),
+        FEEDS["x"] @ (2 * INITIALIZERS["w"]) + INITIALIZERS["b"],
+        rtol=1e-5,
+        atol=1e-5,
     )

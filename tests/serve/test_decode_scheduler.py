@@ -23,8 +23,16 @@ from sonnx.testing.host_reads import count_host_reads, device_values
 from tests.genai_builds import build, unbudgeted_graph_decoder
 from tests.generation.optimum_models import export_optimum_style, tiny_llama
 
-PROMPTS = [[1, 5, 9, 33, 7], [1, 4], [1, 8, 8, 3], [1, 20, 21], [1, 3, 3, 3, 3, 3, 3], [1, 9],
-           [1, 40, 41, 42], [1, 6, 7]]
+PROMPTS = [
+    [1, 5, 9, 33, 7],
+    [1, 4],
+    [1, 8, 8, 3],
+    [1, 20, 21],
+    [1, 3, 3, 3, 3, 3, 3],
+    [1, 9],
+    [1, 40, 41, 42],
+    [1, 6, 7],
+]
 LENGTHS = [12, 5, 9, 12, 3, 8, 12, 6]
 
 
@@ -117,7 +125,12 @@ def test_seeded_sampling_in_a_batch_equals_it_alone(model) -> None:
     assert prefills == [3]
     for (prompt, _, _, seed), got in zip(requests, tokens, strict=True):
         alone = model.rep.generate(
-            prompt, max_new_tokens=10, do_sample=True, temperature=1.3, top_k=30, seed=seed,
+            prompt,
+            max_new_tokens=10,
+            do_sample=True,
+            temperature=1.3,
+            top_k=30,
+            seed=seed,
             layout=model.layout,
         )[0]
         np.testing.assert_array_equal(got, alone[len(prompt) :])
@@ -141,7 +154,10 @@ def test_beam_and_greedy_requests_in_one_batch_each_equal_their_run_alone(model)
     for (prompt, length, _, _, *beams), got in zip(requests, tokens, strict=True):
         beams, ends = beams or (1, frozenset())
         alone = model.rep.generate(
-            prompt, max_new_tokens=length, num_beams=beams, eos_token_id=sorted(ends),
+            prompt,
+            max_new_tokens=length,
+            num_beams=beams,
+            eos_token_id=sorted(ends),
             layout=model.layout,
         )[0]
         np.testing.assert_array_equal(got, alone[len(prompt) :])

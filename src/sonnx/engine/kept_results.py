@@ -30,9 +30,7 @@ class KeptResult:
 
     def __init__(self, inputs: Sequence[Any], result: Any) -> None:
         self._inputs = [_data(a) for a in inputs]
-        self._versions = [
-            a._version if isinstance(a, torch.Tensor) else -1 for a in self._inputs
-        ]
+        self._versions = [a._version if isinstance(a, torch.Tensor) else -1 for a in self._inputs]
         self.result = result
 
     def holds_for(self, inputs: Sequence[Any]) -> bool:

@@ -187,4 +187,3 @@ class CapturedSteps(StaticSteps):
         out = run.run({n: t for n, t in feed.items() if n in run.inputs and n not in run.held})
         outputs = dict(zip(self.decoder.rep.outputs, out, strict=True))
         return last_logits(outputs[lay.logits].data)
-

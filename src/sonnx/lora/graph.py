@@ -84,24 +84,57 @@ def _adapter_nodes(a: Adapter, style: str, float_type: int) -> list[onnx.NodePro
     x = a.x
     if style == "train" and a.dropout > 0:
         ratio = f"{p}/lora/dropout_ratio"
-        nodes.append(helper.make_node("Constant", [], [ratio], name=ratio,
-                                      value=helper.make_tensor(ratio, float_type, [], [a.dropout])))
-        nodes.append(helper.make_node("Dropout", [x, ratio], [f"{p}/lora/Dropout/output_0"],
-                                      name=f"{p}/lora/Dropout"))
+        nodes.append(
+            helper.make_node(
+                "Constant",
+                [],
+                [ratio],
+                name=ratio,
+                value=helper.make_tensor(ratio, float_type, [], [a.dropout]),
+            )
+        )
+        nodes.append(
+            helper.make_node(
+                "Dropout", [x, ratio], [f"{p}/lora/Dropout/output_0"], name=f"{p}/lora/Dropout"
+            )
+        )
         x = nodes[-1].output[0]
-    nodes.append(helper.make_node("MatMul", [x, a.a_name], [f"{p}/lora_A/MatMul/output_0"],
-                                  name=f"{p}/lora_A/MatMul"))
+    nodes.append(
+        helper.make_node(
+            "MatMul", [x, a.a_name], [f"{p}/lora_A/MatMul/output_0"], name=f"{p}/lora_A/MatMul"
+        )
+    )
     if style == "train":
         # Scaling the rank-r product costs r, not out, multiplications per token.
         scale = f"{p}/lora/scale"
-        nodes.append(helper.make_node("Constant", [], [scale], name=scale,
-                                      value=helper.make_tensor(scale, float_type, [], [a.scale])))
-        nodes.append(helper.make_node("Mul", [nodes[-2].output[0], scale],
-                                      [f"{p}/lora/Mul/output_0"], name=f"{p}/lora/Mul"))
-    nodes.append(helper.make_node("MatMul", [nodes[-1].output[0], a.b_name],
-                                  [f"{p}/lora_B/MatMul/output_0"], name=f"{p}/lora_B/MatMul"))
-    nodes.append(helper.make_node("Add", [a.base_output, nodes[-1].output[0]], [a.y],
-                                  name=f"{p}/lora/Add"))
+        nodes.append(
+            helper.make_node(
+                "Constant",
+                [],
+                [scale],
+                name=scale,
+                value=helper.make_tensor(scale, float_type, [], [a.scale]),
+            )
+        )
+        nodes.append(
+            helper.make_node(
+                "Mul",
+                [nodes[-2].output[0], scale],
+                [f"{p}/lora/Mul/output_0"],
+                name=f"{p}/lora/Mul",
+            )
+        )
+    nodes.append(
+        helper.make_node(
+            "MatMul",
+            [nodes[-1].output[0], a.b_name],
+            [f"{p}/lora_B/MatMul/output_0"],
+            name=f"{p}/lora_B/MatMul",
+        )
+    )
+    nodes.append(
+        helper.make_node("Add", [a.base_output, nodes[-1].output[0]], [a.y], name=f"{p}/lora/Add")
+    )
     return nodes
 
 

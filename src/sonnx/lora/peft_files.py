@@ -204,9 +204,7 @@ def load(rep: SingaRep, path: str | Path) -> list[str]:
     tensors, config = _read(Path(path))
     pairs = _pairs(tensors)
     existing = {peft_module(a.module): a for a in adapters_of(rep.model)}
-    graph_modules = existing or {
-        peft_module(t.module): t for t in candidates(rep.model.graph)
-    }
+    graph_modules = existing or {peft_module(t.module): t for t in candidates(rep.model.graph)}
     loaded: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}
     used: set[str] = set()
     for key in graph_modules:

@@ -156,8 +156,10 @@ def capture_cuda_graph(
     _check_held(held, feeds)
     device = rep.device.torch_device
     if device.type != "cuda":
-        raise BadInputError(f"capture_cuda_graph: CUDA graphs need a CUDA device; "
-                            f"the model is prepared on {rep.device}")
+        raise BadInputError(
+            f"capture_cuda_graph: CUDA graphs need a CUDA device; "
+            f"the model is prepared on {rep.device}"
+        )
     runner = rep.graph_runner
     if runner is None:
         raise BadInputError("capture_cuda_graph: prepare the model with use_graph=True")

@@ -44,8 +44,15 @@ __all__ = [
 
 #: The fields of a TensorProto that hold its values (all but one are empty in any tensor).
 _DATA_FIELDS = frozenset(
-    {"raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data",
-     "uint64_data"}
+    {
+        "raw_data",
+        "float_data",
+        "int32_data",
+        "string_data",
+        "int64_data",
+        "double_data",
+        "uint64_data",
+    }
 )
 
 #: What a header written by :func:`save_with_values` takes from its value, not from ``model``.
@@ -72,9 +79,7 @@ def without_large_values(
     return kept
 
 
-def with_current_values(
-    model: onnx.ModelProto, constants: Mapping[str, Tensor]
-) -> onnx.ModelProto:
+def with_current_values(model: onnx.ModelProto, constants: Mapping[str, Tensor]) -> onnx.ModelProto:
     """A copy of ``model`` in which every initializer held in ``constants`` has the tensor's
     current value (trained weights, updated statistics); the others are copied as they are.
 

@@ -382,8 +382,18 @@ class SingaRep:
         from sonnx.generation.search import generate_tokens
 
         return generate_tokens(
-            self, input_ids, max_new_tokens, do_sample, temperature, top_k, top_p, num_beams,
-            eos_token_id, attention_mask, streamer, **options,
+            self,
+            input_ids,
+            max_new_tokens,
+            do_sample,
+            temperature,
+            top_k,
+            top_p,
+            num_beams,
+            eos_token_id,
+            attention_mask,
+            streamer,
+            **options,
         )
 
     # ---- describing -----------------------------------------------------------------------

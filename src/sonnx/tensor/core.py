@@ -66,7 +66,6 @@ def _to_torch(data: Any, device: Device, dtype: torch.dtype | None) -> torch.Ten
     return t
 
 
-
 def check_shape(shape: Sequence[int] | int) -> tuple[int, ...]:
     """The shape of a zero-filled tensor as a tuple of ints (an int is a 1-D shape).
 
@@ -486,4 +485,3 @@ class Tensor:
         made = f" creator={self.creator.op_type}" if self.creator is not None else ""
         dtype = dtypes.dtype_name(self.dtype)  # ONNX's names (float32), not torch.float32
         return f"Tensor(shape={self.shape}, dtype={dtype}, device={self.device}{label}{made})"
-

@@ -208,4 +208,3 @@ class RecordedTensor(Tensor):
 
     def is_empty(self) -> bool:
         return self._shape.numel() == 0
-

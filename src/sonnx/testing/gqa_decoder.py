@@ -160,8 +160,15 @@ def _layer_nodes(i: int, s: GqaSizes) -> list[onnx.NodeProto]:
     attention = helper.make_node(
         "GroupQueryAttention",
         [
-            p + "packed", "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value",
-            "seqlens_k", "total", "cos_cache", "sin_cache",
+            p + "packed",
+            "",
+            "",
+            f"past_key_values.{i}.key",
+            f"past_key_values.{i}.value",
+            "seqlens_k",
+            "total",
+            "cos_cache",
+            "sin_cache",
         ],
         [p + "attended", f"present.{i}.key", f"present.{i}.value"],
         domain="com.microsoft",

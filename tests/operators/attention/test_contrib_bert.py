@@ -54,14 +54,21 @@ MHA_CASES = {
     ),
     "split_heads_kv": (lambda: [randn(B, S, D), randn(B, N, L, H), randn(B, N, L, H)], 1, {}),
     "past_causal": (
-        lambda: [randn(B, S, D), randn(B, S, D), randn(B, S, D), randn(3 * D), None,
-                 randn(1, N, S, 5 + S), randn(B, N, 5, H), randn(B, N, 5, H)],
+        lambda: [
+            randn(B, S, D),
+            randn(B, S, D),
+            randn(B, S, D),
+            randn(3 * D),
+            None,
+            randn(1, N, S, 5 + S),
+            randn(B, N, 5, H),
+            randn(B, N, 5, H),
+        ],
         3,
         {"unidirectional": 1},
     ),
     "all_masked_causal": (
-        lambda: [randn(B, S, D), randn(B, S, D), randn(B, S, D), None,
-                 np.zeros((B, S), np.int32)],
+        lambda: [randn(B, S, D), randn(B, S, D), randn(B, S, D), None, np.zeros((B, S), np.int32)],
         1,
         {"unidirectional": 1},
     ),
@@ -93,7 +100,9 @@ X_IN = 12
 ATTENTION_CASES = {
     "plain": (lambda: [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D)], 1, {}),
     "right_padding": (
-        lambda: [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), lengths(3, 1)], 1, {}
+        lambda: [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), lengths(3, 1)],
+        1,
+        {},
     ),
     "left_padding": (
         lambda: [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), lengths(3, 2, 0, 1)],
@@ -101,7 +110,9 @@ ATTENTION_CASES = {
         {},
     ),
     "mask_2d": (
-        lambda: [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), raw_mask(B, S)], 1, {}
+        lambda: [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), raw_mask(B, S)],
+        1,
+        {},
     ),
     "mask_3d_scale": (
         lambda: [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), raw_mask(B, S, S)],
@@ -109,14 +120,25 @@ ATTENTION_CASES = {
         {"scale": 0.3},
     ),
     "causal_bias": (
-        lambda: [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), lengths(3, 1), None,
-                 randn(1, N, S, S)],
+        lambda: [
+            randn(B, S, X_IN),
+            randn(X_IN, 3 * D),
+            randn(3 * D),
+            lengths(3, 1),
+            None,
+            randn(1, N, S, S),
+        ],
         1,
         {"unidirectional": 1},
     ),
     "past_mask_causal": (
-        lambda: [randn(B, S, X_IN), randn(X_IN, 3 * D), randn(3 * D), raw_mask(B, 5 + S),
-                 randn(2, B, N, 5, H)],
+        lambda: [
+            randn(B, S, X_IN),
+            randn(X_IN, 3 * D),
+            randn(3 * D),
+            raw_mask(B, 5 + S),
+            randn(2, B, N, 5, H),
+        ],
         2,
         {"unidirectional": 1},
     ),

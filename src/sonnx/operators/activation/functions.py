@@ -165,8 +165,7 @@ class PRelu(_Activation):
 
 
 class Elu(_Activation):
-    """ONNX ``Elu``: ``x`` where x > 0, else ``alpha * (exp(x) - 1)`` (attribute ``alpha``, 1.0).
-    """
+    """ONNX ``Elu``: ``x`` where x > 0, else ``alpha * (exp(x) - 1)`` (attribute ``alpha``, 1.0)."""
 
     op_type = "Elu"
     since_versions = (1, 6, 22)
@@ -212,8 +211,7 @@ class Selu(_Activation):
 
 
 class Celu(_Activation):
-    """ONNX ``Celu``: ``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (attribute ``alpha``).
-    """
+    """ONNX ``Celu``: ``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (attribute ``alpha``)."""
 
     op_type = "Celu"
     since_versions = (12, 28)
@@ -254,8 +252,7 @@ class Sigmoid(_Activation):
 
 
 class HardSigmoid(_Activation):
-    """ONNX ``HardSigmoid``: ``max(0, min(1, alpha * x + beta))`` (attributes ``alpha``, ``beta``).
-    """
+    """ONNX ``HardSigmoid``: ``max(0, min(1, alpha * x + beta))``."""
 
     op_type = "HardSigmoid"
     since_versions = (1, 6, 22)

@@ -367,7 +367,6 @@ class TensorScatter(Operator):
 # ---- SINGA-style functions --------------------------------------------------------------------
 
 
-
 def gather(x: Tensor, axis: int, indices: Tensor | Sequence[int] | int) -> Tensor:
     """Take the entries ``indices`` of ``x`` along ``axis`` (ONNX Gather).
 

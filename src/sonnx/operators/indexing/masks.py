@@ -122,7 +122,6 @@ class Compress(Operator):
 # ---- SINGA-style functions --------------------------------------------------------------------
 
 
-
 def onehot(
     axis: int,
     indices: Tensor,

@@ -272,8 +272,7 @@ class _Scan(StrictExport):
 
 
 class CumSum(_Scan):
-    """ONNX ``CumSum``: running sums along the axis input (``exclusive``, ``reverse``).
-    """
+    """ONNX ``CumSum``: running sums along the axis input (``exclusive``, ``reverse``)."""
 
     op_type = "CumSum"
     since_versions = (11, 14)
@@ -284,8 +283,7 @@ class CumSum(_Scan):
 
 
 class CumProd(_Scan):
-    """ONNX ``CumProd``: running products along the axis input (``exclusive``, ``reverse``).
-    """
+    """ONNX ``CumProd``: running products along the axis input (``exclusive``, ``reverse``)."""
 
     op_type = "CumProd"
     since_versions = (26,)
@@ -293,8 +291,6 @@ class CumProd(_Scan):
 
     def scan(self, x: torch.Tensor, axis: int) -> torch.Tensor:
         return torch.cumprod(x, axis, dtype=x.dtype)
-
-
 
 
 def einsum(equation: str, *xs: Tensor) -> Tensor:

@@ -32,6 +32,8 @@ class MLOperator(Operator):
     domain = ML_DOMAIN
     output_shape = OutputShape.FROM_SHAPES
     inference_only = True
+
+
 POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 FEATURE_TYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 LabelTable = torch.Tensor | StringArray

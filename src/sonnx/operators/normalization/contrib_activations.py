@@ -73,9 +73,7 @@ class QuickGelu(ContribNormOperator):
 def _check_3d(op: str, x: torch.Tensor) -> None:
     check_float(op, "X", x)
     if x.dim() != 3:
-        raise BadInputError(
-            f"{op}: input X must be 3-D (N, S, C), received shape {tuple(x.shape)}"
-        )
+        raise BadInputError(f"{op}: input X must be 3-D (N, S, C), received shape {tuple(x.shape)}")
 
 
 class BiasAdd(ContribNormOperator):

@@ -323,4 +323,3 @@ def multinomial(
     attrs = _attrs(dtype, seed)
     attrs["sample_size"] = int(sample_size)
     return Multinomial(**attrs)(x)
-

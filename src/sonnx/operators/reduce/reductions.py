@@ -263,8 +263,7 @@ class ReduceLogSum(Reduction):
 
 
 class ReduceLogSumExp(Reduction):
-    """ONNX ``ReduceLogSumExp``: ``log(sum(exp(x)))`` over the axes input, computed stably.
-    """
+    """ONNX ``ReduceLogSumExp``: ``log(sum(exp(x)))`` over the axes input, computed stably."""
 
     op_type = "ReduceLogSumExp"
     since_versions = (18, 28)

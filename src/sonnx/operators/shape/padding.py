@@ -243,6 +243,8 @@ class CenterCropPad(Operator):
                 pads[2 * (x.dim() - 1 - a)] = extra // 2
                 pads[2 * (x.dim() - 1 - a) + 1] = extra - extra // 2
         return functional.pad(x, pads) if any(pads) else x
+
+
 # ---- SINGA-named functions -------------------------------------------------------------------
 
 

@@ -173,6 +173,7 @@ class STFT(Operator):
 class _Window(Operator):
     """A generalized cosine window ``sum_k (-1)^k a_k cos(2 pi k n / N)``; ``N`` is the size
     when ``periodic`` (the default), else size - 1. A symmetric window of size 1 is ``[1]``."""
+
     output_shape = OutputShape.FROM_SHAPES
     shape_inputs = frozenset({0})
     parameterising_inputs = frozenset({0})
