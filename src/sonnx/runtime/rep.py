@@ -25,41 +25,31 @@ from typing import Any, ClassVar
 import numpy as np
 import onnx
 import onnx.inliner
-import torch
 
 import sonnx.onnx.converters  # noqa: F401  (registers every converter)
-from sonnx import dtypes
 from sonnx.device import Device, as_device
 from sonnx.engine.operator import is_training
 from sonnx.errors import BadInputError
 from sonnx.host_memory import release_freed_memory
 from sonnx.onnx.model_file import StoredWeight
 from sonnx.onnx.model_loading import ModelSource, load_model, opset_versions
-from sonnx.onnx.values import (
-    GraphValue,
-    MapSequence,
-    MapValue,
-    OptionalValue,
-    TensorSequence,
-)
 from sonnx.operators.quantize.ort_kernels import KERNEL_CHOICES, choose_kernels
-from sonnx.runtime.array_runs import ArrayRuns, is_plain_array
+from sonnx.runtime.array_runs import ArrayRuns
 from sonnx.runtime.compile_budget import DEFAULT_COMPILE_BUDGET, CompileBudget
 from sonnx.runtime.graph_mode import GraphRunner
 from sonnx.runtime.graph_weights import graph_weights
 from sonnx.runtime.imported_graph import GraphSource, ImportedGraph
+from sonnx.runtime.input_binding import bind_inputs
 from sonnx.runtime.input_specs import (
     InputSpec,
-    cast_hint,
     input_spec,
-    is_map_list,
 )
 from sonnx.runtime.kept_model import without_large_values
 from sonnx.runtime.layer_table import inferred_shapes, layer_table
 from sonnx.runtime.program import GraphProgram, compile_graph
 from sonnx.runtime.run_paths import Path, RunTaken, announce, choose_path, explain_run, took
 from sonnx.runtime.store import graph_digest
-from sonnx.tensor import Tensor, computed_tensor
+from sonnx.tensor import Tensor
 
 
 @dataclass(repr=False)
@@ -182,7 +172,7 @@ class SingaRep:
             if fast is not None:
                 self._last_run = took(fast[2])
                 return ImportedGraph.record_values(self.source, fast[0], self.outputs, fast[1])
-        bound = self._bind_inputs(inputs)
+        bound = bind_inputs(inputs, self.input_specs, self.device)
         if compiled_run:
             compiled, taken = self.graph_runner.run(bound)
             self._last_run = took(taken)  # a None from the runner: the program's steps run
@@ -234,112 +224,6 @@ class SingaRep:
                 f"drops the last k-1 of its {n} layers), received {last_layers!r}"
             )
         return n + last_layers + 1, None
-
-    def _bind_inputs(self, inputs: Any) -> dict[str, Tensor]:
-        if type(inputs) is list and self.device.torch_device.type == "cpu":
-            bound = self._bind_plain_arrays(inputs)
-            if bound is not None:
-                return bound
-        specs = self.input_specs
-        if isinstance(inputs, Mapping):
-            unknown = set(inputs) - {s.name for s in specs}
-            if unknown:
-                raise BadInputError(
-                    f"run: unknown input name(s) {sorted(unknown)}; the model's inputs are "
-                    f"{self.inputs}"
-                )
-            pairs = [(s, inputs[s.name]) for s in specs if s.name in inputs]
-            missing = [s.name for s in specs if s.name not in inputs]
-        else:
-            if isinstance(inputs, (Tensor, np.ndarray)):
-                inputs = [inputs]
-            inputs = list(inputs)
-            if len(inputs) > len(specs):
-                raise BadInputError(
-                    f"run: the model takes {len(specs)} input(s) {self.inputs}, received "
-                    f"{len(inputs)}"
-                )
-            pairs = list(zip(specs, inputs, strict=False))
-            missing = [s.name for s in specs[len(inputs) :]]
-        if missing:
-            raise BadInputError(f"run: no value given for input(s) {missing}")
-        return {spec.name: self._check_input(spec, value) for spec, value in pairs}
-
-    def _bind_plain_arrays(self, arrays: list[Any]) -> dict[str, Tensor] | None:
-        """The binding of a list of one NumPy array per input, each C-ordered, writable, of
-        the declared number type and of sizes the input admits, in one short loop (the general
-        path costs 5-8 us per input); None for anything else, which the general path binds or
-        refuses with its errors."""
-        specs = self.input_specs
-        if len(arrays) != len(specs):
-            return None
-        bound: dict[str, Tensor] = {}
-        for spec, a in zip(specs, arrays, strict=True):
-            if not is_plain_array(a, spec.plain_array_dtype) or not spec.admits(a.shape):
-                return None
-            bound[spec.name] = computed_tensor(torch.from_numpy(a))
-        return bound
-
-    def _as_tensor(self, name: str, value: Any) -> Tensor:
-        if isinstance(value, Tensor):
-            if value.data.device != self.device.torch_device:
-                raise BadInputError(
-                    f"run: input {name!r} is on {value.device}, the model on {self.device}; "
-                    "move it with Tensor.to_device"
-                )
-            return value
-        data = value if isinstance(value, torch.Tensor) else np.asarray(value)
-        try:
-            if isinstance(data, np.ndarray) and data.dtype.kind in "biufc":
-                # The common case, NumPy numbers, without Tensor's general conversion.
-                t = dtypes.array_to_torch(data)
-                device = self.device.torch_device
-                return computed_tensor(t if device.type == "cpu" else t.to(device))
-            return Tensor(data=data, device=self.device, requires_grad=False)
-        except BadInputError as e:  # a string or object array: say which input it was
-            spec = next((s.describe() for s in self.input_specs if s.name == name), "a tensor")
-            raise BadInputError(
-                f"run: input {name!r} expects {spec}, received an array of {data.dtype} "
-                f"with shape {tuple(data.shape)} ({e})"
-            ) from e
-
-    def _check_input(self, spec: InputSpec, value: Any) -> GraphValue:
-        if spec.kind == "map_type":
-            if not isinstance(value, Mapping):
-                raise BadInputError(
-                    f"run: input {spec.name!r} is a map; give a dict, received "
-                    f"{type(value).__name__}"
-                )
-            return MapValue(dict(value), spec.dtype)
-        if spec.kind == "sequence_type" and is_map_list(value):
-            return MapSequence([dict(v) for v in value])
-        if spec.kind == "sequence_type":
-            return TensorSequence([self._as_tensor(spec.name, v) for v in value])
-        if spec.kind == "optional_type":
-            if value is None:
-                return OptionalValue(None)
-            if isinstance(value, list):
-                return OptionalValue(TensorSequence([self._as_tensor(spec.name, v) for v in value]))
-            return OptionalValue(self._as_tensor(spec.name, value))
-        return self._check_tensor(spec, value)
-
-    def _check_tensor(self, spec: InputSpec, value: Any) -> Tensor:
-        t = self._as_tensor(spec.name, value)
-        data = t.data
-        if spec.dtype is not None and data.dtype != spec.dtype:
-            raise BadInputError(
-                f"run: input {spec.name!r} expects {spec.describe()}, received "
-                f"{dtypes.dtype_name(t.dtype)} with shape {tuple(data.shape)}"
-                f"{cast_hint(value, spec.dtype)}"
-            )
-        if spec.shape == () and data.dim() > 0 and data.numel() == 1:
-            # A one-element tensor is accepted for a scalar input (official cases feed them).
-            t = Tensor(data=data.reshape(()), requires_grad=t.requires_grad, name=t.name)
-        elif not spec.admits(data.shape):  # torch's sizes: Tensor.shape builds exportable Dims
-            raise BadInputError(
-                f"run: input {spec.name!r} expects {spec.describe()}, received shape {t.shape}"
-            )
-        return t
 
     # ---- generating -----------------------------------------------------------------------
     def generate(
@@ -432,7 +316,7 @@ class SingaRep:
         values = None
         if inputs is not None:
             values = dict(self.constants)
-            values.update(self._bind_inputs(inputs))
+            values.update(bind_inputs(inputs, self.input_specs, self.device))
         return explain_run(
             self.program, self.graph_runner, choice, stop, all_outputs, values, self._last_run
         )
