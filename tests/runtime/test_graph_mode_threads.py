@@ -139,14 +139,16 @@ def test_a_thread_finding_its_graph_being_compiled_runs_eagerly_instead_of_compi
     once."""
     monkeypatch.setenv(store.ENV_VAR, str(tmp_path))
     started, finish = threading.Event(), threading.Event()
-    compile_segment = GraphRunner._compile
+    compile_library = store.GraphStore.compile
 
     def held_compile(self, *args, **kwargs):
+        # Inside the first thread's claim: held outside it, the second request would wait
+        # here too, and whichever thread claimed first after the wait would compile.
         started.set()
         finish.wait(120)
-        return compile_segment(self, *args, **kwargs)
+        return compile_library(self, *args, **kwargs)
 
-    monkeypatch.setattr(GraphRunner, "_compile", held_compile)
+    monkeypatch.setattr(store.GraphStore, "compile", held_compile)
     model = chain_with_a_tanh()
     rep, eager = sonnx.prepare(model, use_graph=True), sonnx.prepare(model)
     x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)

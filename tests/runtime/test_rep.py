@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 import sonnx
 import sonnx.autograd as autograd
 from sonnx.errors import BadInputError, BadModelError, UnsupportedOperatorError
+from sonnx.runtime import input_binding
 from sonnx.tensor import Tensor, to_numpy
 
 
@@ -125,14 +126,14 @@ def test_plain_arrays_are_bound_as_the_general_path_binds_them() -> None:
     loop, sharing the arrays' memory; every other input takes the general path, as before."""
     rep = sonnx.prepare(_chain_model())
     x = X.copy()
-    bound = rep._bind_inputs([x])
+    bound = input_binding.bind_inputs([x], rep.input_specs, rep.device)
     assert bound["x"].data.data_ptr() == x.ctypes.data and not bound["x"].requires_grad
-    assert rep._bind_plain_arrays([x]) is not None
+    assert input_binding._bind_plain_arrays([x], rep.input_specs) is not None
     read_only = X.copy()
     read_only.flags.writeable = False
     strided = np.repeat(X, 2, axis=1)[:, ::2]
     for other in ([read_only], [strided], [X.astype(np.float64)], [X[0]], [x, x], [[1.0]]):
-        assert rep._bind_plain_arrays(other) is None
+        assert input_binding._bind_plain_arrays(other, rep.input_specs) is None
     for given in ([read_only], [strided], (x,), {"x": x}):
         np.testing.assert_array_equal(to_numpy(rep.run(given)[0]), -(R * 3 + B))
     with pytest.raises(BadInputError, match=r"takes 1 input"):
