@@ -178,7 +178,7 @@ class GroupQueryAttention(ContribOperator):
         q, k, v = self._split(query, key, value, heads, kv_heads)
         batch, seq = q.shape[0], q.shape[2]
         (total_length,) = host_ints(total)
-        if self._one_token_in_place(q, seqlens_k, past_key, past_value, total_length, xs):
+        if self._one_token_in_place(q, past_key, past_value, total_length, xs):
             return self._decode_one_token(q, k, v, past_key, past_value, seqlens_k, xs)
         past_length = 0 if past_key is None else past_key.shape[2]
         first_prompt = seq > 1 and seq == total_length
@@ -193,7 +193,7 @@ class GroupQueryAttention(ContribOperator):
             elif position_ids is not None:
                 positions = position_ids.long().reshape(batch, seq)
             q, k = self._rotary(q, k, positions, cos_cache, sin_cache)
-        if past_length >= total_length and past_value is not None and CACHES_IN_PLACE.get():
+        if _shared_buffer(past_key, past_value, total_length):
             present_k = _write_in_place(past_key, k, start)
             present_v = _write_in_place(past_value, v, start)
         else:
@@ -206,7 +206,6 @@ class GroupQueryAttention(ContribOperator):
     def _one_token_in_place(
         self,
         q: torch.Tensor,
-        seqlens_k: torch.Tensor,
         past_key: torch.Tensor | None,
         past_value: torch.Tensor | None,
         total_length: int,
@@ -224,14 +223,11 @@ class GroupQueryAttention(ContribOperator):
         # value_checks first: under a tracer the size tests below would guard the batch.
         return (
             value_checks()
-            and CACHES_IN_PLACE.get()
             and q.shape[0] == 1
             and q.shape[2] == 1
             and q.device.type == "cpu"
             and not CPU_AS_DEVICE.get()
-            and past_key is not None
-            and past_value is not None
-            and past_key.shape[2] >= total_length
+            and _shared_buffer(past_key, past_value, total_length)
             and not (torch.is_grad_enabled() and (q.requires_grad or past_key.requires_grad))
             and xs[10] is None  # attention_bias
             and xs[11] is None  # head_sink
@@ -261,11 +257,9 @@ class GroupQueryAttention(ContribOperator):
                 f"{past_key.shape[2]} rows"
             )
         if self.attr("do_rotary"):
-            position_ids, cos_cache, sin_cache = xs[9], xs[7], xs[8]
-            if cos_cache is None or sin_cache is None:
-                raise BadInputError(f"{self.label()}: do_rotary=1 needs cos_cache and sin_cache")
+            position_ids = xs[9]
             position = row if position_ids is None else int(position_ids.reshape(()))
-            cos, sin = cos_cache[position], sin_cache[position]
+            cos, sin = self._angles(position, xs[7], xs[8])
             # One rotation of the query and key heads together: a call fewer of each op.
             both = rotate(torch.cat([q, k], 1), cos, sin, bool(self.attr("rotary_interleaved")))
             q, k = both[:, : q.shape[1]], both[:, q.shape[1] :]
@@ -339,12 +333,21 @@ class GroupQueryAttention(ContribOperator):
         sin_cache: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Q and K rotated by the angles of their (batch, seq) positions."""
-        if cos_cache is None or sin_cache is None:
-            raise BadInputError(f"{self.label()}: do_rotary=1 needs cos_cache and sin_cache")
-        cos = cos_cache[positions].unsqueeze(1)  # (batch, 1, seq, rotary / 2)
-        sin = sin_cache[positions].unsqueeze(1)
+        cos, sin = self._angles(positions, cos_cache, sin_cache)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, rotary / 2)
         interleaved = bool(self.attr("rotary_interleaved"))
         return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
+
+    def _angles(
+        self,
+        positions: torch.Tensor | int,
+        cos_cache: torch.Tensor | None,
+        sin_cache: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows of cos_cache and sin_cache at ``positions`` (a tensor of them, or one)."""
+        if cos_cache is None or sin_cache is None:
+            raise BadInputError(f"{self.label()}: do_rotary=1 needs cos_cache and sin_cache")
+        return cos_cache[positions], sin_cache[positions]
 
     def _attend(
         self,
@@ -398,6 +401,19 @@ class GroupQueryAttention(ContribOperator):
         sink = head_sink.to(scores.dtype).reshape(1, -1, 1, 1).expand(*scores.shape[:3], 1)
         probs = torch.softmax(torch.cat([scores, sink], -1), -1)[..., :-1]
         return torch.matmul(probs, v)
+
+
+def _shared_buffer(
+    past_key: torch.Tensor | None, past_value: torch.Tensor | None, total_length: int
+) -> bool:
+    """Whether the past is a buffer as long as the present, which the caller lets be written
+    in place (:data:`~sonnx.run_state.CACHES_IN_PLACE`)."""
+    return (
+        past_key is not None
+        and past_value is not None
+        and past_key.shape[2] >= total_length
+        and CACHES_IN_PLACE.get()
+    )
 
 
 def _shared_heads(x: torch.Tensor, heads: int) -> torch.Tensor:

@@ -62,7 +62,7 @@ def _widened(x: torch.Tensor, wide: torch.dtype) -> torch.Tensor:
 
 
 def _normalize(
-    total: torch.Tensor, epsilon: float, centered: bool, with_mean: bool = True
+    total: torch.Tensor, epsilon: float, centered: bool, with_mean: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """(normalized, mean, inv_std_var) over the last axis of ``total`` (in compute
     precision); without ``centered`` the mean is zero and the variance the mean square. The
