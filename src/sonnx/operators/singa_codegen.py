@@ -44,7 +44,7 @@ import sonnx.operators
 from sonnx.engine.operator import Operator
 from sonnx.engine.singa_functions import REQUIRED, SCHEMA, Keyword, SingaFunction
 from sonnx.errors import SonnxError
-from sonnx.proto.attributes import schema_defaults
+from sonnx.proto.attributes import schema_defaults, schema_of
 
 COMMAND = "python -m sonnx.operators.singa_codegen"
 #: The first line of each module's generated part, which runs to the end of the module.
@@ -92,11 +92,7 @@ def operator_modules() -> list[Any]:
 
 
 def _schema(cls: type[Operator]) -> onnx.defs.OpSchema | None:
-    domain = "" if cls.domain == "ai.onnx" else cls.domain
-    try:
-        return onnx.defs.get_schema(cls.op_type, domain)
-    except onnx.defs.SchemaError:
-        return None
+    return schema_of(cls.op_type, None, cls.domain)
 
 
 def _literal(value: Any) -> str:

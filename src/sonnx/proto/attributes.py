@@ -49,19 +49,34 @@ def densify(sparse: onnx.SparseTensorProto) -> np.ndarray:
     return dense.reshape(dims)
 
 
+def schema_of(
+    op_type: str, since_version: int | None, domain: str = ""
+) -> onnx.defs.OpSchema | None:
+    """The operator's schema in ``onnx.defs`` (the newest when version is None; ``ai.onnx``
+    is the default domain), or None where onnx has none (``com.microsoft``'s operators).
+
+    :param op_type: the operator.
+    :param since_version: any opset: the schema in force at it is returned.
+    :param domain: the operator's domain.
+    :returns: the schema, or None.
+    """
+    d = "" if domain == "ai.onnx" else domain
+    try:
+        if since_version is None:
+            return onnx.defs.get_schema(op_type, d)
+        return onnx.defs.get_schema(op_type, since_version, d)
+    except onnx.defs.SchemaError:
+        return None
+
+
 @cache
 def schema_defaults(op_type: str, since_version: int | None, domain: str = "") -> dict[str, Any]:
     """Decoded default attribute values from ``onnx.defs`` (newest schema when version is None).
 
     ``since_version`` may be any opset: the schema in force at that opset is used.
     """
-    d = "" if domain == "ai.onnx" else domain
-    try:
-        if since_version is None:
-            schema = onnx.defs.get_schema(op_type, d)
-        else:
-            schema = onnx.defs.get_schema(op_type, since_version, d)
-    except onnx.defs.SchemaError:
+    schema = schema_of(op_type, since_version, domain)
+    if schema is None:
         return {}
     defaults: dict[str, Any] = {}
     for name, attr in schema.attributes.items():
