@@ -1,8 +1,9 @@
-"""Small models the graph-mode tests share: a chain of elementwise steps with a Tanh in the
-middle (where a test double of the compiler plants its faults), and two compiled segments
-around an eager NonZero, and slices of a NonZero's data-dependent count; and a store of
-compiled graphs made once for a module, which its tests copy instead of compiling the same
-graph each (every test starts from an empty store: tests/conftest.py)."""
+"""Small models the graph-mode tests share, most built by ``one_input_model`` (x [n, 3] ->
+y): a chain of elementwise steps with a Tanh in the middle (where a test double of the
+compiler plants its faults), two compiled segments around an eager NonZero, and slices of a
+NonZero's data-dependent count; and a store of compiled graphs made once for a module, which
+its tests copy instead of compiling the same graph each (every test starts from an empty
+store: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ def copy_store(stored: Path) -> None:
     shutil.copytree(stored, root, dirs_exist_ok=True)
 
 
+def one_input_model(
+    nodes: list[onnx.NodeProto], name: str, initializers: list[onnx.TensorProto] | None = None
+) -> onnx.ModelProto:
+    """An opset-17 model of ``nodes`` reading ``x`` (float, ``[n, 3]``) and giving ``y``."""
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializers or [],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def compute_around_a_nonzero() -> onnx.ModelProto:
     """Relu -> Mul (compiled) -> NonZero (eager) -> Cast -> ReduceSum -> Mul by the first
     segment's output (compiled again)."""
@@ -49,13 +64,7 @@ def compute_around_a_nonzero() -> onnx.ModelProto:
         helper.make_node("ReduceSum", ["wf"], ["total"], name="total", keepdims=0),
         helper.make_node("Mul", ["sq", "total"], ["y"], name="scaled"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "around",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return one_input_model(nodes, "around")
 
 
 def chain_with_a_tanh() -> onnx.ModelProto:
@@ -69,14 +78,7 @@ def chain_with_a_tanh() -> onnx.ModelProto:
         helper.make_node("Mul", ["d", "c"], ["e"], name="gate"),
         helper.make_node("Sigmoid", ["e"], ["y"], name="squash"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [two],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return one_input_model(nodes, "chain", [two])
 
 
 def slices_of_a_nonzero_count() -> onnx.ModelProto:

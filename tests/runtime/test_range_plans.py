@@ -17,13 +17,13 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import TensorProto, helper
+from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import sonnx
 from sonnx.errors import SonnxError
 from sonnx.tensor import Tensor, to_numpy
-from tests.runtime.graph_mode_models import compute_around_a_nonzero
+from tests.runtime.graph_mode_models import compute_around_a_nonzero, one_input_model
 
 SIZES = (2, 4, 4, 3, 2)
 
@@ -93,13 +93,7 @@ def _shape_in_the_middle() -> onnx.ModelProto:
         helper.make_node("Reshape", ["r", "count"], ["flat"], name="flatten"),
         helper.make_node("Add", ["flat", "flat"], ["y"], name="double"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "middle",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return one_input_model(nodes, "middle")
 
 
 def _run_in_ranges(program: Any, x: np.ndarray, bounds: list[tuple[int, int]]) -> np.ndarray:

@@ -25,7 +25,7 @@ from sonnx.runtime.store import WeightDigests, digest, graph_digest, store_root
 from sonnx.tensor import to_numpy
 from sonnx.testing import torch_models as tm
 from tests.onnx.switch_models import switch_model
-from tests.runtime.graph_mode_models import compile_into_store, copy_store
+from tests.runtime.graph_mode_models import compile_into_store, copy_store, one_input_model
 
 
 class _ConvNet(nn.Module):
@@ -222,13 +222,7 @@ def _nonzero_model() -> onnx.ModelProto:
         helper.make_node("NonZero", ["r"], ["where"], name="nonzero"),
         helper.make_node("Cast", ["where"], ["y"], name="cast", to=TensorProto.FLOAT),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "nonzero",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return one_input_model(nodes, "nonzero")
 
 
 def test_the_steps_found_to_run_eagerly_are_known_to_the_next_runner() -> None:
