@@ -93,7 +93,7 @@ def test_graph_mode_gives_the_eager_tokens(gqa_dir, capsys, monkeypatch) -> None
         and loaded[-1].rep.graph_runner is None
     )
     assert _ids_out([*argv, "--graph"], capsys) == eager
-    assert loaded[-1].rep.graph_runner.compile_count == 2  # the prompt's graph, the step's
+    assert loaded[-1].running_rep.graph_runner.compile_count == 2  # the prompt's, the step's
 
 
 @pytest.mark.parametrize(

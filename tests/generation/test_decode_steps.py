@@ -30,6 +30,7 @@ from sonnx.generation.decode_steps import (
     static_shapes,
 )
 from sonnx.generation.decoder import Cache, Decoder
+from sonnx.generation.head_rows import head_on_kept_rows
 from sonnx.generation.search import prompt_batch
 from sonnx.run_state import CACHES_IN_PLACE
 from sonnx.runtime.cuda_graphs import CapturedRun
@@ -104,7 +105,7 @@ def test_graph_mode_compiles_a_growing_decode_step_once(llama_dir, llama_rep) ->
         expected = llama_rep.generate(prompts, max_new_tokens=8, eos_token_id=None)
         got = graph.generate(prompts, max_new_tokens=8, eos_token_id=None)
         np.testing.assert_array_equal(got, expected)
-    runner = graph.graph_runner
+    runner = head_on_kept_rows(graph, "logits").graph_runner  # what generation ran
     assert runner.compile_count == 2
     assert runner.fallback is None and all(part.compiled for part in runner.parts())
 
@@ -115,7 +116,7 @@ def test_graph_mode_compiles_the_static_decode_step_once() -> None:
     growing mask's tokens run eagerly."""
     model_dir = build("llama", "fp32")
     eager, graph = load_decoder(model_dir), unbudgeted_graph_decoder(model_dir)
-    runner = graph.rep.graph_runner
+    runner = graph.running_rep.graph_runner
     runner.dynamic = False
     prompts = _llama_prompts(eager, 3)
     expected = _greedy(Decoder(eager.rep, eager.layout), prompts, NEW_TOKENS, _growing)

@@ -39,7 +39,7 @@ def test_graph_mode_decode_compiles_once_for_every_length() -> None:
         expected = eager.generate(batch, max_new_tokens=new, eos_token_id=None)
         got = graph.generate(batch, max_new_tokens=new, eos_token_id=None)
         np.testing.assert_array_equal(got, expected)
-    runner = graph.rep.graph_runner
+    runner = graph.running_rep.graph_runner
     assert runner.compile_count == 2
     assert runner.fallback is None and all(part.compiled for part in runner.parts())
 

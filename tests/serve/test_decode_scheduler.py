@@ -292,7 +292,7 @@ def test_a_decode_step_reads_its_rows_tokens_back_in_one_read(model) -> None:
     values.)"""
     scheduler = DecodeScheduler(model, gather_s=0.5)
     step, reads = scheduler._step, []
-    weights = device_values(model.rep, {})
+    weights = device_values(model.running_rep, {})
 
     def counted(running):
         with count_host_reads(weights) as seen:
@@ -333,6 +333,6 @@ def test_graph_mode_batches_equal_eager_from_two_compiled_graphs() -> None:
         )[0]
         np.testing.assert_array_equal(got, alone[len(prompt) :])
     assert prefills == [1, 2] and max(steps) == 4 and min(steps) == 1
-    runner = graph.rep.graph_runner
+    runner = graph.running_rep.graph_runner
     assert runner.compile_count == 2
     assert runner.fallback is None and all(part.compiled for part in runner.parts())

@@ -23,6 +23,10 @@ that takes padding on the right (GroupQueryAttention: see
 the front and marks each sequence's length by 1s from the mask's start, so both layouts take
 the same calls. :meth:`Decoder.feed` and :meth:`Decoder.run` are a step's two halves without
 that: the inputs as given, and the run (what a CUDA-graph capture takes in between).
+
+Where the graph's language-model head is found, the decoder runs a rewrite of it that computes
+the logits of each sequence's last position only (:mod:`~sonnx.generation.head_rows`): a
+prompt's head is one row per sequence instead of one per token.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from sonnx.generation.cache_layout import CacheLayout
+from sonnx.generation.head_rows import KEPT_ROWS, head_on_kept_rows
 from sonnx.run_state import CACHES_IN_PLACE
 from sonnx.tensor import Tensor, computed_tensor
 
@@ -58,10 +63,13 @@ class Cache:
 
 
 class Decoder:
-    """Runs ``rep`` one step at a time under the names ``layout`` gives."""
+    """Runs ``rep`` one step at a time under the names ``layout`` gives: or its rewrite with
+    the head on each sequence's last position (:attr:`rep` is what runs)."""
 
     def __init__(self, rep: SingaRep, layout: CacheLayout) -> None:
-        self.rep = rep
+        kept = head_on_kept_rows(rep, layout.logits)
+        self.rep = rep if kept is None else kept
+        self.kept_rows = kept is not None
         self.layout = layout
         self.device = rep.device.torch_device
         specs = {s.name: s for s in rep.input_specs}
@@ -111,8 +119,10 @@ class Decoder:
             input_ids, attention_mask, position_ids, last = _to_right_padding(
                 input_ids, attention_mask, position_ids
             )
-        outputs = self.run(self.feed(input_ids, attention_mask, position_ids, cache))
-        return last_logits(outputs[lay.logits], last), self.present(outputs)
+        outputs = self.run(self.feed(input_ids, attention_mask, position_ids, cache, last))
+        # The rewrite computed the rows of ``last`` alone.
+        chosen = None if self.kept_rows else last
+        return last_logits(outputs[lay.logits], chosen), self.present(outputs)
 
     def feed(
         self,
@@ -120,11 +130,18 @@ class Decoder:
         attention_mask: torch.Tensor,
         position_ids: torch.Tensor,
         cache: Cache,
+        last: torch.Tensor | None = None,
     ) -> dict[str, Tensor]:
         """The graph's inputs by name, as given (no padding moved): the tokens, the mask and
-        the positions in the graph's integer types, and the cache's tensors themselves."""
+        the positions in the graph's integer types, the cache's tensors themselves, and for
+        the rewrite the row whose logits each sequence needs: ``last`` (batch,), or the final
+        one (None)."""
         lay = self.layout
         feed: dict[str, Tensor] = {lay.input_ids: self._int(lay.input_ids, input_ids)}
+        if self.kept_rows:
+            batch, new = input_ids.shape
+            rows = torch.full((batch,), new - 1, device=self.device) if last is None else last
+            feed[KEPT_ROWS] = computed_tensor(rows.to(device=self.device, dtype=torch.int64))
         if lay.attention_mask is not None:
             feed[lay.attention_mask] = self._int(lay.attention_mask, attention_mask)
         if lay.position_ids is not None:

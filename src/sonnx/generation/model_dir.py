@@ -19,6 +19,7 @@ import numpy as np
 from sonnx.device import Device
 from sonnx.errors import BadInputError
 from sonnx.generation.cache_layout import CacheLayout, detect_layout, read_genai_config
+from sonnx.generation.head_rows import head_on_kept_rows
 from sonnx.generation.limits import decoder_limits
 from sonnx.generation.search import generate_tokens
 from sonnx.generation.text import load_tokenizer
@@ -46,6 +47,14 @@ class DecoderModel:
     eos_token_id: list[int]
     pad_token_id: int | None
     tokenizer: Any = None
+
+    @property
+    def running_rep(self) -> SingaRep:
+        """The prepared graph :meth:`generate` runs: :attr:`rep`, or its rewrite that computes
+        the head on each sequence's last position only (see
+        :mod:`~sonnx.generation.head_rows`), whose ``graph_runner`` and ``explain()`` tell
+        what generation compiled."""
+        return head_on_kept_rows(self.rep, self.layout.logits) or self.rep
 
     def generate(self, input_ids: Any, **options: Any) -> np.ndarray:
         """:func:`~sonnx.generation.search.generate_tokens` with this model's end tokens and
