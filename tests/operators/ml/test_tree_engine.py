@@ -242,3 +242,62 @@ def test_shared_subtrees_are_walked_and_cycles_refused():
     nodes.false_child[2] = 1
     with pytest.raises(BadInputError, match="test: the nodes_\\*nodeids attributes form a cycle"):
         TreeEngine(nodes, torch.float32, torch.device("cpu"), "test")
+
+
+def test_graph_mode_runs_a_tree_ensemble_eagerly() -> None:
+    """The official one-tree TreeEnsemble case (a fixed [3, 2] input) in graph mode without
+    the first-run check: the node runs eagerly, with a warning naming it, and the results are
+    the official ones. Traced, the engine either failed to compile or, in a longer process
+    (a probe over every official case), compiled into wrong leaves: every row the last
+    leaf's."""
+    import warnings
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    import sonnx
+    from sonnx.errors import GraphModeWarning
+    from sonnx.tensor import to_numpy
+
+    tree = helper.make_node(
+        "TreeEnsemble",
+        ["x"],
+        ["y"],
+        name="forest",
+        domain="ai.onnx.ml",
+        n_targets=2,
+        aggregate_function=1,
+        post_transform=0,
+        tree_roots=[0],
+        nodes_featureids=[0, 0, 0],
+        nodes_splits=helper.make_tensor("splits", TensorProto.DOUBLE, [3], [3.14, 1.2, 4.2]),
+        nodes_modes=helper.make_tensor("modes", TensorProto.UINT8, [3], [0, 0, 0]),
+        nodes_truenodeids=[1, 0, 1],
+        nodes_trueleafs=[0, 1, 1],
+        nodes_falsenodeids=[2, 2, 3],
+        nodes_falseleafs=[0, 1, 1],
+        leaf_targetids=[0, 1, 0, 1],
+        leaf_weights=helper.make_tensor(
+            "weights", TensorProto.DOUBLE, [4], [5.23, 12.12, -12.23, 7.21]
+        ),
+    )
+    graph = helper.make_graph(
+        [tree],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [3, 2])],
+    )
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("ai.onnx.ml", 5)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    onnx.checker.check_model(model)
+    x = np.array([[1.2, 3.4], [-0.12, 1.66], [4.14, 1.77]])
+    official = [[5.23, 0.0], [5.23, 0.0], [0.0, 12.12]]
+    # Eagerly first: the forest's tables are then built, and the trace reads them.
+    np.testing.assert_array_equal(to_numpy(sonnx.prepare(model).run([x])[0]), official)
+    rep = sonnx.prepare(model, use_graph=True, verify=False, compile_budget=None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = to_numpy(rep.run([x])[0])
+    np.testing.assert_array_equal(got, official)
+    (warned,) = [w for w in caught if issubclass(w.category, GraphModeWarning)]
+    assert "'forest'" in str(warned.message) and "tree ensemble" in str(warned.message)

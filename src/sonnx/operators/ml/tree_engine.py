@@ -44,6 +44,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from sonnx.engine.tracing import NotTraceableError, value_checks
 from sonnx.errors import BadInputError
 
 __all__ = ["MEMBER", "MODES", "TreeEngine", "TreeNodes"]
@@ -306,7 +307,14 @@ class TreeEngine:
         that output a weight), and whether any leaf did.
 
         Interior nodes weigh 0 (SUM) or nothing (MIN, MAX), so the pairs the first stage
-        leaves at an interior node add their leaf's weight after the later stages."""
+        leaves at an interior node add their leaf's weight after the later stages.
+
+        Under graph mode's tracer it raises :class:`NotTraceableError`, and the node runs
+        eagerly: the engine is eager code (chunks of rows in threads, whose ops a tracer in
+        the calling thread does not see; ``out=`` writes into reused buffers and their views,
+        which inductor compiled into wrong leaves for an official one-tree case)."""
+        if not value_checks():
+            raise NotTraceableError("a tree ensemble: its rows go in threads, into reused buffers")
         x = x[:, : self.width].to(self.dtype)
         if self.fill is not None:
             x = torch.cat([x, torch.where(x.isnan(), self.fill, x)], 1)
