@@ -3,7 +3,8 @@
 A decoder graph computes the logits of every new position, so a prompt of 32 tokens multiplies
 32 hidden states by the head's ``[hidden, vocab]`` weight. That is the largest product of a
 small model: at hidden 768 and a 32,000-token vocabulary it holds a third of a 100M model's
-weights, and at the prompt step it took about a third of the time. Generation reads one row of
+weights, and without it a 32-token prompt's prefill took a fifth (int4) to a third (fp32)
+less time (``bench/history.md``). Generation reads one row of
 those logits per sequence. transformers asks its models for the last position's logits only
 (``logits_to_keep``); an ONNX file cannot be asked, so the decoder runs a rewrite of the graph
 (:func:`head_on_kept_rows`) in which the head's input is gathered first: one row per sequence,
@@ -56,7 +57,7 @@ def head_on_kept_rows(rep: SingaRep, logits: str) -> SingaRep | None:
     """
     with _LOCK:
         made = _MADE.get(id(rep))
-        if made is not None and made[:3] == (rep.model, rep.program, rep.rewrites):
+        if made is not None and _made_from(made, rep):
             return made[3]
         from sonnx.runtime.rep import prepare_rewritten
 
@@ -66,6 +67,13 @@ def head_on_kept_rows(rep: SingaRep, logits: str) -> SingaRep | None:
             weakref.finalize(rep, _MADE.pop, id(rep), None)
         _MADE[id(rep)] = (rep.model, rep.program, rep.rewrites, rewritten)
         return rewritten
+
+
+def _made_from(made: tuple[Any, ...], rep: SingaRep) -> bool:
+    """Whether ``made`` came from ``rep``'s model, program and rewrites as they are now: by
+    identity (a model or program compared by value would be walked whole), the rewrites as a
+    tuple of the same functions."""
+    return made[0] is rep.model and made[1] is rep.program and made[2] == rep.rewrites
 
 
 def kept_rows_model(model: onnx.ModelProto, logits: str) -> onnx.ModelProto | None:
