@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 import onnx
 from onnx import TensorProto, helper
 
+from sonnx.onnx.model_loading import opset_versions
+
 if TYPE_CHECKING:
     from sonnx.runtime.rep import SingaRep
 
@@ -81,8 +83,7 @@ def kept_rows_model(model: onnx.ModelProto, logits: str) -> onnx.ModelProto | No
     its head is not found (or the default domain's opset is older than 13, whose
     ``Unsqueeze`` takes its axes as an attribute)."""
     graph = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < 13 or KEPT_ROWS in {v.name for v in graph.input}:
+    if opset_versions(model)[""] < 13 or KEPT_ROWS in {v.name for v in graph.input}:
         return None
     head = _head(graph, logits)
     if head is None:
