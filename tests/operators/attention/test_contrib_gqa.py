@@ -81,16 +81,19 @@ def test_rotary_embedding_names_a_bad_cache() -> None:
 def _gqa_steps(lengths: list[int], packed: bool, heads: int, kv_heads: int, size: int,
                rotary_half: int, attrs: dict, buffer: int = 0,
                extra: Callable[[int, np.ndarray], list] | None = None,
-               full_width: bool = False) -> None:  # fmt: skip
+               full_width: bool = False, prompt_buffer: bool = False) -> None:  # fmt: skip
     """A prompt of ``lengths`` (right-padded), then three decode steps, each step's present
     fed back as the next past (grown to ``buffer`` rows, as a preallocated cache is); only
     rows onnxruntime defines (within each sequence) compared. ``extra(seq, seqlens_k)``
     gives the inputs after sin_cache (position_ids, attention_bias, head_sink).
     ``full_width`` gives the decode steps total_sequence_length = ``buffer``, as a mask of the
-    buffer's full width with 0s after each sequence's tokens does (static decode shapes)."""
+    buffer's full width with 0s after each sequence's tokens does (static decode shapes).
+    ``prompt_buffer`` gives the prompt a zero past of ``buffer`` rows (genai's preallocated
+    buffer) instead of none."""
     batch, prompt = len(lengths), max(lengths)
     cos, sin = caches(32, rotary_half) if rotary_half else (None, None)
-    past: dict[str, list] = {"ort": [None, None], "sonnx": [None, None]}
+    first = [np.zeros((batch, kv_heads, buffer, size), np.float32)] * 2 if prompt_buffer else []
+    past: dict[str, list] = {who: first or [None, None] for who in ("ort", "sonnx")}
     steps = [(prompt, np.array(lengths) - 1)]
     steps += [(1, np.array(lengths) - 1 + i) for i in (1, 2, 3)]
     for seq, seqlens_k in steps:
@@ -189,6 +192,22 @@ def test_group_query_attention_decodes_at_the_buffers_full_width(attrs) -> None:
     each attends to its own rows only, as onnxruntime's kernel (genai's CUDA-graph mode feeds
     this; sonnx's static decode steps too)."""
     _gqa_steps([6, 4], True, 4, 2, 16, 8, attrs, buffer=12, full_width=True)
+
+
+@pytest.mark.parametrize(
+    "attrs, extra",
+    [
+        ({}, None),
+        ({"local_window_size": 3}, None),
+        ({}, lambda seq, k: [None, randn(2, 4, seq, int(k.max()) + 1)]),
+    ],
+    ids=["plain", "local_window", "attention_bias"],
+)
+def test_group_query_attention_first_prompt_into_a_longer_buffer(attrs, extra) -> None:
+    """A prompt into a zero past of 12 rows, as genai's preallocated buffer: it attends to the
+    prompt's rows only (the fused causal kernel when plain, a mask otherwise), then three
+    decode steps, each equal to onnxruntime's kernel."""
+    _gqa_steps([6, 4], True, 4, 2, 16, 8, attrs, buffer=12, extra=extra, prompt_buffer=True)
 
 
 @pytest.mark.parametrize("seq, seqlens", [(3, [2, 1]), (1, [3, 2])], ids=["prompt", "decode"])

@@ -200,7 +200,15 @@ class GroupQueryAttention(ContribOperator):
             present_length = max(total_length, past_length)
             present_k = _write_cache(past_key, k, start, present_length)
             present_v = _write_cache(past_value, v, start, present_length)
-        out = self._attend(q, present_k, present_v, start, attention_bias, head_sink)
+        if first_prompt:
+            # Query row s sits at cache row s and sees rows up to it: the rows after the
+            # prompt (a preallocated buffer's, up to the longest generation) are never seen.
+            out = self._attend(
+                q, present_k[:, :, :seq], present_v[:, :, :seq], start, attention_bias,
+                head_sink, causal=True,
+            )  # fmt: skip
+        else:
+            out = self._attend(q, present_k, present_v, start, attention_bias, head_sink)
         return out.transpose(1, 2).reshape(batch, seq, -1), present_k, present_v
 
     def _one_token_in_place(
@@ -357,24 +365,31 @@ class GroupQueryAttention(ContribOperator):
         start: torch.Tensor,
         attention_bias: torch.Tensor | None,
         head_sink: torch.Tensor | None,
+        causal: bool = False,
     ) -> torch.Tensor:
         """Causal (optionally windowed, soft-capped, biased) attention of Q over the present
         cache; a head sink (or ``smooth_softmax``'s zero) joins each softmax as one more logit
-        whose weight is dropped."""
+        whose weight is dropped. ``causal``: query row s sits at cache row s (a first prompt,
+        the cache cut to its rows), so plain attention needs no mask."""
         scale = float(self.attr("scale")) or 1 / math.sqrt(q.shape[3])
+        window = int(self.attr("local_window_size"))
+        softcap = float(self.attr("softcap"))
+        plain = softcap == 0 and head_sink is None and int(self.attr("smooth_softmax")) <= 0
+        # inductor (torch 2.13) fails an assertion on the query's layout when it lowers the
+        # fused kernel under symbolic sizes; a graph traced with them takes the explicit path.
+        fused = plain and not has_symbols(q.shape)
+        if fused and causal and window <= 0 and attention_bias is None:
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=scale, enable_gqa=True
+            )
         # Query row s sits at cache row start + s and sees rows up to it (within the window).
         steps = torch.arange(q.shape[2], device=q.device).reshape(-1, 1)
         row = start.reshape(-1, 1, 1, 1) + steps
         col = torch.arange(k.shape[2], device=q.device)
         allowed = col <= row
-        window = int(self.attr("local_window_size"))
         if window > 0:
             allowed = allowed & (col > row - window)
-        softcap = float(self.attr("softcap"))
-        plain = softcap == 0 and head_sink is None and int(self.attr("smooth_softmax")) <= 0
-        # inductor (torch 2.13) fails an assertion on the query's layout when it lowers the
-        # fused kernel under symbolic sizes; a graph traced with them takes the explicit path.
-        if plain and not has_symbols(q.shape):
+        if fused:
             # Plain softmax attention: torch's fused kernel (forward and backward, as LoRA
             # training needs), sharing the KV heads without repeating them.
             mask = allowed
