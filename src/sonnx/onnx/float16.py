@@ -31,6 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from sonnx.errors import ExportError
+from sonnx.onnx.model_loading import opset_versions
 from sonnx.onnx.registry import node_schema
 
 __all__ = ["ORT_BLOCK_LIST", "PRECISION_SENSITIVE", "to_float16"]
@@ -94,7 +95,7 @@ def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
                 "export this model as float32"
             )
     types = _element_types(out)
-    opset = next((o.version for o in out.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = opset_versions(out)[""]
     # Nodes are known by their index: protobuf hands out a new wrapper at every access.
     half_nodes = {k for k, n in enumerate(graph.node) if _computes_in_half(n, types, opset)}
     wanted = _wanted_types(graph, types, half_nodes, opset)

@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from sonnx.onnx.model_loading import opset_versions
 from sonnx.quantization.options import QuantizeOptions
 
 __all__ = ["Bias", "Mark", "Placement", "place"]
@@ -84,9 +85,7 @@ class _Marker:
         }
         self.graph_inputs = {v.name for v in graph.input}
         self.graph_outputs = {v.name for v in graph.output}
-        self.opset = next(
-            (o.version for o in placement.model.opset_import if o.domain in ("", "ai.onnx")), 0
-        )
+        self.opset = opset_versions(placement.model)[""]
 
     def quantizable(self, name: str) -> bool:
         init = self.initializers.get(name)

@@ -15,6 +15,7 @@ import onnx.version_converter
 from google.protobuf.message import DecodeError
 
 from sonnx.errors import BadInputError, BadModelError
+from sonnx.onnx.model_loading import opset_versions
 from sonnx.quantization.calibration import (
     CalibrationOptions,
     calibrate,
@@ -171,7 +172,7 @@ def _at_supported_opset(
     converted), opsets below 10 become 11; 4-bit types below opset 21 take the
     ``com.microsoft`` QuantizeLinear/DequantizeLinear. Returns the model and the Q/DQ
     domain."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = opset_versions(model)[""]
     target = opset
     if opset < 21 and 16 in (activation.bits, weight.bits):
         target = 21

@@ -21,7 +21,12 @@ import torch
 from sonnx import dtypes
 from sonnx.engine.operator import Operator, next_call_number, recorded_input
 from sonnx.errors import ExportError
-from sonnx.onnx.model_loading import check_graph_order, needed_inputs, node_producers
+from sonnx.onnx.model_loading import (
+    check_graph_order,
+    needed_inputs,
+    node_producers,
+    opset_versions,
+)
 from sonnx.proto.graph_builder import GraphBuilder, tensor_proto
 from sonnx.runtime.constants import STATISTICS_SUFFIX
 from sonnx.runtime.graph_weights import graph_weights, write_constant_value
@@ -96,7 +101,7 @@ class GraphSource:
 
     @property
     def opset(self) -> int:
-        return next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        return opset_versions(self.model)[""]
 
     def initializer_tensors(self, part: GraphSlice) -> list[tuple[str, Tensor]]:
         """The part's initializers by name, as the program holds them (cached per part)."""
