@@ -118,6 +118,31 @@ def test_float_div_and_mod():
     np.testing.assert_allclose(autograd.mod(t(a), t(b), fmod=1).numpy(), np.fmod(a, b))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_float_mod_by_infinity_in_graph_mode(dtype):
+    """A finite dividend over an infinite divisor is the dividend (same signs) or the divisor
+    (opposite): inductor's own lowering of ``torch.remainder`` gave NaN, so a compiled Mod
+    answered differently from eager mode (the official fmod_0 edge cases)."""
+    inf = np.inf
+    a = np.array([-3, 3, -1, 1, 5.5, -5.5, 0, 7, inf], dtype=dtype)
+    b = np.array([inf, inf, -inf, -inf, 2, 2, -2, 0, 2], dtype=dtype)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("Mod", ["a", "b"], ["y"], fmod=0)],
+        "mod",
+        [helper.make_tensor_value_info(n, elem, [len(a)]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", elem, [len(a)])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    expected = np.array([inf, 3, -1, -inf, 1.5, 0.5, 0, np.nan, np.nan], dtype=dtype)
+    eager = sonnx.prepare(model).run([a, b])[0].numpy()
+    rep = sonnx.prepare(model, use_graph=True, verify=False, compile_budget=None)
+    graph_result = rep.run([a, b])[0].numpy()
+    assert "compiled" in rep.explain()
+    np.testing.assert_array_equal(eager, expected)
+    np.testing.assert_array_equal(graph_result, expected)
+
+
 @pytest.mark.parametrize(
     ("xt", "yt"),
     [

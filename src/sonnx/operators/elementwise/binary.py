@@ -263,7 +263,12 @@ class Mod(BinaryOp):
         self.check(a, b)
         floor_mod = not self.attr("fmod")
         if not is_integer(a.dtype):
-            return torch.remainder(a, b) if floor_mod else torch.fmod(a, b)
+            if not floor_mod:
+                return torch.fmod(a, b)
+            # torch.remainder's own CPU formula, written out: inductor lowers remainder as
+            # a - b * floor(a / b), NaN for a finite a over an infinite b (a, or ±inf, here).
+            rest = torch.fmod(a, b)
+            return torch.where((rest != 0) & ((rest < 0) != (b < 0)), rest + b, rest)
         _check_divisor(self.op_type, b)
         return _integer_divmod(a, b, floor_mod)[1]
 
