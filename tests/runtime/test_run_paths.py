@@ -54,3 +54,24 @@ def test_sonnx_debug_prints_the_path_and_every_node_with_its_outputs(cnn_rep, mo
     monkeypatch.delenv("SONNX_DEBUG")
     (fused,) = cnn_rep.run([x])
     np.testing.assert_allclose(traced.numpy(), fused.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["constant", "input"])
+def test_explain_says_a_graph_mode_run_with_nothing_to_compute(kind):
+    """A model whose output is a constant (folded when prepared) or its input has no step: the
+    run computed nothing, which explain() says rather than counting 0 compiled segments."""
+    from onnx import TensorProto, helper
+
+    if kind == "constant":
+        value = helper.make_tensor("v", TensorProto.FLOAT, [2], [1, 2])
+        nodes, inputs = [helper.make_node("Constant", [], ["y"], value=value)], []
+    else:
+        nodes, inputs = [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]
+    graph = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]
+    )
+    rep = sonnx.prepare(helper.make_model(graph), use_graph=True)
+    feeds = [np.array([1, 2], np.float32)] if inputs else []
+    np.testing.assert_array_equal(rep.run(feeds)[0].numpy(), [1, 2])
+    last = rep.explain().splitlines()[-1]
+    assert last == "  last run: nothing computed: every output is an input or a constant"

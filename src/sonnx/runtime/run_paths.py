@@ -88,6 +88,8 @@ class RunTaken:
             why if len(self.eager) == 1 else f"{_steps(count)}: {why}" for why, count in self.eager
         )
         if not steps:
+            if not self.compiled:
+                return "nothing computed: every output is an input or a constant"
             if self.compiled == 1:
                 return "compiled, the whole graph in one compiled graph"
             return f"compiled, {self.compiled} compiled segments"
