@@ -200,15 +200,12 @@ class GroupQueryAttention(ContribOperator):
             present_length = max(total_length, past_length)
             present_k = _write_cache(past_key, k, start, present_length)
             present_v = _write_cache(past_value, v, start, present_length)
+        seen_k, seen_v = present_k, present_v
         if first_prompt:
             # Query row s sits at cache row s and sees rows up to it: the rows after the
             # prompt (a preallocated buffer's, up to the longest generation) are never seen.
-            out = self._attend(
-                q, present_k[:, :, :seq], present_v[:, :, :seq], start, attention_bias,
-                head_sink, causal=True,
-            )  # fmt: skip
-        else:
-            out = self._attend(q, present_k, present_v, start, attention_bias, head_sink)
+            seen_k, seen_v = present_k[:, :, :seq], present_v[:, :, :seq]
+        out = self._attend(q, seen_k, seen_v, start, attention_bias, head_sink, first_prompt)
         return out.transpose(1, 2).reshape(batch, seq, -1), present_k, present_v
 
     def _one_token_in_place(
