@@ -103,6 +103,37 @@ def test_integer_div_truncates_and_mod(dtype):
     np.testing.assert_array_equal(autograd.mod(t(a), t(b), fmod=1).numpy(), np.fmod(a, b))
 
 
+# Graph mode runs an integer division eagerly (its divisor check reads the values), and says so.
+@pytest.mark.filterwarnings("ignore::sonnx.errors.GraphModeWarning")
+@pytest.mark.parametrize("use_graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64])
+def test_integer_division_of_the_smallest_value_by_minus_one(dtype, use_graph):
+    """The smallest value over -1 overflows, and the CPU's int32 and int64 division traps on it
+    (the process died of SIGFPE): the quotient wraps to the smallest value, as NumPy's does,
+    and the remainders are 0."""
+    low = np.iinfo(dtype).min
+    a = np.array([low, low, 7, -7], dtype=dtype)
+    b = np.array([-1, 1, -1, -1], dtype=dtype)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [
+        helper.make_node("Div", ["a", "b"], ["q"]),
+        helper.make_node("Mod", ["a", "b"], ["r"], fmod=0),
+        helper.make_node("Mod", ["a", "b"], ["f"], fmod=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "div",
+        [helper.make_tensor_value_info(n, elem, [4]) for n in ("a", "b")],
+        [helper.make_tensor_value_info(n, elem, [4]) for n in ("q", "r", "f")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    options = {"use_graph": True, "verify": False, "compile_budget": None} if use_graph else {}
+    q, r, f = (x.numpy() for x in sonnx.prepare(model, **options).run([a, b]))
+    np.testing.assert_array_equal(q, np.array([low, low, -7, 7], dtype=dtype))
+    np.testing.assert_array_equal(r, np.zeros(4, dtype))
+    np.testing.assert_array_equal(f, np.zeros(4, dtype))
+
+
 def test_uint64_division_with_large_values():
     a = np.array([2**64 - 1, 2**63 + 5, 2**63 + 5, 12345, 2**64 - 2], dtype=np.uint64)
     b = np.array([3, 2**63 + 1, 2**63 + 6, 2**63, 2**64 - 1], dtype=np.uint64)

@@ -172,7 +172,15 @@ def _integer_divmod(
         q, r = _udivmod64(a64, b64)
         return q.view(torch.uint64), r.view(torch.uint64)
     wide_a, wide_b = (a.to(torch.int64), b.to(torch.int64)) if dtype in WIDENED_UINTS else (a, b)
+    minus_one = None
+    if wide_a.dtype in (torch.int32, torch.int64):
+        # The smallest value over -1 overflows, and the CPU's division traps on it (SIGFPE: the
+        # process dies). Divide by 1 there and negate, wrapping as the other overflows do.
+        minus_one = wide_b == -1
+        wide_b = torch.where(minus_one, torch.ones_like(wide_b), wide_b)
     q = torch.div(wide_a, wide_b, rounding_mode="trunc")
+    if minus_one is not None:
+        q = torch.where(minus_one, -wide_a, q)
     r = torch.remainder(wide_a, wide_b) if floor_mod else torch.fmod(wide_a, wide_b)
     return q.to(dtype), r.to(dtype)
 
