@@ -17,6 +17,7 @@ from sonnx.onnx.exporter import to_onnx
 from sonnx.tensor import Tensor
 from tests.helpers import check_grad
 from tests.operators.elementwise.helpers import run, t
+from tests.operators.shape.helpers import one_node_model
 
 RNG = np.random.default_rng(0)
 INT_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
@@ -114,21 +115,15 @@ def test_integer_division_of_the_smallest_value_by_minus_one(dtype, use_graph):
     low = np.iinfo(dtype).min
     a = np.array([low, low, 7, -7], dtype=dtype)
     b = np.array([-1, 1, -1, -1], dtype=dtype)
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    nodes = [
-        helper.make_node("Div", ["a", "b"], ["q"]),
-        helper.make_node("Mod", ["a", "b"], ["r"], fmod=0),
-        helper.make_node("Mod", ["a", "b"], ["f"], fmod=1),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "div",
-        [helper.make_tensor_value_info(n, elem, [4]) for n in ("a", "b")],
-        [helper.make_tensor_value_info(n, elem, [4]) for n in ("q", "r", "f")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     options = {"use_graph": True, "verify": False, "compile_budget": None} if use_graph else {}
-    q, r, f = (x.numpy() for x in sonnx.prepare(model, **options).run([a, b]))
+    q, r, f = (
+        sonnx.prepare(model, **options).run(feeds)[0].numpy()
+        for model, feeds in (
+            one_node_model("Div", [a, b], 13),
+            one_node_model("Mod", [a, b], 13, fmod=0),
+            one_node_model("Mod", [a, b], 13, fmod=1),
+        )
+    )
     np.testing.assert_array_equal(q, np.array([low, low, -7, 7], dtype=dtype))
     np.testing.assert_array_equal(r, np.zeros(4, dtype))
     np.testing.assert_array_equal(f, np.zeros(4, dtype))
@@ -158,18 +153,11 @@ def test_float_mod_by_infinity_in_graph_mode():
     inf = np.inf
     a = np.array([-3, 3, -1, 1, 5.5, -5.5, 0, 7, inf], dtype=dtype)
     b = np.array([inf, inf, -inf, -inf, 2, 2, -2, 0, 2], dtype=dtype)
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    graph = helper.make_graph(
-        [helper.make_node("Mod", ["a", "b"], ["y"], fmod=0)],
-        "mod",
-        [helper.make_tensor_value_info(n, elem, [len(a)]) for n in ("a", "b")],
-        [helper.make_tensor_value_info("y", elem, [len(a)])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model, feeds = one_node_model("Mod", [a, b], 13, fmod=0)
     expected = np.array([inf, 3, -1, -inf, 1.5, 0.5, 0, np.nan, np.nan], dtype=dtype)
-    eager = sonnx.prepare(model).run([a, b])[0].numpy()
+    eager = sonnx.prepare(model).run(feeds)[0].numpy()
     rep = sonnx.prepare(model, use_graph=True, verify=False, compile_budget=None)
-    graph_result = rep.run([a, b])[0].numpy()
+    graph_result = rep.run(feeds)[0].numpy()
     assert "compiled" in rep.explain()
     np.testing.assert_array_equal(eager, expected)
     np.testing.assert_array_equal(graph_result, expected)
