@@ -65,7 +65,6 @@ NOT_OPS = {
     "lstm_spec",
     "NodeSpec",
     "SessionKernel",
-    "bridge_op",
     "table_softmax",
     "kernel_for",
     "onnxruntime_module",

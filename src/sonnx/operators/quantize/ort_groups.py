@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 
+from sonnx.engine.extern_ops import extern_op
 from sonnx.operators.quantize.ort_kernels import nbits_spec
-from sonnx.operators.quantize.ort_sessions import NodeSpec, bridge_op, kernel_for
+from sonnx.operators.quantize.ort_sessions import NodeSpec, kernel_for
 
 __all__ = ["NBITS_WEIGHTS", "GroupSpec", "group_spec", "grouped_products"]
 
@@ -101,7 +102,7 @@ def _matmul_nbits_group_ort_fake(
     return [a.new_empty((*a.shape[:-1], n)) for n in attrs[1::_ATTRS]]
 
 
-@bridge_op(
+@extern_op(
     "matmul_nbits_group_ort",
     "(Tensor a, Tensor?[] weights, int[] attrs) -> Tensor[]",
     _matmul_nbits_group_ort_fake,

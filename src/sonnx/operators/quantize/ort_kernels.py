@@ -30,11 +30,11 @@ from typing import Any
 import torch
 
 from sonnx.caller_warnings import warn_at_caller
+from sonnx.engine.extern_ops import extern_op
 from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError
 from sonnx.operators.quantize.ort_sessions import (
     NodeSpec,
-    bridge_op,
     kernel_for,
     onnxruntime_module,
 )
@@ -116,7 +116,7 @@ def _matmul_nbits_ort_fake(
     return a.new_empty((*a.shape[:-1], attrs[1]))
 
 
-@bridge_op(
+@extern_op(
     "matmul_nbits_ort",
     "(Tensor a, Tensor b, Tensor scales, Tensor? zero_points, Tensor? g_idx, Tensor? bias, "
     "int[] attrs) -> Tensor",

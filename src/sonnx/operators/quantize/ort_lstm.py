@@ -29,8 +29,9 @@ from typing import Any
 
 import torch
 
+from sonnx.engine.extern_ops import extern_op
 from sonnx.operators.quantize.ort_kernels import BridgedNode, register_bridge
-from sonnx.operators.quantize.ort_sessions import NodeSpec, bridge_op, kernel_for
+from sonnx.operators.quantize.ort_sessions import NodeSpec, kernel_for
 
 __all__ = ["lstm_spec"]
 
@@ -103,7 +104,7 @@ def _dynamic_quantize_lstm_ort_fake(
     return y, x.new_empty(state), x.new_empty(state)
 
 
-@bridge_op(
+@extern_op(
     "dynamic_quantize_lstm_ort",
     "(Tensor x, Tensor w, Tensor r, Tensor? b, Tensor? sequence_lens, Tensor? initial_h,"
     " Tensor? initial_c, Tensor? p, Tensor w_scale, Tensor w_zero_point, Tensor r_scale,"

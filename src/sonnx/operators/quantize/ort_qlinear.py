@@ -30,13 +30,14 @@ from typing import Any
 
 import torch
 
+from sonnx.engine.extern_ops import extern_op
 from sonnx.operators.quantize.ort_kernels import (
     BridgedNode,
     KernelChoice,
     _vectors,
     register_bridge,
 )
-from sonnx.operators.quantize.ort_sessions import NodeSpec, bridge_op, kernel_for
+from sonnx.operators.quantize.ort_sessions import NodeSpec, kernel_for
 
 __all__ = ["QLINEAR_BRIDGED", "QLinearKernel"]
 
@@ -200,7 +201,7 @@ def _qlinear_ort_fake(spec: str, inputs: list[torch.Tensor | None]) -> torch.Ten
     return inputs[0].new_empty(shape, dtype=dtype)
 
 
-@bridge_op("qlinear_ort", "(str spec, Tensor?[] inputs) -> Tensor", _qlinear_ort_fake)
+@extern_op("qlinear_ort", "(str spec, Tensor?[] inputs) -> Tensor", _qlinear_ort_fake)
 def qlinear_ort(spec: str, inputs: list[torch.Tensor | None]) -> torch.Tensor:
     """onnxruntime's kernel for a bridged node as a torch operator (``spec``: the op type and
     attributes, as :func:`_key` writes them; ``inputs``: one per slot)."""

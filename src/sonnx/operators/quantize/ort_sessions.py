@@ -26,7 +26,7 @@ import hashlib
 import importlib
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ import torch
 
 from sonnx.errors import BadInputError
 
-__all__ = ["NodeSpec", "SessionKernel", "bridge_op", "kernel_for", "onnxruntime_module"]
+__all__ = ["NodeSpec", "SessionKernel", "kernel_for", "onnxruntime_module"]
 
 _LOCK = threading.RLock()  # _forget_group may run inside the locked section (a collection)
 
@@ -124,37 +124,6 @@ _BOUND_TYPES = {
     torch.int8: "int8",
     torch.int32: "int32",
 }
-
-
-#: The bridge's torch operators (``sonnx::...``), defined at the dispatcher's level.
-_LIBRARY = torch.library.Library("sonnx", "FRAGMENT")
-
-
-def bridge_op(
-    name: str, schema: str, fake: Callable[..., Any]
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Define ``sonnx::name`` with the decorated function as its CPU kernel and ``fake`` as
-    its shape function (what graph mode's trace records as one extern call).
-
-    Defined on a ``torch.library.Library`` rather than by ``torch.library.custom_op``: the
-    latter's Python layers (its autograd wrapper, dynamo's guard) cost about 60-100 us a call,
-    as much as onnxruntime's product at M=1, paid by each bridged node of a compiled graph at
-    every run. Nothing is lost: a bridged call never needs a gradient (the bridge steps aside
-    for one) and mutates nothing.
-
-    :param name: the operator's name in the ``sonnx`` namespace.
-    :param schema: its arguments and results, in torch's schema language.
-    :param fake: its fake implementation (output shapes and dtypes from the inputs').
-    :returns: the decorator, returning the function unchanged.
-    """
-
-    def define(kernel: Callable[..., Any]) -> Callable[..., Any]:
-        _LIBRARY.define(f"{name}{schema}")
-        _LIBRARY.impl(name, kernel, "CPU")
-        torch.library.register_fake(f"sonnx::{name}", fake, lib=_LIBRARY)
-        return kernel
-
-    return define
 
 
 def onnxruntime_module() -> Any | None:
