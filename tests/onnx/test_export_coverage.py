@@ -68,6 +68,10 @@ NOT_OPS = {
     "table_softmax",
     "kernel_for",
     "onnxruntime_module",
+    # a decode step's attention over the filled cache rows (attention/filled_rows.py): plumbing
+    # of GroupQueryAttention, which exports itself as it came
+    "attend_filled_rows",
+    "attends_filled_rows",
     # products reading one input as one session (ort_groups.py): plumbing of MatMulNBits too
     "GroupSpec",
     "group_spec",

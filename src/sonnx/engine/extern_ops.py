@@ -1,8 +1,10 @@
 """sonnx's own torch operators (``sonnx::name``): CPU calls that graph mode's trace keeps as one
 extern call each instead of tracing into them.
 
-onnxruntime's kernels for the ``com.microsoft`` integer products use them
-(:mod:`sonnx.operators.quantize.ort_kernels`).
+Two kinds use them: onnxruntime's kernels for the ``com.microsoft`` integer products
+(:mod:`sonnx.operators.quantize.ort_kernels`), and steps whose work depends on values a trace
+cannot read, such as a decode step's attention over the cache rows each sequence has filled
+(:mod:`sonnx.operators.attention.filled_rows`).
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ What onnxruntime's CPU kernels do where the text leaves it open, and these class
 - Query row ``s`` sees cache rows up to its own, and with ``local_window_size = w`` only the
   last ``w`` of them (its own included); ``attention_bias`` is added after ``softcap``; a
   ``head_sink`` logit per head (or a zero one with ``smooth_softmax``) joins each softmax.
+- A step of one token per sequence on the CPU, without gradients, attends over each sequence's
+  filled rows only (:mod:`~sonnx.operators.attention.filled_rows`), also in graph mode's trace,
+  where the lengths are data: not over the whole buffer with a mask.
 - A past as long as the present (a buffer of the maximum length, genai's
   ``past_present_share_buffer``) is the present when the caller lets caches be written in
   place (:data:`sonnx.run_state.CACHES_IN_PLACE`, set by the decode loop): the new rows are
@@ -35,6 +38,7 @@ import torch
 from sonnx.engine.operator import OutputShape, host_ints
 from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError, UnsupportedOperatorError
+from sonnx.operators.attention.filled_rows import attends_filled_rows
 from sonnx.operators.contrib import ContribOperator
 from sonnx.run_state import CACHES_IN_PLACE, CPU_AS_DEVICE
 from sonnx.symbolic_sizes import has_symbols
@@ -372,6 +376,9 @@ class GroupQueryAttention(ContribOperator):
         window = int(self.attr("local_window_size"))
         softcap = float(self.attr("softcap"))
         plain = softcap == 0 and head_sink is None and int(self.attr("smooth_softmax")) <= 0
+        if plain and not causal and attention_bias is None and attends_filled_rows(q, k, v):
+            # One token per sequence: each attends over its filled rows, not the buffer's.
+            return torch.ops.sonnx.attend_filled_rows(q, k, v, start + 1, scale, window)
         # inductor (torch 2.13) fails an assertion on the query's layout when it lowers the
         # fused kernel under symbolic sizes; a graph traced with them takes the explicit path.
         fused = plain and not has_symbols(q.shape)
