@@ -192,3 +192,57 @@ def test_a_short_lstm_unrolled_into_the_graph_matches_eager_and_guards_its_batch
         compiles.append(graph_rep.graph_runner.compile_count)
     assert compiles == [1, 1, 2]
     assert graph_rep.graph_runner.fallback is None
+
+
+def _per_step_scalar_along_another_batch() -> onnx.ModelProto:
+    """A gate of one value per sequence and step, ``g`` (batch, steps, 1), reshaped along the
+    batch of ``x`` (batch, steps, heads, size) with a -1 and scanned over the steps with it, each
+    step's gate broadcast over its heads (the official gated-delta LinearAttention expansion's
+    beta): ``y[s, b] = x[b, s] * g[b, s]``. The two inputs' batches are separate symbols, so
+    torch infers the -1 as their quotient."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["g_t", "x_t"], ["y_t"])],
+        "step",
+        [
+            helper.make_tensor_value_info("g_t", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("x_t", TensorProto.FLOAT, None),
+        ],
+        [helper.make_tensor_value_info("y_t", TensorProto.FLOAT, None)],
+    )
+    nodes = [
+        helper.make_node("Shape", ["x"], ["batch"], start=0, end=1),
+        helper.make_node("Concat", ["batch", "steps_minus_one_one"], ["gate_shape"], axis=0),
+        helper.make_node("Reshape", ["g", "gate_shape"], ["gate"]),  # (batch, 4, 1, 1)
+        helper.make_node("Transpose", ["gate"], ["gates"], perm=[1, 0, 2, 3]),
+        helper.make_node("Transpose", ["x"], ["xs"], perm=[1, 0, 2, 3]),
+        helper.make_node("Scan", ["gates", "xs"], ["y"], num_scan_inputs=2, body=body),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gate",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 3, 8]),
+            helper.make_tensor_value_info("g", TensorProto.FLOAT, ["m", 4, 1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([4, -1, 1], np.int64), "steps_minus_one_one")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_reshapes_inferred_size_of_one_broadcasts_in_the_compiled_graph() -> None:
+    """The -1 stands for ``m // n``, 1 whenever the batches agree: the compiled graph indexed
+    each step's gate along it as if it were the heads (reading the next steps' gates) until
+    the Reshape wrote it as a guarded 1. verify=False: nothing but the graph computes the
+    result."""
+    model = _per_step_scalar_along_another_batch()
+    graph_rep = sonnx.prepare(model, use_graph=True, verify=False)
+    eager = sonnx.prepare(model)
+    rng = np.random.default_rng(5)
+    for batch in (2, 3):
+        feeds = {
+            "x": rng.standard_normal((batch, 4, 3, 8)).astype(np.float32),
+            "g": rng.standard_normal((batch, 4, 1)).astype(np.float32),
+        }
+        (got,), (expected,) = graph_rep.run(feeds), eager.run(feeds)
+        np.testing.assert_allclose(to_numpy(got), to_numpy(expected), rtol=1e-6, atol=1e-6)

@@ -30,7 +30,7 @@ from sonnx.operators.shape.common import (
     ints_for_attribute,
     normalize_axes,
 )
-from sonnx.symbolic_sizes import viewable
+from sonnx.symbolic_sizes import has_symbols, viewable
 from sonnx.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -115,6 +115,8 @@ class Reshape(Operator):
                 f"Reshape: shape may hold at most one -1 and no other negative value, "
                 f"received {target}"
             )
+        if -1 in target and has_symbols([*x.shape, *target]):
+            _infer_a_computed_one(x, target)
         return target
 
     def export(self, g: GraphBuilder, inputs: list[str], outputs: list[str]) -> None:
@@ -133,6 +135,31 @@ class Reshape(Operator):
             g.add_node("Reshape", inputs, outputs)
             return
         g.add_node("Reshape", inputs[:1], outputs, shape=ints_for_attribute(self, 1, "shape", g, 5))
+
+
+def _infer_a_computed_one(x: torch.Tensor, target: list[Any]) -> None:
+    """Write 1 for ``target``'s -1 where, in a trace with symbolic sizes, the size it stands
+    for is an expression of them that is 1 in the trace (guarding that it is).
+
+    torch would infer it as that expression, e.g. ``(s1 * 4) // (s0 * 4)`` for a per-step
+    scalar reshaped along another input's batch: 1 whenever the two batches agree, but not
+    recognisably 1. inductor, asked whether it is 1 under ``backed_size_oblivious``, answers no
+    and indexes the tensor along it where it should broadcast it: the compiled graph's results
+    were garbage where eager's were right. A bare symbol (an input's own dimension, a batch of
+    one in the trace) is left to torch, so the graph stays general in it.
+    """
+    axis = target.index(-1)
+    rest = math.prod(d for i, d in enumerate(target) if i != axis)
+    if not isinstance(rest, torch.SymInt) and rest == 0:
+        return  # torch's own error for a -1 beside a 0
+    inferred = x.numel() // rest
+    if (
+        isinstance(inferred, torch.SymInt)
+        and not inferred.node.expr.is_Symbol
+        and inferred.node.hint == 1
+        and inferred == 1  # guards it
+    ):
+        target[axis] = 1
 
 
 class Flatten(Operator):
