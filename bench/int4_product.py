@@ -8,10 +8,12 @@ rounds the activations to int8 and runs its int8 x int4 kernel) is run by onnxru
 sonnx (eagerly and in graph mode), with its default kernels (onnxruntime's own MatMulNBits
 kernel called on torch's memory: :mod:`sonnx.operators.quantize.ort_kernels`) and with
 ``kernels="torch"`` (float32 activations rounded to int8 steps, times the weight dequantized to
-float32 once). Beside them, two forms torch itself offers, timed on the same
-weights, to show where torch's kernels stand: the float32 GEMV on the dequantized weight, and
+float32 once). Beside them, three forms torch itself offers, timed on the same
+weights, to show where torch's kernels stand: the float32 GEMV on the dequantized weight,
 inductor's best single kernel (``torch.compile``) with the dequantization fused into the
-reduction over a weight kept as int8 codes (a byte per weight). Every side's result is checked
+reduction over a weight kept as int8 codes (a byte per weight), and torch's own 4-bit CPU
+kernel, ``_weight_int4pack_mm_for_cpu`` (float32 activations times packed 4-bit codes; its
+vectorised path needs AVX-512, and elsewhere it runs a scalar loop). Every side's result is checked
 against onnxruntime's. The ratios are each side's time / onnxruntime's.
 """
 
@@ -65,9 +67,10 @@ def nbits_model(k: int, n: int, block: int, seed: int = 0) -> tuple[bytes, np.nd
 
 def torch_forms(
     codes: np.ndarray, scales: np.ndarray, block: int
-) -> tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]:
-    """torch's float32 GEMV on the dequantized weight, and inductor's fused kernel over int8
-    codes; both take activations already rounded to int8 steps."""
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]:
+    """torch's float32 GEMV on the dequantized weight, inductor's fused kernel over int8
+    codes, and torch's 4-bit kernel over packed codes; each takes activations already rounded
+    to int8 steps."""
     n, k = codes.shape
     centred = torch.from_numpy(codes.astype(np.int8) - 8)
     s = torch.from_numpy(scales)
@@ -80,7 +83,16 @@ def torch_forms(
         blocks = a.reshape(a.shape[0], 1, -1, block) * centred.reshape(n, -1, block).float()
         return (blocks.sum(-1) * s).sum(-1)
 
-    return gemv, torch.compile(fused, dynamic=False)
+    # w = (code - 8) * scale + zero, with the scales and (zero) offsets as (K / block, N, 2).
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+        torch.from_numpy(codes.astype(np.int32)), 1
+    )
+    scales_and_zeros = torch.stack([s.t(), torch.zeros_like(s.t())], -1).contiguous()
+
+    def int4pack(a: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(a, packed, block, scales_and_zeros)
+
+    return gemv, torch.compile(fused, dynamic=False), int4pack
 
 
 def main() -> None:
@@ -97,7 +109,7 @@ def main() -> None:
     eager, graph = sonnx.prepare(data), sonnx.prepare(data, use_graph=True)
     torch_eager = sonnx.prepare(data, kernels="torch")
     torch_graph = sonnx.prepare(data, use_graph=True, kernels="torch")
-    gemv, fused = torch_forms(codes, scales, args.block)
+    gemv, fused, int4pack = torch_forms(codes, scales, args.block)
     rows, notes = [], []
     for m in args.rows:
         a = np.random.default_rng(m).standard_normal((m, args.size)).astype(np.float32)
@@ -110,6 +122,7 @@ def main() -> None:
             "sonnx graph, kernels=torch": lambda a=a: torch_graph.run([a])[0].numpy(),
             "torch GEMV (dequantized)": lambda r=rounded: gemv(r).numpy(),
             "inductor fused (int8 codes)": lambda r=rounded: fused(r).numpy(),
+            "torch int4pack kernel": lambda r=rounded: int4pack(r).numpy(),
         }
         found = checked_rows(sides, f"{{side}}, M={m}", args.repeats, args.warmup)
         rows += found[0]
