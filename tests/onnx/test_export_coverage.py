@@ -71,6 +71,7 @@ NOT_OPS = {
     # a decode step's attention over the filled cache rows (attention/filled_rows.py): plumbing
     # of GroupQueryAttention, which exports itself as it came
     "attend_filled_rows",
+    "attend_rows",
     "attends_filled_rows",
     # products reading one input as one session (ort_groups.py): plumbing of MatMulNBits too
     "GroupSpec",

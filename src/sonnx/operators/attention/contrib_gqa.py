@@ -38,9 +38,9 @@ import torch
 from sonnx.engine.operator import OutputShape, host_ints
 from sonnx.engine.tracing import value_checks
 from sonnx.errors import BadInputError, UnsupportedOperatorError
-from sonnx.operators.attention.filled_rows import attends_filled_rows
+from sonnx.operators.attention.filled_rows import attend_rows, attends_filled_rows
 from sonnx.operators.contrib import ContribOperator
-from sonnx.run_state import CACHES_IN_PLACE, CPU_AS_DEVICE
+from sonnx.run_state import CACHES_IN_PLACE
 from sonnx.symbolic_sizes import has_symbols
 
 __all__ = ["GroupQueryAttention", "RotaryEmbedding"]
@@ -233,11 +233,8 @@ class GroupQueryAttention(ContribOperator):
         return (
             value_checks()
             and q.shape[0] == 1
-            and q.shape[2] == 1
-            and q.device.type == "cpu"
-            and not CPU_AS_DEVICE.get()
             and _shared_buffer(past_key, past_value, total_length)
-            and not (torch.is_grad_enabled() and (q.requires_grad or past_key.requires_grad))
+            and attends_filled_rows(q, past_key, past_value)  # one token, CPU, no gradient
             and xs[10] is None  # attention_bias
             and xs[11] is None  # head_sink
             and float(self.attr("softcap")) == 0
@@ -275,15 +272,8 @@ class GroupQueryAttention(ContribOperator):
         past_key[:, :, row] = k[:, :, 0]
         past_value[:, :, row] = v[:, :, 0]
         window = int(self.attr("local_window_size"))
-        first = max(0, row + 1 - window) if window > 0 else 0
         scale = float(self.attr("scale")) or 1 / math.sqrt(q.shape[3])
-        out = torch.nn.functional.scaled_dot_product_attention(
-            q,
-            past_key[:, :, first : row + 1],
-            past_value[:, :, first : row + 1],
-            scale=scale,
-            enable_gqa=True,
-        )
+        out = attend_rows(q, past_key, past_value, row + 1, scale, window)
         return out.reshape(1, 1, -1), past_key, past_value
 
     def _refuse_unsupported(self, xs: tuple[torch.Tensor | None, ...]) -> None:

@@ -21,7 +21,7 @@ from sonnx.engine.extern_ops import extern_op
 from sonnx.errors import BadInputError
 from sonnx.run_state import CPU_AS_DEVICE
 
-__all__ = ["attend_filled_rows", "attends_filled_rows"]
+__all__ = ["attend_filled_rows", "attend_rows", "attends_filled_rows"]
 
 
 def attends_filled_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -75,17 +75,21 @@ def attend_filled_rows(
                 f"token past the cache's {k.shape[2]} rows"
             )
     if len(rows) == 1:  # the common case, without an output to copy into
-        return _attend(q, k, v, rows[0], scale, window).contiguous()
+        return attend_rows(q, k, v, rows[0], scale, window).contiguous()
     out = q.new_empty(q.shape)
     for b, length in enumerate(rows):
-        out[b : b + 1] = _attend(q[b : b + 1], k[b : b + 1], v[b : b + 1], length, scale, window)
+        out[b : b + 1] = attend_rows(
+            q[b : b + 1], k[b : b + 1], v[b : b + 1], length, scale, window
+        )
     return out
 
 
-def _attend(
+def attend_rows(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int, scale: float, window: int
 ) -> torch.Tensor:
-    """One sequence's attention over its first ``length`` cache rows (the last ``window``)."""
+    """One sequence's attention over its first ``length`` cache rows (the last ``window`` of
+    them where ``window`` > 0): ``q`` (1, heads, 1, size), ``k`` and ``v`` (1, kv heads, rows,
+    size). Also GroupQueryAttention's eager one-token step, which knows its row already."""
     first = max(0, length - window) if window > 0 else 0
     return torch.nn.functional.scaled_dot_product_attention(
         q, k[:, :, first:length], v[:, :, first:length], scale=scale, enable_gqa=True
