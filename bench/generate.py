@@ -13,10 +13,11 @@ onnxruntime-genai's model builder for the CPU in fp32 and int4 (MatMulNBits, acc
 onnxruntime-genai through
 ``og.Model`` with ``session_options.intra_op_num_threads`` set in a copy of its config. Each
 repeat generates ``--new`` tokens greedily after a ``--prompt``-token prompt, the sides in
-turn. Prefill is the time to the first token (the prompt's forward pass and the choice of
-its token); decode is the time per token after it (one forward pass of one token with the
-cache, and the choice). Rows give ms (medians); ``tok/s`` columns give the prompt tokens per
-second of prefill and the tokens per second of decode. ``--threads`` takes several counts
+turn, each after a pause of :data:`PAUSE_S`. Prefill is the time to the first token (the
+prompt's forward pass and the choice of its token); decode is the time per token after it
+(one forward pass of one token with the cache, and the choice). Rows give ms (medians);
+``tok/s`` columns give the prompt tokens per second of prefill and the tokens per second of
+decode. ``--threads`` takes several counts
 (default: 1 and every available core).
 
 The notes say how many greedy tokens equal onnxruntime-genai's. At accuracy level 4 each
@@ -168,8 +169,17 @@ def agreement(tokens: list[int], reference: list[int]) -> str:
     return f"greedy tokens: the first {first} of {len(reference)} as onnxruntime-genai's"
 
 
+#: Seconds each side waits before its generation. onnxruntime-genai's worker threads go on
+#: spinning after its last token (its sessions allow spinning, onnxruntime's default), and
+#: torch's OpenMP workers after their last parallel region: without the pause, the side run
+#: next paid for them (sonnx's two-thread int4 prefill took 104 ms right after genai's
+#: generation and 57 ms alone, its process's CPU time twice its wall time).
+PAUSE_S = 0.3
+
+
 def measure(sides: dict, prompt: np.ndarray, new: int, repeats: int, warmup: int) -> dict:
-    """Per side: median prefill seconds, median decode seconds per token, and the tokens."""
+    """Per side: median prefill seconds, median decode seconds per token, and the tokens.
+    Each generation starts after :data:`PAUSE_S` of idle time."""
     names = list(sides)
     for _ in range(warmup):
         for name in names:
@@ -179,6 +189,7 @@ def measure(sides: dict, prompt: np.ndarray, new: int, repeats: int, warmup: int
     for i in range(repeats):
         for k in range(len(names)):
             name = names[(i + k) % len(names)]
+            time.sleep(PAUSE_S)
             prefill, decode, tokens[name] = sides[name](prompt, new)
             samples[name].append((prefill, decode))
     return {
