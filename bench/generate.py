@@ -17,8 +17,7 @@ turn, each after a pause of :data:`PAUSE_S`. Prefill is the time to the first to
 prompt's forward pass and the choice of its token); decode is the time per token after it
 (one forward pass of one token with the cache, and the choice). Rows give ms (medians);
 ``tok/s`` columns give the prompt tokens per second of prefill and the tokens per second of
-decode. ``--threads`` takes several counts
-(default: 1 and every available core).
+decode. ``--threads`` takes several counts (default: 1 and every available core).
 
 The notes say how many greedy tokens equal onnxruntime-genai's. At accuracy level 4 each
 product rounds its activations to int8, so a last-bit difference upstream (torch's norms and

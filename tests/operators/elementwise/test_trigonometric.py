@@ -6,9 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import sonnx
 from sonnx import autograd
+from sonnx.tensor import to_numpy
 from tests.helpers import check_grad
 from tests.operators.elementwise.helpers import run
+from tests.operators.shape.helpers import one_node_model
 
 RNG = np.random.default_rng(0)
 
@@ -40,10 +43,6 @@ def test_unary_forward_and_grad(fn, ref, low, high):
 def test_acosh_of_large_values_in_graph_mode() -> None:
     """inductor's acosh squared its input: graph mode gave inf past 1.8e19 where the answer is
     44 to 89 (verify=False: nothing but the compiled graph computes the result)."""
-    import sonnx
-    from sonnx.tensor import to_numpy
-    from tests.operators.shape.helpers import one_node_model
-
     x = np.array([1.0, 1.0001, 1.5, 3.0, 1e4, 1e8, 1e9, 2e19, 1e30, 3.4e38, np.inf], np.float32)
     model, feeds = one_node_model("Acosh", [x], 22)
     rep = sonnx.prepare(model, use_graph=True, verify=False)
