@@ -179,10 +179,14 @@ def test_training_runs_the_nodes_and_follows_the_same_trajectory(fused_calls):
         states = {k: to_numpy(v).copy() for k, v in net.get_states().items()}
         results.append((losses, states, to_numpy(net.forward(image(2, seed=9))[0])))
     (fused_losses, fused_states, fused_out), (losses, states, out) = results
-    assert fused_losses == losses
+    # Two models prepared apart: torch's CPU kernels may sum in another order for other
+    # buffers (a CI run once had the first losses 7e-6 apart). A fusion used in training
+    # would move the first loss by 9e-4 (running statistics for the batch's) and leave the
+    # running statistics unchanged.
+    np.testing.assert_allclose(fused_losses, losses, rtol=5e-5)
     assert fused_states.keys() == states.keys()
     for name, value in states.items():
-        np.testing.assert_array_equal(fused_states[name], value, err_msg=name)
+        np.testing.assert_allclose(fused_states[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
     np.testing.assert_allclose(fused_out, out, rtol=1e-4, atol=1e-4 * np.abs(out).max())
     assert fused_calls and all(fused_calls)  # only the last, inference run was offered
 
