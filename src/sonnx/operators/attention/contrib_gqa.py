@@ -272,8 +272,7 @@ class GroupQueryAttention(ContribOperator):
         past_key[:, :, row] = k[:, :, 0]
         past_value[:, :, row] = v[:, :, 0]
         window = int(self.attr("local_window_size"))
-        scale = float(self.attr("scale")) or 1 / math.sqrt(q.shape[3])
-        out = attend_rows(q, past_key, past_value, row + 1, scale, window)
+        out = attend_rows(q, past_key, past_value, row + 1, self._scale(q), window)
         return out.reshape(1, 1, -1), past_key, past_value
 
     def _refuse_unsupported(self, xs: tuple[torch.Tensor | None, ...]) -> None:
@@ -337,6 +336,10 @@ class GroupQueryAttention(ContribOperator):
         interleaved = bool(self.attr("rotary_interleaved"))
         return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
 
+    def _scale(self, q: torch.Tensor) -> float:
+        """The scores' scale: the ``scale`` attribute, or 1 / sqrt(head size) where it is 0."""
+        return float(self.attr("scale")) or 1 / math.sqrt(q.shape[3])
+
     def _angles(
         self,
         positions: torch.Tensor | int,
@@ -362,7 +365,7 @@ class GroupQueryAttention(ContribOperator):
         cache; a head sink (or ``smooth_softmax``'s zero) joins each softmax as one more logit
         whose weight is dropped. ``causal``: query row s sits at cache row s (a first prompt,
         the cache cut to its rows), so plain attention needs no mask."""
-        scale = float(self.attr("scale")) or 1 / math.sqrt(q.shape[3])
+        scale = self._scale(q)
         window = int(self.attr("local_window_size"))
         softcap = float(self.attr("softcap"))
         plain = softcap == 0 and head_sink is None and int(self.attr("smooth_softmax")) <= 0
